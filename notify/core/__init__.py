@@ -1,0 +1,55 @@
+"""The sans-I/O core: membership, messaging and streams as state machines fed events and a clock.
+
+Nothing here imports asyncio, websockets or sqlite3 (checked by tests/unit/test_core_is_pure.py).
+"""
+
+from notify.core.actions import Action, AfterStreams, Close, ConnId, Fanout, LogEvent, Message, Send
+from notify.core.config import CoreConfig, Limits, Timeouts
+from notify.core.errors import CloseCode, ErrorCode, RejectCode
+from notify.core.events import (
+    Ack,
+    AcceptFrom,
+    ClientFrame,
+    FlushOk,
+    Hello,
+    Join,
+    Leave,
+    Order,
+    Publish,
+    ResumePoint,
+)
+from notify.core.group import Group
+from notify.core.hub import PROTOCOL_VERSION, Hub
+from notify.core.view import MemberId, View
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AcceptFrom",
+    "Ack",
+    "Action",
+    "AfterStreams",
+    "ClientFrame",
+    "Close",
+    "CloseCode",
+    "ConnId",
+    "CoreConfig",
+    "ErrorCode",
+    "Fanout",
+    "FlushOk",
+    "Group",
+    "Hello",
+    "Hub",
+    "Join",
+    "Leave",
+    "Limits",
+    "LogEvent",
+    "MemberId",
+    "Message",
+    "Order",
+    "Publish",
+    "RejectCode",
+    "ResumePoint",
+    "Send",
+    "Timeouts",
+    "View",
+]

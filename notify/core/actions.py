@@ -1,0 +1,207 @@
+"""What the core returns: frames to send, messages to fan out, connections to close, log records.
+
+Out-frames are frozen dataclasses whose fields are exactly the wire fields of DESIGN §3 (the `type`
+field included), so the adapter serialises them with orjson as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from notify.core.view import MemberId
+
+ConnId = int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """An accepted message: it has its place in the group log and in its stream."""
+
+    group: str
+    offset: int
+    stream: str
+    seq: int
+    sender: MemberId
+    view: int
+    atomic: bool
+    payload: Any
+    ts: float
+    id: str
+    from_member: bool = True
+
+
+# --- server -> client frames -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    session: str
+    member: MemberId
+    heartbeat_ms: int
+    limits: dict[str, int]
+    resumed: bool
+    type: str = field(default="welcome", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    req: str
+    id: str
+    offset: int
+    type: str = field(default="published", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    req: str
+    id: str
+    code: str
+    type: str = field(default="rejected", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    id: str
+    group: str
+    offset: int
+    committed: bool
+    reason: str | None = None
+    type: str = field(default="outcome", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    group: str
+    offsets: tuple[int, ...]
+    type: str = field(default="confirm", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    group: str
+    offsets: tuple[int, ...]
+    reason: str
+    type: str = field(default="abort", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewChange:
+    group: str
+    proposed: int
+    members: tuple[MemberId, ...]
+    joining: tuple[MemberId, ...]
+    leaving: tuple[MemberId, ...]
+    reason: str
+    type: str = field(default="view_change", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewInstall:
+    group: str
+    view: int
+    members: tuple[MemberId, ...]
+    joined: tuple[MemberId, ...]
+    left: tuple[MemberId, ...]
+    epoch: int
+    offset: int
+    type: str = field(default="view_install", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewResume:
+    group: str
+    view: int
+    type: str = field(default="view_resume", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CatchupDone:
+    group: str
+    offset: int
+    count: int
+    type: str = field(default="catchup_done", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    code: str
+    message: str
+    req: str | None = None
+    type: str = field(default="error", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """One message as a `deliver` frame, for replay to a single member (resume, catch-up)."""
+
+    group: str
+    offset: int
+    stream: str
+    seq: int
+    sender: MemberId
+    view: int
+    atomic: bool
+    payload: Any
+    ts: float
+    type: str = field(default="deliver", init=False)
+
+    @classmethod
+    def of(cls, m: Message) -> Deliver:
+        return cls(m.group, m.offset, m.stream, m.seq, m.sender, m.view, m.atomic, m.payload, m.ts)
+
+
+OutFrame = (
+    Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
+    | ViewResume | CatchupDone | Error | Deliver
+)
+
+# --- actions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    conn: ConnId
+    frame: OutFrame
+
+
+@dataclass(frozen=True, slots=True)
+class Fanout:
+    """Hand `message` to its stream's worker, which delivers it to `conns` (sender included).
+
+    `reply` goes to the publisher once the message is safely stored (G10), before or with the
+    fan-out; it is None for replays.
+    """
+
+    message: Message
+    conns: tuple[ConnId, ...]
+    reply: Send | None
+
+
+@dataclass(frozen=True, slots=True)
+class AfterStreams:
+    """Send `sends` in order once every stream of `group` has handed over all messages accepted
+    before this action, and only then let the streams go on (DESIGN §4: `view_install` goes out
+    behind all old-view messages, and no new-view message overtakes it)."""
+
+    group: str
+    sends: tuple[Send, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    conn: ConnId
+    code: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    """A delivery event-log record (DESIGN §6); the adapter adds `node`."""
+
+    event: str
+    ts: float
+    fields: dict[str, Any]
+
+
+Action = Send | Fanout | AfterStreams | Close | LogEvent

@@ -1,0 +1,76 @@
+"""Atomic multicast bookkeeping (G5, seed 003 §3.1 "ACK → Confirm").
+
+An atomic message is delivered to every member of its sending view at once but held back by each
+receiver until the server says CONFIRM. The server confirms when every member of the sending view
+has ACKed (the sender too: it delivers its own copy). If one of them fails first, the message is
+aborted at the next view install; the flush that precedes the install makes every survivor ACK
+what it holds, so at install time a message is either fully ACKed or missing the ACK of a member
+that is leaving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from notify.core.actions import Message
+from notify.core.view import MemberId
+
+
+@dataclass(slots=True)
+class PendingAtomic:
+    message: Message
+    waiting: set[MemberId]
+    since: float
+
+
+class AtomicTracker:
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        # insertion order = offset order, so the first entry is the oldest
+        self._pending: dict[int, PendingAtomic] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, offset: object) -> bool:
+        return offset in self._pending
+
+    def add(self, message: Message, members: tuple[MemberId, ...], now: float) -> None:
+        self._pending[message.offset] = PendingAtomic(message, set(members), now)
+
+    def ack(self, member: MemberId, offset: int) -> Message | None:
+        """Record `member`'s ACK; return the message if that completed it (commit)."""
+        p = self._pending.get(offset)
+        if p is None:
+            return None
+        p.waiting.discard(member)
+        if p.waiting:
+            return None
+        del self._pending[offset]
+        return p.message
+
+    def is_waiting_for(self, member: MemberId, offset: int) -> bool:
+        p = self._pending.get(offset)
+        return p is not None and member in p.waiting
+
+    def oldest_since(self) -> float | None:
+        for p in self._pending.values():
+            return p.since
+        return None
+
+    def overdue(self, now: float, ack_timeout: float) -> set[MemberId]:
+        """Members holding up a message for longer than `ack_timeout`: to be suspected."""
+        late: set[MemberId] = set()
+        for p in self._pending.values():
+            if now - p.since < ack_timeout:
+                break
+            late |= p.waiting
+        return late
+
+    def resolve_all(self) -> tuple[list[Message], list[Message]]:
+        """At install: commit the fully ACKed, abort the rest. Returns (committed, aborted)."""
+        committed = [p.message for p in self._pending.values() if not p.waiting]
+        aborted = [p.message for p in self._pending.values() if p.waiting]
+        self._pending.clear()
+        return committed, aborted

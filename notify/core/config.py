@@ -1,0 +1,45 @@
+"""Timeouts and limits of the core.
+
+Every phase of a view change has a timeout so that a non-responder is suspected, never waited on
+forever (DESIGN §4, the lesson of JGroups/Spread "flush gets stuck" reports). The defaults are the
+ones DESIGN §4 names; the what-if analysis job tunes `suspect_timeout`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds. `install_hold` delays a proposal so concurrent requests merge into one change."""
+
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 15.0
+    suspect_timeout: float = 3.0
+    install_hold: float = 0.0
+    flush_timeout: float = 5.0
+    ack_timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that keep one client from costing the others (G11, G12)."""
+
+    max_frame_bytes: int = 1 << 20
+    #: messages kept per group for resume and catch-up (the topic buffer's retention)
+    retain_messages: int = 100_000
+    #: publish ids remembered per sender for idempotent retries
+    idempotency_window: int = 10_000
+    #: outbound frames queued for one member before it is cut as a slow consumer
+    max_outbound_frames: int = 50_000
+    max_groups_per_session: int = 1_000
+    max_group_name: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    limits: Limits = field(default_factory=Limits)
+    #: emit delivery event-log records (DESIGN §6) as actions
+    event_log: bool = False

@@ -1,0 +1,89 @@
+"""What the core is fed: client frames already validated at the edge, plus connection events.
+
+Frozen dataclasses with slots; the server adapter builds them from pydantic wire models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from notify.core.view import MemberId
+
+
+class Order(StrEnum):
+    FIFO = "fifo"
+    TOTAL = "total"
+
+
+class AcceptFrom(StrEnum):
+    MEMBERS = "members"  # G6: never deliver messages from non-members (the default)
+    ANY = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a returning member's knowledge of the group log ends.
+
+    `offset` is the log offset its knowledge starts after (the `offset` of the `view_install` it
+    joined with, or of the last `catchup_done`); `streams` maps each stream it has received to the
+    last `seq` it delivered. The server replays every message after `offset` that is not already
+    covered by `streams`, so a member never gets a message twice nor misses one, even though
+    different streams reach it out of offset order.
+    """
+
+    epoch: int
+    offset: int
+    streams: dict[str, int] = field(default_factory=dict)
+    #: the last view the member installed: installs after it are replayed in their place
+    view: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    protocol: int
+    member: MemberId | None = None
+    resume_session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    req: str
+    group: str
+    want_state: bool = False
+    resume: ResumePoint | None = None
+    accept_from: AcceptFrom = AcceptFrom.MEMBERS
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    req: str
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    req: str
+    group: str
+    id: str
+    view: int
+    order: Order
+    payload: Any
+    atomic: bool = False
+    same_view: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    group: str
+    offsets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FlushOk:
+    group: str
+    view: int
+
+
+ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk

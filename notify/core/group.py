@@ -1,0 +1,526 @@
+"""One group: Group-Messaging and Group-Membership of seed 003 §4 wired together.
+
+Theory of operation. A `Group` is fed client frames (already checked at the edge), connection
+losses and the clock; it returns actions. Members of the current view have a `Slot`: their
+connection (None while SUSPECT) and their `accept_from`. Messages get their place from the
+`Topic`, fan out through the adapter's stream workers (`Fanout`), and atomic ones wait in the
+`AtomicTracker`. Membership changes go through `Membership`; their install is emitted as one
+`AfterStreams` action so that `view_install` reaches every member behind every old-view message
+(G2) and before any new-view one.
+
+Failure detection (DESIGN §4): a lost connection makes the member SUSPECT; if it is not back
+within `suspect_timeout` its removal is requested. A member that does not `flush_ok` within
+`flush_timeout`, or holds up an atomic message for `ack_timeout`, is removed the same way. A
+SUSPECT member that comes back resumes (G7): it is sent exactly what it missed, and a removal
+already proposed for it is cancelled (`view_resume`, seed 003 Table 1).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from notify.core.actions import (
+    Abort,
+    Action,
+    AfterStreams,
+    CatchupDone,
+    Confirm,
+    ConnId,
+    Deliver,
+    Error,
+    Fanout,
+    LogEvent,
+    Message,
+    Outcome,
+    Published,
+    Rejected,
+    Send,
+    ViewChange,
+    ViewInstall,
+    ViewResume,
+)
+from notify.core.atomic import AtomicTracker
+from notify.core.config import CoreConfig
+from notify.core.errors import ErrorCode, RejectCode
+from notify.core.events import AcceptFrom, Join, Order, Publish, ResumePoint
+from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
+from notify.core.topic import Topic
+from notify.core.view import MemberId, View
+
+#: view installs remembered for members that resume across one (see `_replay`)
+_INSTALL_HISTORY = 64
+
+
+class MemberState(StrEnum):
+    CONNECTED = "connected"
+    SUSPECT = "suspect"
+
+
+class MemberEvent(StrEnum):
+    DISCONNECT = "disconnect"
+    RESUME = "resume"
+
+
+MEMBER_TRANSITIONS: dict[MemberState, dict[MemberEvent, MemberState]] = {
+    MemberState.CONNECTED: {MemberEvent.DISCONNECT: MemberState.SUSPECT,
+                            MemberEvent.RESUME: MemberState.CONNECTED},  # resume on a new conn
+    MemberState.SUSPECT: {MemberEvent.RESUME: MemberState.CONNECTED},
+}
+
+
+@dataclass(slots=True)
+class Slot:
+    conn: ConnId | None
+    accept_from: AcceptFrom
+    state: MemberState = MemberState.CONNECTED
+    suspect_deadline: float | None = None
+
+    def on(self, event: MemberEvent) -> None:
+        self.state = MEMBER_TRANSITIONS[self.state][event]
+
+
+class Group:
+    def __init__(self, name: str, config: CoreConfig, *, epoch: int, view: int = 0,
+                 head: int = 0) -> None:
+        self.name = name
+        self.epoch = epoch
+        self._cfg = config
+        t = config.timeouts
+        self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
+                                     install_hold=t.install_hold)
+        self.topic = Topic(name, retain=config.limits.retain_messages,
+                           idempotency_window=config.limits.idempotency_window, head=head)
+        self.atomics = AtomicTracker()
+        self.slots: dict[MemberId, Slot] = {}
+        #: where to send the install to members that are not (or no longer) in the view's slots
+        self._joiner_conns: dict[MemberId, ConnId] = {}
+        self._leaver_conns: dict[MemberId, ConnId] = {}
+        self._installs: deque[ViewInstall] = deque(maxlen=_INSTALL_HISTORY)
+        self._conns_members: tuple[ConnId, ...] | None = None
+        self._conns_any: tuple[ConnId, ...] | None = None
+        self._flush_started = 0.0
+
+    # -- read-only helpers -----------------------------------------------------------------------
+
+    @property
+    def view(self) -> View:
+        return self.membership.view
+
+    @property
+    def state(self) -> GroupState:
+        return self.membership.state
+
+    def involves(self, member: MemberId) -> bool:
+        """In the view, or on its way in."""
+        return member in self.slots or self.membership.is_joining(member)
+
+    def _recipients(self, from_member: bool) -> tuple[ConnId, ...]:
+        if from_member:
+            if self._conns_members is None:
+                self._conns_members = tuple(s.conn for s in self.slots.values() if s.conn is not None)
+            return self._conns_members
+        if self._conns_any is None:
+            self._conns_any = tuple(s.conn for s in self.slots.values()
+                                    if s.conn is not None and s.accept_from is AcceptFrom.ANY)
+        return self._conns_any
+
+    def _slots_changed(self) -> None:
+        self._conns_members = self._conns_any = None
+
+    def _log(self, out: list[Action], event: str, now: float, **fields: Any) -> None:
+        if self._cfg.event_log:
+            out.append(LogEvent(event, now, {"group": self.name, "view": self.view.version,
+                                             **fields}))
+
+    # -- join / leave ----------------------------------------------------------------------------
+
+    def join(self, member: MemberId, conn: ConnId, join: Join, now: float) -> list[Action]:
+        out: list[Action] = []
+        slot = self.slots.get(member)
+        m = self.membership
+        if slot is not None and not m.is_leaving(member):
+            if join.resume is None:
+                out.append(Send(conn, Error(ErrorCode.ALREADY_MEMBER, f"already in {self.name}",
+                                            join.req)))
+                return out
+            return self._resume(member, slot, conn, join, now)
+        if slot is not None and join.resume is not None and self._leaving_for_failure(member):
+            return self._resume(member, slot, conn, join, now)
+        # Not in the view, or on its way out (it left, or an older incarnation is being
+        # removed): a fresh join, installed in the view after the removal.
+        if m.is_joining(member):
+            out.append(Send(conn, Error(ErrorCode.JOIN_PENDING, f"join of {self.name} pending",
+                                        join.req)))
+            return out
+        if join.resume is not None:
+            err = self._check_resume_point(join.resume)
+            if err is not None:
+                out.append(Send(conn, Error(err[0], err[1], join.req)))
+                return out
+        self._joiner_conns[member] = conn
+        m.request_join(member, join, now)
+        self._advance(out, now)
+        return out
+
+    def leave(self, member: MemberId, conn: ConnId, req: str, now: float) -> list[Action]:
+        out: list[Action] = []
+        if member not in self.slots:
+            code = ErrorCode.JOIN_PENDING if self.membership.is_joining(member) else \
+                ErrorCode.NOT_MEMBER
+            out.append(Send(conn, Error(code, f"not a member of {self.name}", req)))
+            return out
+        if self.membership.is_leaving(member) and member not in self.membership.leaves:
+            return out  # already on its way out: the install will answer
+        self._leaver_conns[member] = conn
+        self._request_removal(out, member, "leave", now)
+        return out
+
+    def remove(self, member: MemberId, reason: str, now: float) -> list[Action]:
+        """Remove `member` for a reason found outside the group (e.g. a new incarnation)."""
+        out: list[Action] = []
+        slot = self.slots.get(member)
+        if slot is None:
+            if self.membership.is_joining(member):
+                self.membership.request_leave(member, reason, now)
+                self._joiner_conns.pop(member, None)
+            return out
+        if slot.conn is not None:
+            slot.conn = None
+            self._slots_changed()
+        self._request_removal(out, member, reason, now)
+        return out
+
+    def _request_removal(self, out: list[Action], member: MemberId, reason: str,
+                         now: float) -> None:
+        restarted = self.membership.request_leave(member, reason, now)
+        if restarted:
+            self._announce(out, now)
+        self._advance(out, now)
+
+    # -- connection loss and resume (G7) ---------------------------------------------------------
+
+    def disconnected(self, member: MemberId, now: float) -> list[Action]:
+        out: list[Action] = []
+        slot = self.slots.get(member)
+        if slot is None:
+            if self.membership.is_joining(member):  # a joiner that drops simply is not joining
+                self.membership.request_leave(member, "suspect", now)
+                self._joiner_conns.pop(member, None)
+                self._advance(out, now)
+            return out
+        self._leaver_conns.pop(member, None)
+        if slot.state is MemberState.SUSPECT:
+            return out
+        slot.on(MemberEvent.DISCONNECT)
+        slot.conn = None
+        slot.suspect_deadline = now + self._cfg.timeouts.suspect_timeout
+        self._slots_changed()
+        self._log(out, "member.suspect", now, member=member)
+        return out
+
+    def _resume(self, member: MemberId, slot: Slot, conn: ConnId, join: Join,
+                now: float) -> list[Action]:
+        out: list[Action] = []
+        assert join.resume is not None
+        err = self._check_resume_point(join.resume)
+        if err is not None:
+            out.append(Send(conn, Error(err[0], err[1], join.req)))
+            return out
+        gap_ms = 0.0 if slot.suspect_deadline is None else \
+            (now - (slot.suspect_deadline - self._cfg.timeouts.suspect_timeout)) * 1000
+        slot.on(MemberEvent.RESUME)
+        slot.conn = conn
+        slot.suspect_deadline = None
+        slot.accept_from = join.accept_from
+        self._slots_changed()
+        self._log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))
+        m = self.membership
+        outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
+        out.append(Send(conn, ViewResume(self.name, self.view.version)))
+        count = self._replay(out, conn, join.resume, slot.accept_from)
+        out.append(Send(conn, CatchupDone(self.name, self.topic.head, count)))
+        if outcome is GroupEvent.CANCEL:
+            # Table 1 ③: cancel v(i+1) and resume v(i) at everyone who was told of the change.
+            self._log(out, "view.resume", now, member=member, cancelled=self.view.version + 1)
+            for other, s in self.slots.items():
+                if s.conn is not None and other != member:
+                    out.append(Send(s.conn, ViewResume(self.name, self.view.version)))
+        elif outcome is GroupEvent.RESTART:
+            self._announce(out, now)
+        elif m.proposal is not None and member in m.proposal.flush_set:
+            p = m.proposal
+            if member not in p.flushed:
+                out.append(Send(conn, self._view_change(p)))
+        self._advance(out, now)
+        return out
+
+    def _leaving_for_failure(self, member: MemberId) -> bool:
+        """Removal requested only because the member went quiet: a resume may cancel it."""
+        m = self.membership
+        reason = m.leaves.get(member) or (m.proposal.leaving.get(member)
+                                          if m.proposal is not None else None)
+        return reason == "suspect"
+
+    def _check_resume_point(self, rp: ResumePoint) -> tuple[ErrorCode, str] | None:
+        if rp.epoch != self.epoch:
+            return ErrorCode.OFFSET_UNAVAILABLE, f"log epoch is {self.epoch}, not {rp.epoch}"
+        if rp.offset > self.topic.head or any(s < 0 for s in rp.streams.values()):
+            return ErrorCode.BAD_RESUME, f"offset {rp.offset} is past the head {self.topic.head}"
+        if not self.topic.can_replay_after(rp.offset):
+            return ErrorCode.OFFSET_UNAVAILABLE, (
+                f"offset {rp.offset} is older than the oldest retained {self.topic.first_retained}")
+        return None
+
+    def _replay(self, out: list[Action], conn: ConnId, rp: ResumePoint,
+                accept_from: AcceptFrom) -> int:
+        """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8)."""
+        installs: Iterator[ViewInstall] = (i for i in self._installs
+                                           if i.view > rp.view and i.offset >= rp.offset)
+        nxt = next(installs, None)
+        count = 0
+        resolved: list[tuple[int, bool]] = []
+        for m in self.topic.replay(rp.offset, rp.streams, accept_from is AcceptFrom.ANY):
+            while nxt is not None and nxt.offset < m.offset:
+                out.append(Send(conn, nxt))
+                nxt = next(installs, None)
+            out.append(Send(conn, Deliver.of(m)))
+            count += 1
+            if m.atomic:
+                committed = self.topic.outcome(m.offset)
+                if committed is not None:
+                    resolved.append((m.offset, committed))
+        for offset, committed in resolved:
+            frame = Confirm(self.name, (offset,)) if committed else \
+                Abort(self.name, (offset,), "member_failed")
+            out.append(Send(conn, frame))
+        return count
+
+    # -- messaging -------------------------------------------------------------------------------
+
+    def publish(self, member: MemberId, conn: ConnId, p: Publish, now: float) -> list[Action]:
+        prior = self.topic.known_offset(member, p.id)
+        if prior is not None:  # an idempotent retry: answer as the first time, deliver nothing
+            out: list[Action] = [Send(conn, Published(p.req, p.id, prior))]
+            committed = self.topic.outcome(prior)
+            if committed is not None:
+                out.append(Send(conn, Outcome(p.id, self.name, prior, committed)))
+            return out
+        code = self._refusal(member, p)
+        if code is not None:
+            out = [Send(conn, Rejected(p.req, p.id, code))]
+            self._log(out, "msg.reject", now, member=member, code=code.value)
+            return out
+        is_member = member in self.slots
+        msg = self.topic.accept(sender=member, publish_id=p.id, order=p.order, view=p.view,
+                                atomic=p.atomic, payload=p.payload, now=now,
+                                from_member=is_member)
+        if p.atomic:
+            self.atomics.add(msg, self.view.members, now)
+        out = [Fanout(msg, self._recipients(is_member), Send(conn, Published(p.req, p.id,
+                                                                              msg.offset)))]
+        if self._cfg.event_log:
+            self._log(out, "msg.accept", now, member=member, offset=msg.offset, stream=msg.stream,
+                      seq=msg.seq, sender=member, order=p.order.value, atomic=p.atomic)
+        return out
+
+    def _refusal(self, member: MemberId, p: Publish) -> RejectCode | None:
+        m = self.membership
+        if member not in self.slots:
+            # G6: a non-member may only send plain FIFO messages, and only receivers with
+            # accept_from "any" get them.
+            if p.order is Order.TOTAL or p.atomic or p.same_view or m.is_joining(member):
+                return RejectCode.NOT_MEMBER
+            return None
+        if m.is_leaving(member) and (m.leaves.get(member) == "leave" or (
+                m.proposal is not None and m.proposal.leaving.get(member) == "leave")):
+            return RejectCode.LEAVING
+        if m.proposal is not None and member in m.proposal.flushed:
+            return RejectCode.VIEW_CHANGING
+        if p.view > self.view.version:
+            return RejectCode.FUTURE_VIEW
+        if p.same_view and p.view != self.view.version:
+            return RejectCode.STALE_VIEW
+        return None
+
+    def ack(self, member: MemberId, conn: ConnId, offsets: tuple[int, ...],
+            now: float) -> list[Action]:
+        out: list[Action] = []
+        if member not in self.slots:
+            out.append(Send(conn, Error(ErrorCode.NOT_MEMBER, f"not a member of {self.name}")))
+            return out
+        committed: list[Message] = []
+        unknown: list[int] = []
+        for offset in offsets:
+            if offset in self.atomics:
+                msg = self.atomics.ack(member, offset)
+                if msg is not None:
+                    committed.append(msg)
+                continue
+            done = self.topic.outcome(offset)
+            if done is None:
+                unknown.append(offset)
+            else:  # resolved before this ACK arrived (e.g. resent after a resume)
+                out.append(Send(conn, Confirm(self.name, (offset,)) if done else
+                                Abort(self.name, (offset,), "member_failed")))
+        if unknown:
+            out.append(Send(conn, Error(ErrorCode.UNKNOWN_OFFSET,
+                                        f"no pending atomic message at {unknown[:10]}")))
+        if committed:
+            offs = tuple(m.offset for m in committed)
+            frame = Confirm(self.name, offs)
+            for s in self.slots.values():
+                if s.conn is not None:
+                    out.append(Send(s.conn, frame))
+            self._resolved(out, committed, True, "", now)
+        return out
+
+    def _resolved(self, out: list[Action], msgs: list[Message], committed: bool, reason: str,
+                  now: float) -> None:
+        for m in msgs:
+            self.topic.record_outcome(m.offset, committed)
+            sender = self.slots.get(m.sender)
+            conn = sender.conn if sender is not None else self._leaver_conns.get(m.sender)
+            if conn is not None:
+                out.append(Send(conn, Outcome(m.id, self.name, m.offset, committed,
+                                              reason or None)))
+            if committed:
+                self._log(out, "atomic.commit", now, offset=m.offset, sender=m.sender,
+                          duration_ms=round((now - m.ts) * 1000, 3))
+            else:
+                self._log(out, "atomic.abort", now, offset=m.offset, sender=m.sender,
+                          reason=reason)
+
+    # -- the flush -------------------------------------------------------------------------------
+
+    def flush_ok(self, member: MemberId, conn: ConnId, view: int, now: float) -> list[Action]:
+        out: list[Action] = []
+        if not self.membership.flush_ok(member, view):
+            p = self.membership.proposal
+            expected = "no view change in progress" if p is None else f"proposed is {p.version}"
+            out.append(Send(conn, Error(ErrorCode.WRONG_VIEW,
+                                        f"flush_ok for view {view}: {expected}")))
+            return out
+        self._advance(out, now)
+        return out
+
+    def _view_change(self, p: Proposal) -> ViewChange:
+        members = self.view.successor(frozenset(p.leaving), tuple(p.joining)).members
+        return ViewChange(self.name, p.version, members, tuple(p.joining), tuple(p.leaving),
+                          p.reason())
+
+    def _announce(self, out: list[Action], now: float) -> None:
+        """Tell every member asked to flush what is proposed (at the start and on restarts)."""
+        p = self.membership.proposal
+        assert p is not None
+        frame = self._view_change(p)
+        for member in p.flush_set:
+            s = self.slots[member]
+            if s.conn is not None:
+                out.append(Send(s.conn, frame))
+        self._log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
+                  members=list(frame.members))
+
+    def _advance(self, out: list[Action], now: float) -> None:
+        """Propose what is queued, install what is flushed; repeat while something moves."""
+        m = self.membership
+        while True:
+            if m.state is GroupState.STABLE:
+                if m.propose(now) is None:
+                    return
+                self._flush_started = now
+                self._announce(out, now)
+            p = m.proposal
+            assert p is not None
+            if not p.complete:
+                return
+            self._install(out, now)
+
+    def _install(self, out: list[Action], now: float) -> None:
+        old = self.view
+        committed, aborted = self.atomics.resolve_all()
+        view, p = self.membership.install()
+        sends: list[Send] = []
+        staying = [s.conn for mem, s in self.slots.items()
+                   if mem not in p.leaving and s.conn is not None]
+        if committed:
+            frame_c = Confirm(self.name, tuple(x.offset for x in committed))
+            sends.extend(Send(c, frame_c) for c in staying)
+        if aborted:
+            frame_a = Abort(self.name, tuple(x.offset for x in aborted), "member_failed")
+            sends.extend(Send(c, frame_a) for c in staying)
+        resolution: list[Action] = []
+        self._resolved(resolution, committed, True, "", now)
+        self._resolved(resolution, aborted, False, "member_failed", now)
+        sends.extend(a for a in resolution if isinstance(a, Send))
+        logs = [a for a in resolution if not isinstance(a, Send)]
+
+        leaver_conns: dict[MemberId, ConnId] = {}
+        for mem in p.leaving:
+            s = self.slots.pop(mem)
+            c = self._leaver_conns.pop(mem, None) or s.conn
+            if c is not None:
+                leaver_conns[mem] = c
+        for mem, join in p.joining.items():
+            self.slots[mem] = Slot(self._joiner_conns.pop(mem), join.accept_from)
+        self._slots_changed()
+
+        install = ViewInstall(self.name, view.version, view.members, tuple(p.joining),
+                              tuple(p.leaving), self.epoch, self.topic.head)
+        self._installs.append(install)
+        for mem, s in self.slots.items():
+            if s.conn is not None:
+                sends.append(Send(s.conn, install))
+                join = p.joining.get(mem)
+                if join is not None and join.resume is not None:
+                    catchup: list[Action] = []
+                    n = self._replay(catchup, s.conn, join.resume, join.accept_from)
+                    sends.extend(a for a in catchup if isinstance(a, Send))
+                    sends.append(Send(s.conn, CatchupDone(self.name, self.topic.head, n)))
+                    self._log(logs, "catchup", now, member=mem, from_offset=join.resume.offset,
+                              count=n)
+        for mem, c in leaver_conns.items():
+            if mem not in p.joining:  # a re-joiner got the install above
+                sends.append(Send(c, install))
+        out.append(AfterStreams(self.name, tuple(sends)))
+        out.extend(logs)
+        self._log(out, "view.install", now, members=list(view.members),
+                  duration_ms=round((now - self._flush_started) * 1000, 3),
+                  previous=old.version)
+
+    # -- time ------------------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        candidates = [s.suspect_deadline for s in self.slots.values()
+                      if s.suspect_deadline is not None]
+        d = self.membership.next_deadline()
+        if d is not None:
+            candidates.append(d)
+        oldest = self.atomics.oldest_since()
+        if oldest is not None:
+            candidates.append(oldest + self._cfg.timeouts.ack_timeout)
+        return min(candidates) if candidates else None
+
+    def tick(self, now: float) -> list[Action]:
+        out: list[Action] = []
+        m = self.membership
+        for mem, s in list(self.slots.items()):
+            if s.suspect_deadline is not None and now >= s.suspect_deadline:
+                s.suspect_deadline = None
+                if not m.is_leaving(mem):
+                    self._request_removal(out, mem, "suspect", now)
+        p = m.proposal
+        if p is not None and now >= p.deadline:
+            for mem in sorted(m.unflushed()):
+                self._request_removal(out, mem, "flush_timeout", now)
+            p = m.proposal
+            if p is not None and now >= p.deadline:  # nothing changed: push the deadline on
+                p.deadline = now + self._cfg.timeouts.flush_timeout
+        for mem in sorted(self.atomics.overdue(now, self._cfg.timeouts.ack_timeout)):
+            if mem in self.slots and not m.is_leaving(mem):
+                self._request_removal(out, mem, "ack_timeout", now)
+        self._advance(out, now)
+        return out

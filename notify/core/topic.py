@@ -1,0 +1,117 @@
+"""The topic buffer of seed 003 §3.3: one group's messages split into streams.
+
+Theory of operation. Ordering only matters inside a stream: each sender has its own FIFO stream
+`fifo:<member>` (G3) and the group has one `total` stream (G4). The topic gives every accepted
+message its group-log `offset` (one counter per group) and its `seq` in its stream (one counter
+per stream, starting at 1, so a receiver can see a gap). Because the core is single-threaded, the
+order in which messages are accepted *is* the total order; the adapter's one worker per stream
+keeps it on the way out. The topic also keeps the last `retain` messages for replay to members
+that resume (G7) or come back (G8), and remembers the outcome of retained atomic messages so a
+replay can carry their confirm/abort.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from typing import Any
+
+from notify.core.actions import Message
+from notify.core.events import Order
+from notify.core.view import MemberId
+
+TOTAL_STREAM = "total"
+
+
+def fifo_stream(member: MemberId) -> str:
+    return f"fifo:{member}"
+
+
+class Topic:
+    __slots__ = ("_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window", "group", "head")
+
+    def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0) -> None:
+        self.group = group
+        #: offset of the last accepted message (0 = none yet)
+        self.head = head
+        self._seqs: dict[str, int] = {}
+        self._log: deque[Message] = deque(maxlen=retain)
+        self._retain = retain
+        self._outcomes: dict[int, bool] = {}
+        self._publish_ids: dict[MemberId, OrderedDict[str, int]] = {}
+        self._window = idempotency_window
+
+    # -- accepting -------------------------------------------------------------------------------
+
+    def known_offset(self, sender: MemberId, publish_id: str) -> int | None:
+        """The offset a publish id was accepted at, if it is still remembered (idempotency)."""
+        ids = self._publish_ids.get(sender)
+        return None if ids is None else ids.get(publish_id)
+
+    def accept(
+        self,
+        *,
+        sender: MemberId,
+        publish_id: str,
+        order: Order,
+        view: int,
+        atomic: bool,
+        payload: Any,
+        now: float,
+        from_member: bool,
+    ) -> Message:
+        stream = TOTAL_STREAM if order is Order.TOTAL else fifo_stream(sender)
+        seq = self._seqs.get(stream, 0) + 1
+        self._seqs[stream] = seq
+        self.head += 1
+        msg = Message(
+            self.group, self.head, stream, seq, sender, view, atomic, payload, now, publish_id,
+            from_member,
+        )
+        if len(self._log) == self._retain and self._log:
+            self._outcomes.pop(self._log[0].offset, None)
+        self._log.append(msg)
+        ids = self._publish_ids.setdefault(sender, OrderedDict())
+        ids[publish_id] = msg.offset
+        if len(ids) > self._window:
+            ids.popitem(last=False)
+        return msg
+
+    # -- atomic outcomes -------------------------------------------------------------------------
+
+    def record_outcome(self, offset: int, committed: bool) -> None:
+        if self._log and offset >= self._log[0].offset:
+            self._outcomes[offset] = committed
+
+    def outcome(self, offset: int) -> bool | None:
+        return self._outcomes.get(offset)
+
+    # -- replay ----------------------------------------------------------------------------------
+
+    @property
+    def first_retained(self) -> int:
+        """Offset of the oldest retained message; `head + 1` when nothing is retained."""
+        return self._log[0].offset if self._log else self.head + 1
+
+    def get(self, offset: int) -> Message | None:
+        if not self._log or not (self._log[0].offset <= offset <= self.head):
+            return None
+        return self._log[offset - self._log[0].offset]
+
+    def can_replay_after(self, offset: int) -> bool:
+        return offset + 1 >= self.first_retained
+
+    def replay(
+        self, after: int, streams: dict[str, int], accepts_non_members: bool
+    ) -> Iterable[Message]:
+        """Messages after `after`, in offset order, minus those `streams` says were delivered."""
+        if not self._log:
+            return
+        start = max(after + 1 - self._log[0].offset, 0)
+        for i in range(start, len(self._log)):
+            m = self._log[i]
+            if m.seq <= streams.get(m.stream, 0):
+                continue
+            if not m.from_member and not accepts_non_members:
+                continue
+            yield m

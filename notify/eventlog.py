@@ -1,0 +1,52 @@
+"""The delivery event log (DESIGN §6): JSON Lines through structlog, in rotated files.
+
+One record per line with `ts`, `event`, `node` and the event's own fields; the Spark jobs in
+`spark_analysis/` read these files. Written by the server (`--event-log DIR`) and optionally by
+SDK clients. Rotation is the stdlib's `RotatingFileHandler`; rendering is structlog's JSON
+renderer with orjson.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+
+
+def _orjson_str(obj: Any, **_: Any) -> str:
+    return orjson.dumps(obj).decode()
+
+
+class EventLog:
+    """Appends events for one node (`server` or a client id) under `directory`."""
+
+    def __init__(self, directory: str | Path, node: str, *, max_bytes: int = 64 << 20,
+                 backups: int = 20) -> None:
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
+        self.path = path / f"events-{safe}.jsonl"
+        logger = logging.getLogger(f"notify.events.{safe}.{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        self._handler = logging.handlers.RotatingFileHandler(
+            self.path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        self._handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(self._handler)
+        self._logger = logger
+        self._log = structlog.wrap_logger(
+            logger,
+            processors=[structlog.processors.JSONRenderer(serializer=_orjson_str)],
+            context_class=dict,
+        ).bind(node=node)
+
+    def write(self, event: str, ts: float, **fields: Any) -> None:
+        self._log.info(event, ts=ts, **fields)
+
+    def close(self) -> None:
+        self._handler.close()
+        self._logger.removeHandler(self._handler)

@@ -1,0 +1,82 @@
+"""Per-member sender workers (seed 003 §3.3): one task and one bounded queue per connection.
+
+A member that reads slowly fills only its own queue (G11). When the queue passes its bound the
+member is cut with close code 4001 (slow consumer); it can then resume from its offsets (G7).
+Frames queued together go out as one `batch` frame, which is what makes fan-out to many members
+cheaper per message than one WebSocket frame each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from notify.core.errors import CloseCode
+from notify.server.mailbox import Mailbox
+from notify.server.wire import batch
+
+#: frames per batch frame, and bytes: keeps a batch well under any client's max message size
+_BATCH_FRAMES = 512
+_BATCH_BYTES = 256 * 1024
+
+
+class Outbox:
+    __slots__ = ("_bound", "_closing", "_mailbox", "_task", "_ws", "on_slow")
+
+    def __init__(self, ws: ServerConnection, bound: int,
+                 on_slow: Callable[[], None] | None = None) -> None:
+        self._ws = ws
+        self._bound = bound
+        self._mailbox: Mailbox[bytes] = Mailbox()
+        self._closing = False
+        self.on_slow = on_slow
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def __len__(self) -> int:
+        return len(self._mailbox)
+
+    def push(self, frame: bytes) -> None:
+        if self._closing:
+            return
+        self._mailbox.put(frame)
+        if len(self._mailbox) > self._bound:
+            if self.on_slow is not None:
+                self.on_slow()
+            self.close(CloseCode.SLOW_CONSUMER, "slow consumer: outbound queue over its bound")
+
+    def close(self, code: int, reason: str) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._task.cancel()
+        asyncio.get_running_loop().create_task(self._ws.close(code, reason))
+
+    async def stop(self) -> None:
+        self._closing = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _run(self) -> None:
+        ws = self._ws
+        try:
+            while True:
+                frames = await self._mailbox.drain(_BATCH_FRAMES)
+                if len(frames) == 1:
+                    await ws.send(frames[0], text=True)
+                    continue
+                start = 0
+                size = 0
+                for i, f in enumerate(frames):
+                    size += len(f)
+                    if size > _BATCH_BYTES and i > start:
+                        await ws.send(batch(frames[start:i]), text=True)
+                        start, size = i, len(f)
+                await ws.send(batch(frames[start:]) if len(frames) - start > 1 else frames[start],
+                              text=True)
+        except ConnectionClosed:
+            pass

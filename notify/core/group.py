@@ -252,9 +252,9 @@ class Group:
         elif outcome is GroupEvent.RESTART:
             self._announce(out, now)
         elif m.proposal is not None and member in m.proposal.flush_set:
-            p = m.proposal
-            if member not in p.flushed:
-                out.append(Send(conn, self._view_change(p)))
+            # A flush is under way: ask again even if its flush_ok already came, since the
+            # view_resume above told it to send (a repeated flush_ok is harmless).
+            out.append(Send(conn, self._view_change(m.proposal)))
         self._advance(out, now)
         return out
 

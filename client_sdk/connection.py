@@ -1,0 +1,238 @@
+"""A minimal asyncio connection around `ClientProtocol`: enough for tests, benchmarks and the
+`notify` CLI. Reconnect with backoff, bounded publish queues and the full typed API are the SDK
+proper (issue 3); `reconnect()` here resumes the session by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from client_sdk.events import (
+    GroupEvent,
+    Outcome,
+    Published,
+    Rejected,
+    Removed,
+    Reply,
+    ServerError,
+    ViewInstalled,
+    ViewResumed,
+)
+from client_sdk.protocol import ClientProtocol, GroupPhase
+
+
+class NotifyError(Exception):
+    """The server answered a request with an `error` frame."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class PublishRejected(Exception):
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    id: str
+    offset: int
+
+
+class Client:
+    def __init__(self, url: str, member: str) -> None:
+        self.url = url
+        self.member = member
+        self.protocol = ClientProtocol(member)
+        self.session: str | None = None
+        self.welcome: dict[str, Any] = {}
+        self.errors: list[ServerError] = []
+        self._ws: ClientConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._reqs = itertools.count(1)
+        self._queues: dict[str, asyncio.Queue[GroupEvent]] = {}
+        #: join/leave requests: req -> (group, future); they complete on the group's next install
+        self._req_waiters: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        self._id_waiters: dict[str, asyncio.Future[Reply]] = {}
+        self._outcomes: dict[str, asyncio.Future[Outcome]] = {}
+        self._can_send: dict[str, asyncio.Event] = {}
+
+    @classmethod
+    async def connect(cls, url: str, member: str) -> Client:
+        c = cls(url, member)
+        await c._open(resume=False)
+        return c
+
+    async def _open(self, *, resume: bool) -> None:
+        ws = await connect(self.url, max_size=None, compression=None)
+        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": self.member}
+        if resume and self.session:
+            hello["resume_session"] = self.session
+        await ws.send(orjson.dumps(hello), text=True)
+        welcome = orjson.loads(await ws.recv())
+        if welcome.get("type") != "welcome":
+            await ws.close()
+            raise NotifyError(welcome.get("code", "?"), welcome.get("message", str(welcome)))
+        self.welcome, self.session, self._ws = welcome, welcome["session"], ws
+        self._reader = asyncio.get_running_loop().create_task(self._read(ws))
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def _req(self) -> str:
+        return str(next(self._reqs))
+
+    async def join(self, group: str, *, accept_from: str = "members") -> ViewInstalled:
+        """Join `group`; returns the install of the first view that has this member."""
+        req = self._req()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._req_waiters[req] = (group, fut)
+        self._queues.setdefault(group, asyncio.Queue())
+        self._can_send.setdefault(group, asyncio.Event())
+        self.protocol.join(req, group, accept_from=accept_from)
+        await self._flush()
+        while True:
+            result = await fut
+            if isinstance(result, ViewInstalled) and self.member in result.members:
+                return result
+            fut = asyncio.get_running_loop().create_future()
+            self._req_waiters[req] = (group, fut)
+
+    async def leave(self, group: str) -> None:
+        req = self._req()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._req_waiters[req] = (group, fut)
+        self.protocol.leave(req, group)
+        await self._flush()
+        await fut
+
+    async def publish(self, group: str, payload: Any, *, order: str = "fifo",
+                      atomic: bool = False, same_view: bool = False,
+                      publish_id: str | None = None, view: int | None = None) -> PublishResult:
+        """Publish once `group` accepts sends (waits out a flush); returns when stored."""
+        await self._can_send[group].wait()
+        pid = publish_id or uuid.uuid4().hex
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._id_waiters[pid] = fut
+        if atomic:
+            self._outcomes[pid] = asyncio.get_running_loop().create_future()
+        self.protocol.send(self.protocol.publish_frame(self._req(), group, pid, payload,
+                                                       order=order, atomic=atomic,
+                                                       same_view=same_view, view=view))
+        await self._flush()
+        reply = await fut
+        if isinstance(reply, Rejected):
+            self._outcomes.pop(pid, None)
+            raise PublishRejected(reply.code)
+        assert isinstance(reply, Published)
+        return PublishResult(pid, reply.offset)
+
+    async def outcome(self, publish_id: str) -> Outcome:
+        return await self._outcomes[publish_id]
+
+    def events(self, group: str) -> asyncio.Queue[GroupEvent]:
+        return self._queues.setdefault(group, asyncio.Queue())
+
+    async def next_event(self, group: str, timeout: float = 5.0) -> GroupEvent:
+        return await asyncio.wait_for(self._queues[group].get(), timeout)
+
+    async def stream(self, group: str) -> AsyncIterator[GroupEvent]:
+        q = self.events(group)
+        while True:
+            yield await q.get()
+
+    # -- connection ------------------------------------------------------------------------------
+
+    async def drop(self) -> None:
+        """Lose the connection abruptly (no close handshake): what a phone changing cell does."""
+        ws = self._ws
+        if ws is not None:
+            ws.transport.abort()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await self._reader
+        for ev in self._can_send.values():
+            ev.clear()
+
+    async def reconnect(self) -> None:
+        """Resume the session on a new connection and rejoin each group from where it was."""
+        await self._open(resume=True)
+        for name, g in self.protocol.groups.items():
+            if g.phase is not GroupPhase.LEFT:
+                self.protocol.join(self._req(), name, resume=True)
+        await self._flush()
+
+    async def close(self) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                await self._reader
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _flush(self) -> None:
+        ws = self._ws
+        if ws is None:
+            return
+        frames = self.protocol.data_to_send()
+        for f in frames:
+            await ws.send(orjson.dumps(f), text=True)
+
+    async def _read(self, ws: ClientConnection) -> None:
+        try:
+            async for data in ws:
+                events, replies = self.protocol.receive(orjson.loads(data))
+                for e in events:
+                    self._on_event(e)
+                for r in replies:
+                    self._on_reply(r)
+                await self._flush()
+        except ConnectionClosed:
+            pass
+
+    def _on_event(self, e: GroupEvent) -> None:
+        group = e.group
+        if isinstance(e, (ViewInstalled, ViewResumed)):
+            self._can_send.setdefault(group, asyncio.Event()).set()
+        else:
+            g = self.protocol.groups.get(group)
+            if g is not None and not g.can_send:
+                self._can_send.setdefault(group, asyncio.Event()).clear()
+        if isinstance(e, (ViewInstalled, Removed)):
+            for req, (g_name, fut) in list(self._req_waiters.items()):
+                if g_name == group:
+                    del self._req_waiters[req]
+                    if not fut.done():
+                        fut.set_result(e)
+        self._queues.setdefault(group, asyncio.Queue()).put_nowait(e)
+
+    def _on_reply(self, r: Reply) -> None:
+        if isinstance(r, (Published, Rejected)):
+            fut = self._id_waiters.pop(r.id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(r)
+        elif isinstance(r, Outcome):
+            of = self._outcomes.get(r.id)
+            if of is not None and not of.done():
+                of.set_result(r)
+        else:
+            self.errors.append(r)
+            waiter = self._req_waiters.pop(r.req, None) if r.req else None
+            if waiter is not None and not waiter[1].done():
+                waiter[1].set_exception(NotifyError(r.code, r.message))

@@ -1,0 +1,259 @@
+"""The client's side of the protocol, sans I/O: fed server frames, it returns application events
+and the frames to send back.
+
+Theory of operation (DESIGN §3–§4, seed 003 §3.1):
+- On `view_change` a group stops sending (publishes wait), ACKs every atomic message it holds,
+  then answers `flush_ok`. On `view_install` or `view_resume` it sends again.
+- Atomic messages are ACKed on receipt and held back until `confirm`; every later message of the
+  same stream waits behind them, so the application sees a stream in order and never sees an
+  aborted message (G5).
+- It remembers, per stream, the last `seq` received: that, with the log offset its knowledge
+  starts after, is the resume point it presents when it comes back (G7, G8).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from client_sdk.events import (
+    CaughtUp,
+    GroupEvent,
+    Message,
+    Outcome,
+    Published,
+    Rejected,
+    Removed,
+    Reply,
+    ServerError,
+    ViewChanging,
+    ViewInstalled,
+    ViewResumed,
+)
+
+Frame = dict[str, Any]
+
+
+class GroupPhase(StrEnum):
+    JOINING = "joining"
+    ACTIVE = "active"
+    FLUSHING = "flushing"
+    LEFT = "left"
+
+
+class ProtocolViolation(Exception):
+    """The server sent something the protocol does not allow (a bug on its side)."""
+
+
+@dataclass(slots=True)
+class _Stream:
+    received: int = 0  # last seq that arrived
+    held: deque[Message] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class GroupProtocol:
+    name: str
+    phase: GroupPhase = GroupPhase.JOINING
+    view: int = 0
+    members: tuple[str, ...] = ()
+    epoch: int = 0
+    #: the log offset this member's knowledge starts after (install or catch-up point)
+    base: int = 0
+    proposed: int | None = None
+    streams: dict[str, _Stream] = field(default_factory=dict)
+    #: offset -> resolution (None = waiting) of atomic messages held back
+    atomic: dict[int, bool | None] = field(default_factory=dict)
+    duplicates: int = 0
+
+    def resume_point(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "offset": self.base, "view": self.view,
+                "streams": {k: s.received for k, s in self.streams.items() if s.received}}
+
+    @property
+    def can_send(self) -> bool:
+        return self.phase is GroupPhase.ACTIVE
+
+
+class ClientProtocol:
+    """All groups of one client connection."""
+
+    def __init__(self, member: str) -> None:
+        self.me = member
+        self.groups: dict[str, GroupProtocol] = {}
+        self._out: list[Frame] = []
+        self._acks: dict[str, list[int]] = {}
+
+    # -- requests from the application -----------------------------------------------------------
+
+    def join(self, req: str, group: str, *, want_state: bool = False,
+             accept_from: str = "members", resume: bool = False) -> None:
+        g = self.groups.get(group)
+        frame: Frame = {"type": "join", "req": req, "group": group, "want_state": want_state,
+                        "accept_from": accept_from}
+        if resume and g is not None and g.epoch:
+            frame["resume"] = g.resume_point()
+        if g is None or not resume:
+            self.groups[group] = GroupProtocol(group)
+        else:
+            g.phase = GroupPhase.JOINING
+        self._out.append(frame)
+
+    def leave(self, req: str, group: str) -> None:
+        self._out.append({"type": "leave", "req": req, "group": group})
+
+    def publish_frame(self, req: str, group: str, publish_id: str, payload: Any, *,
+                      order: str = "fifo", atomic: bool = False, same_view: bool = False,
+                      view: int | None = None) -> Frame:
+        g = self.groups.get(group)
+        stamp = view if view is not None else (g.view if g is not None else 0)
+        return {"type": "publish", "req": req, "group": group, "id": publish_id, "view": stamp,
+                "order": order, "atomic": atomic, "same_view": same_view, "payload": payload}
+
+    def send(self, frame: Frame) -> None:
+        self._out.append(frame)
+
+    def data_to_send(self) -> list[Frame]:
+        """Frames to write, ACKs first (they must precede any flush_ok queued after them)."""
+        out = [{"type": "ack", "group": g, "offsets": offs} for g, offs in self._acks.items()]
+        self._acks.clear()
+        out.extend(self._out)
+        self._out = []
+        return out
+
+    # -- frames from the server ------------------------------------------------------------------
+
+    def receive(self, frame: Frame) -> tuple[list[GroupEvent], list[Reply]]:
+        events: list[GroupEvent] = []
+        replies: list[Reply] = []
+        self._receive(frame, events, replies)
+        return events, replies
+
+    def _receive(self, f: Frame, events: list[GroupEvent], replies: list[Reply]) -> None:
+        t = f.get("type")
+        if t == "batch":
+            for inner in f["frames"]:
+                self._receive(inner, events, replies)
+        elif t == "deliver":
+            self._deliver(f, events)
+        elif t == "confirm" or t == "abort":
+            g = self.groups.get(f["group"])
+            if g is not None:
+                for off in f["offsets"]:
+                    if off in g.atomic:
+                        g.atomic[off] = t == "confirm"
+                self._release(g, events)
+        elif t == "view_change":
+            self._view_change(f, events)
+        elif t == "view_install":
+            self._view_install(f, events)
+        elif t == "view_resume":
+            g = self.groups.get(f["group"])
+            if g is not None:
+                if g.phase is GroupPhase.JOINING:  # our own resume: re-ACK what we hold
+                    self._reack(g)
+                g.phase, g.proposed = GroupPhase.ACTIVE, None
+                events.append(ViewResumed(g.name, f["view"]))
+        elif t == "catchup_done":
+            g = self.groups.get(f["group"])
+            if g is not None:
+                # Everything up to `offset` has now been received: later resumes start there.
+                g.base = max(g.base, f["offset"])
+                events.append(CaughtUp(g.name, f["offset"], f["count"]))
+        elif t == "published":
+            replies.append(Published(f["req"], f["id"], f["offset"]))
+        elif t == "rejected":
+            replies.append(Rejected(f["req"], f["id"], f["code"]))
+        elif t == "outcome":
+            replies.append(Outcome(f["id"], f["group"], f["offset"], f["committed"],
+                                   f.get("reason")))
+        elif t == "error":
+            replies.append(ServerError(f["code"], f["message"], f.get("req")))
+
+    def _deliver(self, f: Frame, events: list[GroupEvent]) -> None:
+        g = self.groups.get(f["group"])
+        if g is None or g.phase is GroupPhase.LEFT:
+            return
+        s = g.streams.get(f["stream"])
+        if s is None:
+            s = g.streams[f["stream"]] = _Stream()
+        seq = f["seq"]
+        if seq <= s.received:
+            g.duplicates += 1
+            return
+        if s.received and seq != s.received + 1:
+            raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
+        s.received = seq
+        m = Message(g.name, f["offset"], f["stream"], seq, f["sender"], f["view"], f["atomic"],
+                    f.get("payload"), f["ts"])
+        if m.atomic:
+            g.atomic[m.offset] = None
+            self._acks.setdefault(g.name, []).append(m.offset)
+        if s.held or m.atomic:
+            s.held.append(m)
+            if not m.atomic:
+                return
+            self._release_stream(g, s, events)
+        else:
+            events.append(m)
+
+    def _release(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
+        for s in g.streams.values():
+            if s.held:
+                self._release_stream(g, s, events)
+
+    @staticmethod
+    def _release_stream(g: GroupProtocol, s: _Stream, events: list[GroupEvent]) -> None:
+        held = s.held
+        while held:
+            m = held[0]
+            if m.atomic:
+                outcome = g.atomic.get(m.offset)
+                if outcome is None:
+                    return
+                del g.atomic[m.offset]
+                held.popleft()
+                if outcome:
+                    events.append(m)
+            else:
+                events.append(held.popleft())
+
+    def _view_change(self, f: Frame, events: list[GroupEvent]) -> None:
+        g = self.groups.get(f["group"])
+        if g is None or g.phase is GroupPhase.LEFT:
+            return
+        g.phase, g.proposed = GroupPhase.FLUSHING, f["proposed"]
+        events.append(ViewChanging(g.name, f["proposed"], tuple(f["members"]),
+                                   tuple(f["joining"]), tuple(f["leaving"]), f["reason"]))
+        # Every atomic message held is already ACKed (acks queued in data_to_send go first).
+        self._out.append({"type": "flush_ok", "group": g.name, "view": f["proposed"]})
+
+    def _view_install(self, f: Frame, events: list[GroupEvent]) -> None:
+        g = self.groups.get(f["group"])
+        if g is None:
+            return
+        members = tuple(f["members"])
+        g.view, g.proposed = f["view"], None
+        if self.me in f["left"] and self.me not in members:
+            g.phase = GroupPhase.LEFT
+            events.append(Removed(g.name, f["view"]))
+            return
+        if g.phase is GroupPhase.JOINING:
+            if not g.epoch or g.epoch != f["epoch"]:  # a fresh start: knowledge begins here
+                g.streams.clear()
+                g.atomic.clear()
+                g.base = f["offset"]
+            g.epoch = f["epoch"]
+            self._reack(g)
+        g.phase, g.members = GroupPhase.ACTIVE, members
+        events.append(ViewInstalled(g.name, f["view"], members, tuple(f["joined"]),
+                                    tuple(f["left"]), f["offset"]))
+
+    def _reack(self, g: GroupProtocol) -> None:
+        """After a resume or rejoin, ACK again what is held: the first ACK may have been lost;
+        the server answers with the outcome if it is already known."""
+        waiting = [off for off, outcome in g.atomic.items() if outcome is None]
+        if waiting:
+            self._acks.setdefault(g.name, []).extend(waiting)

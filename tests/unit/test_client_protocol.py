@@ -1,0 +1,103 @@
+"""The client protocol core: flush discipline, atomic holdback, resume points (G5, G7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from client_sdk import ClientProtocol, GroupPhase, Message, ProtocolViolation, ViewInstalled
+from client_sdk.events import Removed, ViewChanging
+
+
+def install(view: int, members: list[str], offset: int = 0, left: list[str] | None = None,
+            epoch: int = 1) -> dict[str, Any]:
+    return {"type": "view_install", "group": "g", "view": view, "members": members,
+            "joined": [], "left": left or [], "epoch": epoch, "offset": offset}
+
+
+def deliver(offset: int, seq: int, *, stream: str = "fifo:b", atomic: bool = False) -> dict[str, Any]:
+    return {"type": "deliver", "group": "g", "offset": offset, "stream": stream, "seq": seq,
+            "sender": stream.split(":")[-1], "view": 1, "atomic": atomic, "payload": offset,
+            "ts": 0.0}
+
+
+@pytest.fixture
+def proto() -> ClientProtocol:
+    p = ClientProtocol("a")
+    p.join("1", "g")
+    p.data_to_send()
+    events, _ = p.receive(install(1, ["a", "b"], offset=5))
+    assert isinstance(events[0], ViewInstalled)
+    return p
+
+
+def delivered(events: list[Any]) -> list[int]:
+    return [e.offset for e in events if isinstance(e, Message)]
+
+
+def test_atomic_holds_back_its_stream_until_confirm(proto: ClientProtocol) -> None:
+    ev1, _ = proto.receive(deliver(6, 1, atomic=True))
+    ev2, _ = proto.receive(deliver(7, 2))
+    ev3, _ = proto.receive(deliver(8, 1, stream="total"))  # another stream is not held
+    assert delivered(ev1 + ev2) == []
+    assert delivered(ev3) == [8]
+    assert proto.data_to_send() == [{"type": "ack", "group": "g", "offsets": [6]}]
+    ev4, _ = proto.receive({"type": "confirm", "group": "g", "offsets": [6]})
+    assert delivered(ev4) == [6, 7]
+
+
+def test_aborted_atomic_is_never_delivered(proto: ClientProtocol) -> None:
+    proto.receive(deliver(6, 1, atomic=True))
+    proto.receive(deliver(7, 2))
+    ev, _ = proto.receive({"type": "abort", "group": "g", "offsets": [6], "reason": "x"})
+    assert delivered(ev) == [7]
+
+
+def test_view_change_acks_then_flush_ok_then_blocks(proto: ClientProtocol) -> None:
+    proto.receive(deliver(6, 1, atomic=True))
+    ev, _ = proto.receive({"type": "view_change", "group": "g", "proposed": 2,
+                           "members": ["a"], "joining": [], "leaving": ["b"],
+                           "reason": "suspect"})
+    assert isinstance(ev[0], ViewChanging)
+    assert not proto.groups["g"].can_send
+    assert proto.data_to_send() == [{"type": "ack", "group": "g", "offsets": [6]},
+                                    {"type": "flush_ok", "group": "g", "view": 2}]
+    proto.receive({"type": "view_resume", "group": "g", "view": 1})
+    assert proto.groups["g"].can_send
+
+
+def test_duplicates_are_dropped_and_gaps_are_violations(proto: ClientProtocol) -> None:
+    assert delivered(proto.receive(deliver(6, 1))[0]) == [6]
+    assert delivered(proto.receive(deliver(6, 1))[0]) == []
+    assert proto.groups["g"].duplicates == 1
+    with pytest.raises(ProtocolViolation):
+        proto.receive(deliver(9, 3))
+
+
+def test_resume_point_tracks_streams_and_catchup(proto: ClientProtocol) -> None:
+    proto.receive({"type": "batch", "frames": [deliver(6, 1), deliver(7, 4, stream="total")]})
+    assert proto.groups["g"].resume_point() == {"epoch": 1, "offset": 5, "view": 1,
+                                                "streams": {"fifo:b": 1, "total": 4}}
+    proto.join("2", "g", resume=True)
+    frames = proto.data_to_send()
+    assert frames[0]["resume"]["streams"] == {"fifo:b": 1, "total": 4}
+    proto.receive({"type": "view_resume", "group": "g", "view": 1})
+    proto.receive({"type": "catchup_done", "group": "g", "offset": 7, "count": 0})
+    assert proto.groups["g"].resume_point()["offset"] == 7
+
+
+def test_resume_reacks_held_atomics(proto: ClientProtocol) -> None:
+    proto.receive(deliver(6, 1, atomic=True))
+    proto.data_to_send()
+    proto.join("2", "g", resume=True)
+    proto.data_to_send()
+    proto.receive({"type": "view_resume", "group": "g", "view": 1})
+    assert proto.data_to_send() == [{"type": "ack", "group": "g", "offsets": [6]}]
+
+
+def test_install_without_me_means_removed(proto: ClientProtocol) -> None:
+    ev, _ = proto.receive(install(2, ["b"], left=["a"]))
+    assert isinstance(ev[0], Removed)
+    assert proto.groups["g"].phase is GroupPhase.LEFT
+    assert delivered(proto.receive(deliver(9, 1))[0]) == []

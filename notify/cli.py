@@ -1,4 +1,8 @@
-"""`notify` command line: `notify serve` runs the server (more subcommands come with the SDK)."""
+"""`notify` command line.
+
+`notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
+terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
+"""
 
 from __future__ import annotations
 
@@ -66,17 +70,105 @@ async def _serve(a: argparse.Namespace) -> None:
     await server.stop()
 
 
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("group")
+    p.add_argument("--url", default="ws://127.0.0.1:8765")
+    p.add_argument("--member", default=None, help="member id (default: cli-<random>)")
+    p.add_argument("--accept-from", choices=["members", "any"], default="members")
+
+
+def _member(a: argparse.Namespace) -> str:
+    import secrets
+
+    return str(a.member or f"cli-{secrets.token_hex(3)}")
+
+
+def _payload(text: str) -> object:
+    import orjson
+
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text  # not JSON: send it as a string
+
+
+async def _pub(a: argparse.Namespace) -> int:
+    from client_sdk import Client, PublishRejected
+
+    async with await Client.connect(a.url, _member(a)) as c:
+        await c.join(a.group)
+        try:
+            r = await c.publish(a.group, _payload(a.message), order=a.order, atomic=a.atomic,
+                                same_view=a.same_view)
+        except PublishRejected as e:
+            print(f"rejected: {e.code}", file=sys.stderr)
+            return 1
+        line = f"published offset={r.offset} id={r.id}"
+        if a.atomic:
+            o = await c.outcome(r.id)
+            line += f" committed={o.committed}" + (f" reason={o.reason}" if o.reason else "")
+        print(line)
+        await c.leave(a.group)
+    return 0
+
+
+async def _sub(a: argparse.Namespace, *, views: bool) -> int:
+    import orjson
+
+    from client_sdk import Client, Message, ViewChanging, ViewInstalled
+
+    async with await Client.connect(a.url, _member(a)) as c:
+        await c.join(a.group, accept_from=a.accept_from)
+        q = c.events(a.group)
+        while True:
+            e = await q.get()
+            if isinstance(e, Message):
+                body = orjson.dumps(e.payload).decode()
+                print(f"{e.offset} {e.stream}#{e.seq} {e.sender}: {body}" if views else body,
+                      flush=True)
+            elif views and isinstance(e, ViewInstalled):
+                print(f"view {e.view}: {', '.join(e.members)}"
+                      f"{' +' + ','.join(e.joined) if e.joined else ''}"
+                      f"{' -' + ','.join(e.left) if e.left else ''}", flush=True)
+            elif views and isinstance(e, ViewChanging):
+                print(f"# view {e.proposed} proposed ({e.reason}): {', '.join(e.members)}",
+                      flush=True)
+            elif views:
+                print(f"# {type(e).__name__} {e}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="notify", description=__doc__)
+    parser = argparse.ArgumentParser(prog="notify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     _serve_args(sub.add_parser("serve", help="run the notification server"))
+    p = sub.add_parser("pub", help="publish one message to a group")
+    _client_args(p)
+    p.add_argument("message", help="JSON payload (or any text, sent as a string)")
+    p.add_argument("--order", choices=["fifo", "total"], default="fifo")
+    p.add_argument("--atomic", action="store_true", help="all-or-nothing; prints the outcome")
+    p.add_argument("--same-view", action="store_true")
+    _client_args(sub.add_parser("sub", help="print a group's messages, one JSON per line"))
+    _client_args(sub.add_parser("watch", help="print a group's views and messages as they change"))
+    for name in ("pub", "sub", "watch"):
+        sub.choices[name].add_argument("--log-level", default="warning")
     a = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         stream=sys.stderr, format="%(message)s")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(
         getattr(logging, a.log_level.upper(), logging.INFO)))
-    if a.cmd == "serve":
-        asyncio.run(_serve(a))
+    try:
+        if a.cmd == "serve":
+            asyncio.run(_serve(a))
+        elif a.cmd == "pub":
+            return asyncio.run(_pub(a))
+        else:
+            return asyncio.run(_sub(a, views=a.cmd == "watch"))
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:
+        print(f"notify: cannot reach {getattr(a, 'url', '')}: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -78,6 +78,7 @@ class Slot:
     accept_from: AcceptFrom
     state: MemberState = MemberState.CONNECTED
     suspect_deadline: float | None = None
+    lost_at: float | None = None  # when the connection was lost (for the resume gap)
 
     def on(self, event: MemberEvent) -> None:
         self.state = MEMBER_TRANSITIONS[self.state][event]
@@ -218,6 +219,7 @@ class Group:
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
         slot.suspect_deadline = now + self._cfg.timeouts.suspect_timeout
+        slot.lost_at = now
         self._slots_changed()
         self._log(out, "member.suspect", now, member=member)
         return out
@@ -230,11 +232,10 @@ class Group:
         if err is not None:
             out.append(Send(conn, Error(err[0], err[1], join.req)))
             return out
-        gap_ms = 0.0 if slot.suspect_deadline is None else \
-            (now - (slot.suspect_deadline - self._cfg.timeouts.suspect_timeout)) * 1000
+        gap_ms = 0.0 if slot.lost_at is None else (now - slot.lost_at) * 1000
         slot.on(MemberEvent.RESUME)
         slot.conn = conn
-        slot.suspect_deadline = None
+        slot.suspect_deadline = slot.lost_at = None
         slot.accept_from = join.accept_from
         self._slots_changed()
         self._log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))

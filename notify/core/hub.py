@@ -47,6 +47,8 @@ class Hub:
         self._sessions: dict[str, Session] = {}
         self._members: dict[MemberId, Session] = {}
         self._armed: set[str] = set()
+        #: sessions without a connection, the only ones that can expire
+        self._disconnected: dict[str, Session] = {}
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -63,6 +65,7 @@ class Hub:
         # Kept long enough to resume, and to replay whatever a flush was waiting for.
         t = self.config.timeouts
         session.expires = now + t.suspect_timeout + t.flush_timeout
+        self._disconnected[session.token] = session
         if self.config.event_log:
             out.append(LogEvent("conn.close", now, {"member": session.member,
                                                     "session": session.token, "code": code,
@@ -114,7 +117,14 @@ class Hub:
             if session.conn is not None:  # the old connection is not known dead yet
                 out.append(Close(session.conn, CloseCode.REPLACED, "resumed elsewhere"))
                 self._conns.pop(session.conn, None)
+                session.conn = None
+                # Its groups must stop sending to the dead connection and start the suspect
+                # clock: a group it does not resume (join with `resume`) removes it in time.
+                for name in sorted(session.groups):
+                    out.extend(self._group_call(name,
+                                                lambda g: g.disconnected(session.member, now)))
             session.conn, session.expires = conn, None
+            self._disconnected.pop(session.token, None)
         else:
             if not hello.member or not _NAME.fullmatch(hello.member) or \
                     len(hello.member) > self.config.limits.max_group_name:
@@ -152,6 +162,7 @@ class Hub:
         for name in sorted(old.groups):
             out.extend(self._group_call(name, lambda g: g.remove(old.member, reason, now)))
         self._sessions.pop(old.token, None)
+        self._disconnected.pop(old.token, None)
         return out
 
     def _join(self, conn: ConnId, session: Session, join: Join, now: float) -> list[Action]:
@@ -198,9 +209,10 @@ class Hub:
                 self._armed.discard(name)
             elif d <= now:
                 out.extend(self._group_call(name, lambda g: g.tick(now)))
-        for token, s in list(self._sessions.items()):
-            if s.conn is None and s.expires is not None and now >= s.expires:
-                del self._sessions[token]
+        for token, s in list(self._disconnected.items()):
+            if s.expires is not None and now >= s.expires:
+                del self._disconnected[token]
+                self._sessions.pop(token, None)
                 if self._members.get(s.member) is s:
                     del self._members[s.member]
         return out

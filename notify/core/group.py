@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -144,11 +144,15 @@ class Group:
         slot = self.slots.get(member)
         m = self.membership
         if slot is not None and not m.is_leaving(member):
-            if join.resume is None:
+            if join.resume is not None:
+                return self._resume(member, slot, conn, join, now)
+            if slot.state is not MemberState.SUSPECT:
                 out.append(Send(conn, Error(ErrorCode.ALREADY_MEMBER, f"already in {self.name}",
                                             join.req)))
                 return out
-            return self._resume(member, slot, conn, join, now)
+            # Its connection was lost before it learned of its install, so it cannot resume
+            # (it has no resume point): replace its old membership with a fresh join.
+            self._request_removal(out, member, "rejoin", now)
         if slot is not None and join.resume is not None and self._leaving_for_failure(member):
             return self._resume(member, slot, conn, join, now)
         # Not in the view, or on its way out (it left, or an older incarnation is being
@@ -206,12 +210,14 @@ class Group:
 
     def disconnected(self, member: MemberId, now: float) -> list[Action]:
         out: list[Action] = []
+        if self.membership.is_joining(member):
+            # A joiner that drops is simply not joining: installing it would make a ghost, in
+            # the view with a dead connection. (Its older incarnation may still have a slot.)
+            self._joiner_conns.pop(member, None)
+            self._after_withdraw(out, self.membership.withdraw_join(member, now), now)
         slot = self.slots.get(member)
         if slot is None:
-            if self.membership.is_joining(member):  # a joiner that drops simply is not joining
-                self.membership.request_leave(member, "suspect", now)
-                self._joiner_conns.pop(member, None)
-                self._advance(out, now)
+            self._advance(out, now)
             return out
         self._leaver_conns.pop(member, None)
         if slot.state is MemberState.SUSPECT:
@@ -242,22 +248,33 @@ class Group:
         m = self.membership
         outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
         out.append(Send(conn, ViewResume(self.name, self.view.version)))
-        count = self._replay(out, conn, join.resume, slot.accept_from)
+        # Installs from before its latest (re)join are not its views (one may be the install
+        # that removed an earlier membership): replay from the install that let it in.
+        joined_at = max((i.view for i in self._installs if member in i.joined), default=0)
+        since = replace(join.resume, view=max(join.resume.view, joined_at - 1))
+        count = self._replay(out, conn, since, slot.accept_from)
         out.append(Send(conn, CatchupDone(self.name, self.topic.head, count)))
-        if outcome is GroupEvent.CANCEL:
-            # Table 1 ③: cancel v(i+1) and resume v(i) at everyone who was told of the change.
-            self._log(out, "view.resume", now, member=member, cancelled=self.view.version + 1)
-            for other, s in self.slots.items():
-                if s.conn is not None and other != member:
-                    out.append(Send(s.conn, ViewResume(self.name, self.view.version)))
-        elif outcome is GroupEvent.RESTART:
-            self._announce(out, now)
+        if outcome is not None:
+            self._after_withdraw(out, outcome, now, skip=member)
         elif m.proposal is not None and member in m.proposal.flush_set:
             # A flush is under way: ask again even if its flush_ok already came, since the
             # view_resume above told it to send (a repeated flush_ok is harmless).
             out.append(Send(conn, self._view_change(m.proposal)))
         self._advance(out, now)
         return out
+
+    def _after_withdraw(self, out: list[Action], outcome: GroupEvent | None, now: float,
+                        skip: MemberId | None = None) -> None:
+        """Tell the flush set that the proposal changed (RESTART) or was called off (CANCEL)."""
+        if outcome is GroupEvent.RESTART:
+            self._announce(out, now)
+        elif outcome is GroupEvent.CANCEL:
+            # Table 1 ③: cancel v(i+1) and resume v(i) at everyone who was told of the change.
+            self._log(out, "view.resume", now, member=skip, cancelled=self.view.version + 1)
+            frame = ViewResume(self.name, self.view.version)
+            out.append(AfterStreams(self.name, tuple(
+                Send(s.conn, frame) for other, s in self.slots.items()
+                if s.conn is not None and other != skip)))
 
     def _leaving_for_failure(self, member: MemberId) -> bool:
         """Removal requested only because the member went quiet: a resume may cancel it."""
@@ -278,26 +295,46 @@ class Group:
 
     def _replay(self, out: list[Action], conn: ConnId, rp: ResumePoint,
                 accept_from: AcceptFrom) -> int:
-        """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8)."""
+        """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8).
+
+        Atomic outcomes go out as they did live: before the install that followed the message
+        (G2, G5). That includes messages the member already holds (it may have lost the confirm
+        with its connection), back to the start of the last view it installed; a repeated
+        confirm or abort is ignored by a member that does not hold the message.
+        """
         installs: Iterator[ViewInstall] = (i for i in self._installs
                                            if i.view > rp.view and i.offset >= rp.offset)
         nxt = next(installs, None)
         count = 0
         resolved: list[tuple[int, bool]] = []
-        for m in self.topic.replay(rp.offset, rp.streams, accept_from is AcceptFrom.ANY):
+
+        def send_resolved() -> None:
+            for offset, committed in resolved:
+                frame = Confirm(self.name, (offset,)) if committed else \
+                    Abort(self.name, (offset,), "member_failed")
+                out.append(Send(conn, frame))
+            resolved.clear()
+
+        start = min([rp.offset] + [i.offset for i in self._installs if i.view == rp.view])
+        accept_any = accept_from is AcceptFrom.ANY
+        for m in self.topic.replay(start, {}, True):
             while nxt is not None and nxt.offset < m.offset:
+                send_resolved()
                 out.append(Send(conn, nxt))
                 nxt = next(installs, None)
-            out.append(Send(conn, Deliver.of(m)))
-            count += 1
+            if m.offset > rp.offset and m.seq > rp.streams.get(m.stream, 0) and (
+                    m.from_member or accept_any):
+                out.append(Send(conn, Deliver.of(m)))
+                count += 1
             if m.atomic:
                 committed = self.topic.outcome(m.offset)
                 if committed is not None:
                     resolved.append((m.offset, committed))
-        for offset, committed in resolved:
-            frame = Confirm(self.name, (offset,)) if committed else \
-                Abort(self.name, (offset,), "member_failed")
-            out.append(Send(conn, frame))
+        while nxt is not None:  # installs after the last replayed message (or with none)
+            send_resolved()
+            out.append(Send(conn, nxt))
+            nxt = next(installs, None)
+        send_resolved()
         return count
 
     # -- messaging -------------------------------------------------------------------------------
@@ -401,6 +438,15 @@ class Group:
         out: list[Action] = []
         if not self.membership.flush_ok(member, view):
             p = self.membership.proposal
+            last = self._installs[-1] if self._installs else None
+            involved = member in self.slots or (last is not None and member in last.left)
+            current = self.view.version
+            if involved and (view == current or (view == current + 1 and (
+                    p is None or member in p.leaving))):
+                # A benign race, not a wrong view: a late answer to a view_change we sent (it
+                # is repeated on a restart) whose view was installed or cancelled since, or
+                # the member's own removal joined the proposal after it was asked to flush.
+                return out
             expected = "no view change in progress" if p is None else f"proposed is {p.version}"
             out.append(Send(conn, Error(ErrorCode.WRONG_VIEW,
                                         f"flush_ok for view {view}: {expected}")))
@@ -414,14 +460,16 @@ class Group:
                           p.reason())
 
     def _announce(self, out: list[Action], now: float) -> None:
-        """Tell every member asked to flush what is proposed (at the start and on restarts)."""
+        """Tell every member asked to flush what is proposed (at the start and on restarts).
+
+        Behind the streams, like the install: a member must never hear of view v+2 before the
+        install of v+1 that is still on its way to it."""
         p = self.membership.proposal
         assert p is not None
         frame = self._view_change(p)
-        for member in p.flush_set:
-            s = self.slots[member]
-            if s.conn is not None:
-                out.append(Send(s.conn, frame))
+        out.append(AfterStreams(self.name, tuple(
+            Send(s.conn, frame) for member in p.flush_set
+            if (s := self.slots[member]).conn is not None)))
         self._log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
                   members=list(frame.members))
 
@@ -478,7 +526,10 @@ class Group:
                 join = p.joining.get(mem)
                 if join is not None and join.resume is not None:
                     catchup: list[Action] = []
-                    n = self._replay(catchup, s.conn, join.resume, join.accept_from)
+                    # The joiner gets this install first: replay no older install (it was not
+                    # in those views, and one of them may be the install that removed it).
+                    since = replace(join.resume, view=view.version)
+                    n = self._replay(catchup, s.conn, since, join.accept_from)
                     sends.extend(a for a in catchup if isinstance(a, Send))
                     sends.append(Send(s.conn, CatchupDone(self.name, self.topic.head, n)))
                     self._log(logs, "catchup", now, member=mem, from_offset=join.resume.offset,

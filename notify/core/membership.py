@@ -131,6 +131,21 @@ class Membership:
             self._arm_hold(now)
         return False
 
+    def withdraw_join(self, member: MemberId, now: float) -> GroupEvent | None:
+        """A joiner went away before its install. Returns CANCEL if that emptied the proposal,
+        RESTART if the proposal goes on without it, None if the join was only queued."""
+        if self.joins.pop(member, None) is not None:
+            return None
+        p = self.proposal
+        if p is None or p.joining.pop(member, None) is None:
+            return None
+        if p.empty:
+            self.state = step(self.state, GroupEvent.CANCEL)
+            self.proposal = None
+            return GroupEvent.CANCEL
+        self._restart(now)
+        return GroupEvent.RESTART
+
     def withdraw_leave(self, member: MemberId, now: float) -> GroupEvent | None:
         """A leaver for failure came back (G7). Returns CANCEL, RESTART, or None if it was only
         queued (then no one was ever told)."""

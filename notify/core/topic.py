@@ -1,7 +1,8 @@
 """The topic buffer of seed 003 §3.3: one group's messages split into streams.
 
 Theory of operation. Ordering only matters inside a stream: each sender has its own FIFO stream
-`fifo:<member>` (G3) and the group has one `total` stream (G4). The topic gives every accepted
+`fifo:<member>` (G3) and the group has one `total` stream (G4); what a non-member sends goes to
+`ext:<sender>`. The topic gives every accepted
 message its group-log `offset` (one counter per group) and its `seq` in its stream (one counter
 per stream, starting at 1, so a receiver can see a gap). Because the core is single-threaded, the
 order in which messages are accepted *is* the total order; the adapter's one worker per stream
@@ -25,6 +26,12 @@ TOTAL_STREAM = "total"
 
 def fifo_stream(member: MemberId) -> str:
     return f"fifo:{member}"
+
+
+def external_stream(sender: MemberId) -> str:
+    """Messages a sender published while not a member have a stream of their own: receivers
+    with `accept_from: "members"` skip them whole, so no stream they get has a seq gap (G3)."""
+    return f"ext:{sender}"
 
 
 class Topic:
@@ -60,7 +67,10 @@ class Topic:
         now: float,
         from_member: bool,
     ) -> Message:
-        stream = TOTAL_STREAM if order is Order.TOTAL else fifo_stream(sender)
+        if order is Order.TOTAL:
+            stream = TOTAL_STREAM
+        else:
+            stream = fifo_stream(sender) if from_member else external_stream(sender)
         seq = self._seqs.get(stream, 0) + 1
         self._seqs[stream] = seq
         self.head += 1

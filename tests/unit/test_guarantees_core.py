@@ -1,0 +1,415 @@
+"""DESIGN §2 G1-G7 as small scripted scenarios driving the `Hub` directly.
+
+`Net` applies actions at once (a stream worker that is never behind) and records, per connection,
+the frames as the client would receive them. Members answer by hand, so each test states exactly
+which frames it expects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from client_sdk.events import Message
+from client_sdk.protocol import ClientProtocol
+from notify.core import (
+    AfterStreams,
+    Close,
+    CoreConfig,
+    Fanout,
+    Hub,
+    LogEvent,
+    Send,
+    Timeouts,
+)
+from notify.core.actions import Action, Deliver
+from notify.core.events import AcceptFrom, Ack, FlushOk, Hello, Join, Leave, Order, Publish
+from notify.core.events import ResumePoint as RP
+
+G = "g"
+
+
+class Net:
+    def __init__(self, **timeouts: float) -> None:
+        t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
+                        **timeouts})
+        tokens = iter(range(1, 10_000))
+        self.hub = Hub(CoreConfig(timeouts=t), new_token=lambda: f"tok{next(tokens)}", epoch=1)
+        self.now = 100.0
+        self.inbox: dict[int, list[dict[str, Any]]] = {}
+        self.closed: set[int] = set()
+        self.sessions: dict[int, str] = {}
+        self._conns = 0
+
+    def apply(self, actions: list[Action]) -> None:
+        for a in actions:
+            if isinstance(a, Send):
+                self._push(a.conn, a.frame)
+            elif isinstance(a, Fanout):
+                for c in a.conns:
+                    self._push(c, Deliver.of(a.message))
+                if a.reply is not None:
+                    self._push(a.reply.conn, a.reply.frame)
+            elif isinstance(a, AfterStreams):
+                for s in a.sends:
+                    self._push(s.conn, s.frame)
+            elif isinstance(a, Close):
+                self.closed.add(a.conn)
+            else:
+                assert isinstance(a, LogEvent)
+
+    def _push(self, conn: int, frame: object) -> None:
+        if conn not in self.closed:
+            self.inbox.setdefault(conn, []).append(orjson.loads(orjson.dumps(frame)))
+
+    def connect(self, member: str, session: str | None = None) -> int:
+        self._conns += 1
+        c = self._conns
+        self.apply(self.hub.opened(c, self.now))
+        self.send(c, Hello(1, member, session))
+        welcome = self.take(c, "welcome")[0]
+        self.sessions[c] = welcome["session"]
+        return c
+
+    def send(self, conn: int, frame: Any) -> None:
+        self.apply(self.hub.handle(conn, frame, self.now))
+
+    def drop(self, conn: int) -> None:
+        self.closed.add(conn)
+        self.apply(self.hub.closed(conn, self.now))
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.apply(self.hub.tick(self.now))
+
+    def take(self, conn: int, *types: str) -> list[dict[str, Any]]:
+        """The frames received since the last take (only `types`, if given)."""
+        frames = self.inbox.pop(conn, [])
+        return [f for f in frames if not types or f["type"] in types]
+
+    def flush(self, *conns: int) -> None:
+        """Each member answers the view_change it holds with flush_ok (frames kept)."""
+        for c in conns:
+            for f in self.inbox.get(c, []):
+                if f["type"] == "view_change":
+                    self.send(c, FlushOk(f["group"], f["proposed"]))
+
+    def publish(self, conn: int, pid: str, *, order: Order = Order.FIFO, atomic: bool = False,
+                same_view: bool = False, view: int | None = None, group: str = G) -> None:
+        v = self.hub.groups[group].view.version if view is None else view
+        self.send(conn, Publish(f"r-{pid}", group, pid, v, order, pid, atomic, same_view))
+
+
+def delivered(frames: list[dict[str, Any]]) -> list[int]:
+    return [f["offset"] for f in frames if f["type"] == "deliver"]
+
+
+def form(net: Net, *members: str, accept_from: AcceptFrom = AcceptFrom.MEMBERS) -> list[int]:
+    """Connect and join `members` one by one; returns their connections, inboxes emptied."""
+    conns: list[int] = []
+    for m in members:
+        c = net.connect(m)
+        net.send(c, Join(f"j-{m}", G, accept_from=accept_from))
+        net.flush(*conns)
+        conns.append(c)
+    for c in conns:
+        net.take(c)
+    return conns
+
+
+def view(net: Net) -> tuple[int, tuple[str, ...]]:
+    v = net.hub.groups[G].view
+    return v.version, v.members
+
+
+# -- G1 views ---------------------------------------------------------------------------------
+
+
+def test_G1_every_member_installs_the_same_view_and_versions_go_up_by_one() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    assert view(net) == (2, ("a", "b"))
+    c = net.connect("c")
+    net.send(c, Join("j", G))
+    changes = [net.take(x, "view_change") for x in (a, b)]
+    assert changes[0] == changes[1] and changes[0][0]["proposed"] == 3
+    assert changes[0][0]["members"] == ["a", "b", "c"]
+    net.send(a, FlushOk(G, 3))
+    assert net.take(c, "view_install") == []  # b has not flushed yet
+    net.send(b, FlushOk(G, 3))
+    installs = [net.take(x, "view_install") for x in (a, b, c)]
+    assert installs[0] == installs[1] == installs[2]
+    assert installs[0][0]["view"] == 3 and installs[0][0]["members"] == ["a", "b", "c"]
+    assert installs[0][0]["joined"] == ["c"]
+
+
+# -- G2 virtual synchrony ---------------------------------------------------------------------
+
+
+def test_G2_install_comes_behind_every_old_view_message_at_every_member() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    net.publish(a, "p1")
+    net.publish(b, "p2", order=Order.TOTAL)
+    net.send(c, Leave("l", G))
+    net.publish(c, "late")  # c is leaving: refused, never delivered in either view
+    net.flush(a, b)
+    frames = {x: net.take(x) for x in (a, b, c)}
+    for x in (a, b):
+        kinds = [f["type"] for f in frames[x] if f["type"] in ("deliver", "view_install")]
+        assert kinds == ["deliver", "deliver", "view_install"]
+        assert delivered(frames[x]) == [1, 2]
+    assert [f["code"] for f in frames[c] if f["type"] == "rejected"] == ["leaving"]
+    assert delivered(frames[c]) == [1, 2]
+    assert view(net) == (4, ("a", "b"))
+
+
+# -- G3 FIFO ----------------------------------------------------------------------------------
+
+
+def test_G3_one_senders_messages_arrive_in_send_order_with_consecutive_seqs() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    for i in range(5):
+        net.publish(a, f"p{i}")
+    got = [(f["stream"], f["seq"], f["payload"]) for f in net.take(b, "deliver")]
+    assert got == [("fifo:a", i + 1, f"p{i}") for i in range(5)]
+
+
+# -- G4 total order ---------------------------------------------------------------------------
+
+
+def test_G4_total_messages_get_one_order_everywhere_the_sender_included() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    net.publish(b, "x", order=Order.TOTAL)
+    net.publish(a, "y", order=Order.TOTAL)
+    net.publish(c, "z", order=Order.TOTAL)
+    orders = [[(f["seq"], f["payload"]) for f in net.take(x, "deliver")] for x in (a, b, c)]
+    assert orders[0] == orders[1] == orders[2] == [(1, "x"), (2, "y"), (3, "z")]
+
+
+# -- G5 atomic --------------------------------------------------------------------------------
+
+
+def test_G5_atomic_commits_when_every_member_acks_and_the_sender_learns_it() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    net.publish(a, "at", atomic=True)
+    assert [f["offset"] for f in net.take(b, "deliver")] == [1]
+    net.send(a, Ack(G, (1,)))
+    assert net.take(b, "confirm") == []  # b has not acked
+    net.send(b, Ack(G, (1,)))
+    assert net.take(b, "confirm") == [{"type": "confirm", "group": G, "offsets": [1]}]
+    outcome = net.take(a, "outcome")
+    assert [(o["id"], o["committed"]) for o in outcome] == [("at", True)]
+
+
+def test_G5_atomic_aborts_at_the_next_install_when_a_member_fails_before_its_ack() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    net.publish(a, "at", atomic=True)
+    net.send(a, Ack(G, (1,)))
+    net.send(b, Ack(G, (1,)))
+    net.drop(c)
+    net.advance(3.1)  # suspect_timeout: c's removal is proposed
+    net.flush(a, b)
+    fa, fb = net.take(a), net.take(b)
+    for frames in (fa, fb):
+        kinds = [f["type"] for f in frames if f["type"] in ("abort", "confirm", "view_install")]
+        assert kinds == ["abort", "view_install"]  # the outcome comes before the install
+    assert [(o["id"], o["committed"]) for o in fa if o["type"] == "outcome"] == [("at", False)]
+    assert view(net) == (4, ("a", "b"))
+
+
+def test_G5_client_never_hands_an_aborted_atomic_to_the_application() -> None:
+    p = ClientProtocol("b")
+    p.join("1", G)
+    p.receive({"type": "view_install", "group": G, "view": 1, "members": ["a", "b"],
+               "joined": ["b"], "left": [], "epoch": 1, "offset": 0})
+    d = {"type": "deliver", "group": G, "stream": "fifo:a", "sender": "a", "view": 1,
+         "payload": None, "ts": 0.0}
+    e1, _ = p.receive({**d, "offset": 1, "seq": 1, "atomic": True})
+    e2, _ = p.receive({**d, "offset": 2, "seq": 2, "atomic": False})
+    e3, _ = p.receive({"type": "abort", "group": G, "offsets": [1], "reason": "member_failed"})
+    assert [m.offset for m in e1 + e2 + e3 if isinstance(m, Message)] == [2]
+
+
+# -- G6 version filtering ---------------------------------------------------------------------
+
+
+def test_G6_same_view_publish_stamped_with_an_old_view_is_rejected_and_never_delivered() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    old = view(net)[0] - 1
+    net.publish(a, "stale", same_view=True, view=old)
+    assert net.take(a) == [{"type": "rejected", "req": "r-stale", "id": "stale",
+                            "code": "stale_view"}]
+    assert net.take(b) == []
+    net.publish(a, "fresh", same_view=True)
+    assert delivered(net.take(b)) == [1]
+
+
+def test_G6_accept_from_members_never_gets_a_non_members_message_but_any_does() -> None:
+    net = Net()
+    (a,) = form(net, "a")
+    b = net.connect("b")
+    net.send(b, Join("jb", G, accept_from=AcceptFrom.ANY))
+    net.flush(a)
+    net.take(a), net.take(b)
+    x = net.connect("x")
+    net.send(x, Publish("r", G, "from-x", 0, Order.FIFO, "hi"))
+    assert [f["type"] for f in net.take(x)] == ["published"]
+    assert net.take(a) == []
+    assert [(f["sender"], f["payload"]) for f in net.take(b, "deliver")] == [("x", "hi")]
+    for kind in ({"order": Order.TOTAL}, {"atomic": True}, {"same_view": True}):
+        net.send(x, Publish("r", G, f"x-{kind}", 0, kind.get("order", Order.FIFO), "no",
+                            kind.get("atomic", False), kind.get("same_view", False)))
+        assert [f["code"] for f in net.take(x)] == ["not_member"]
+    assert net.take(a) == [] and net.take(b) == []
+
+
+def test_G3_G6_a_sender_that_publishes_as_a_non_member_then_joins_leaves_no_gap() -> None:
+    net = Net()
+    (a,) = form(net, "a")
+    x = net.connect("x")
+    net.send(x, Publish("r", G, "outside", 0, Order.FIFO, 1))  # fifo:x seq 1, a never sees it
+    net.send(x, Join("jx", G))
+    net.flush(a)
+    net.take(x)
+    net.publish(x, "inside")
+    seqs = [f["seq"] for f in net.take(a, "deliver")]
+    assert seqs == [1]  # a must be able to tell this message follows all it should have
+
+
+# -- G7 fast rejoin ---------------------------------------------------------------------------
+
+
+def test_G7_return_within_suspect_timeout_no_view_change_and_exactly_the_missed_messages() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    net.publish(a, "m1")
+    assert delivered(net.take(b)) == [1]
+    session = net.sessions[b]
+    net.drop(b)
+    net.publish(a, "m2")
+    net.publish(a, "m3", order=Order.TOTAL)
+    net.advance(2.0)
+    b2 = net.connect("b", session)
+    net.send(b2, Join("jr", G, resume=RP(1, 0, {"fifo:a": 1}, view=2)))
+    frames = net.take(b2)
+    assert [f["type"] for f in frames] == ["view_resume", "deliver", "deliver", "catchup_done"]
+    assert delivered(frames) == [2, 3]
+    net.advance(10.0)
+    assert net.take(a, "view_change", "view_install") == []
+    assert view(net) == (2, ("a", "b"))
+    net.publish(a, "m4")
+    assert delivered(net.take(b2)) == [4]
+
+
+def test_G7_return_after_removal_proposed_cancels_it_with_view_resume_to_everyone() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    session = net.sessions[c]
+    net.drop(c)
+    net.publish(a, "m1")
+    net.advance(3.1)
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["c"]]
+    net.send(a, FlushOk(G, 4))  # b has not flushed: the install is not done
+    c2 = net.connect("c", session)
+    net.send(c2, Join("jr", G, resume=RP(1, 0, {}, view=3)))
+    frames = net.take(c2)
+    assert frames[0] == {"type": "view_resume", "group": G, "view": 3}
+    assert delivered(frames) == [1]
+    for x in (a, b):
+        assert net.take(x, "view_resume") == [{"type": "view_resume", "group": G, "view": 3}]
+    net.send(b, FlushOk(G, 4))  # a late answer to the cancelled change
+    net.advance(20.0)
+    assert all(net.take(x, "view_install") == [] for x in (a, b, c2))
+    assert view(net) == (3, ("a", "b", "c"))
+
+
+def test_G7_member_failing_mid_flush_is_dropped_and_the_flush_restarts_without_it() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    d = net.connect("d")
+    net.send(d, Join("jd", G))
+    net.send(a, FlushOk(G, 4))
+    net.drop(c)
+    net.advance(3.1)  # c is suspected during the flush: it joins the proposal as a leaver
+    restarted = net.take(a, "view_change")
+    assert restarted[-1]["members"] == ["a", "b", "d"] and restarted[-1]["leaving"] == ["c"]
+    net.send(a, FlushOk(G, 4))
+    net.send(b, FlushOk(G, 4))
+    assert net.take(d, "view_install")[0]["members"] == ["a", "b", "d"]
+    assert view(net) == (4, ("a", "b", "d"))
+
+
+def test_G7_flush_timeout_removes_a_member_that_never_answers() -> None:
+    net = Net()
+    a, _b, c = form(net, "a", "b", "c")
+    net.send(c, Leave("l", G))
+    net.send(a, FlushOk(G, 4))  # b stays silent
+    net.advance(4.9)
+    assert view(net)[0] == 3
+    net.advance(0.2)
+    net.send(a, FlushOk(G, 4))
+    installs = net.take(a, "view_install")
+    assert installs[-1]["members"] == ["a"] and sorted(installs[-1]["left"]) == ["b", "c"]
+    assert installs[-1]["view"] == 4
+
+
+def test_G7_ack_timeout_removes_a_member_holding_up_an_atomic_and_aborts_it() -> None:
+    net = Net()
+    a, _b = form(net, "a", "b")
+    net.publish(a, "at", atomic=True)
+    net.send(a, Ack(G, (1,)))  # b never acks
+    net.advance(9.9)
+    assert net.take(a, "view_change") == []
+    net.advance(0.2)
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
+    net.send(a, FlushOk(G, 3))
+    assert [f["type"] for f in net.take(a) if f["type"] in ("abort", "view_install")] == \
+        ["abort", "view_install"]
+    assert view(net) == (3, ("a",))
+
+
+def test_G1_concurrent_joins_merge_into_one_view_change() -> None:
+    net = Net(install_hold=0.5)
+    a = net.connect("a")
+    net.send(a, Join("ja", G))
+    net.advance(0.6)
+    assert [f["view"] for f in net.take(a, "view_install")] == [1]
+    b, c = net.connect("b"), net.connect("c")
+    net.send(b, Join("jb", G))
+    net.send(c, Join("jc", G))
+    net.advance(0.6)
+    assert [f["joining"] for f in net.take(a, "view_change")] == [["b", "c"]]
+    net.send(a, FlushOk(G, 2))
+    assert [f["view"] for f in net.take(b, "view_install")] == [2]
+    assert view(net) == (2, ("a", "b", "c"))
+
+
+def test_G3_idempotent_publish_retry_gets_the_same_offset_and_is_delivered_once() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    net.publish(a, "once")
+    net.publish(a, "once")
+    assert [(f["id"], f["offset"]) for f in net.take(a, "published")] == [("once", 1),
+                                                                          ("once", 1)]
+    assert delivered(net.take(b)) == [1]
+
+
+def test_new_incarnation_removes_the_old_one_at_once() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    b2 = net.connect("b")  # same member id, no session: a new incarnation
+    assert b in net.closed
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
+    net.send(a, FlushOk(G, 3))
+    assert view(net) == (3, ("a",))  # no suspect_timeout waited for
+    net.send(b2, Join("j2", G))
+    net.send(a, FlushOk(G, 4))
+    assert view(net) == (4, ("a", "b"))

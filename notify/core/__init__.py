@@ -7,8 +7,8 @@ from notify.core.actions import Action, AfterStreams, Close, ConnId, Fanout, Log
 from notify.core.config import CoreConfig, Limits, Timeouts
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
-    Ack,
     AcceptFrom,
+    Ack,
     ClientFrame,
     FlushOk,
     Hello,

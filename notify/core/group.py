@@ -122,7 +122,8 @@ class Group:
     def _recipients(self, from_member: bool) -> tuple[ConnId, ...]:
         if from_member:
             if self._conns_members is None:
-                self._conns_members = tuple(s.conn for s in self.slots.values() if s.conn is not None)
+                self._conns_members = tuple(s.conn for s in self.slots.values()
+                                            if s.conn is not None)
             return self._conns_members
         if self._conns_any is None:
             self._conns_any = tuple(s.conn for s in self.slots.values()
@@ -505,7 +506,7 @@ class Group:
         self._resolved(resolution, committed, True, "", now)
         self._resolved(resolution, aborted, False, "member_failed", now)
         sends.extend(a for a in resolution if isinstance(a, Send))
-        logs = [a for a in resolution if not isinstance(a, Send)]
+        logs: list[Action] = [a for a in resolution if not isinstance(a, Send)]
 
         leaver_conns: dict[MemberId, ConnId] = {}
         for mem in p.leaving:
@@ -523,17 +524,17 @@ class Group:
         for mem, s in self.slots.items():
             if s.conn is not None:
                 sends.append(Send(s.conn, install))
-                join = p.joining.get(mem)
-                if join is not None and join.resume is not None:
+                joined = p.joining.get(mem)
+                if joined is not None and joined.resume is not None:
                     catchup: list[Action] = []
                     # The joiner gets this install first: replay no older install (it was not
                     # in those views, and one of them may be the install that removed it).
-                    since = replace(join.resume, view=view.version)
-                    n = self._replay(catchup, s.conn, since, join.accept_from)
+                    since = replace(joined.resume, view=view.version)
+                    n = self._replay(catchup, s.conn, since, joined.accept_from)
                     sends.extend(a for a in catchup if isinstance(a, Send))
                     sends.append(Send(s.conn, CatchupDone(self.name, self.topic.head, n)))
-                    self._log(logs, "catchup", now, member=mem, from_offset=join.resume.offset,
-                              count=n)
+                    self._log(logs, "catchup", now, member=mem,
+                              from_offset=joined.resume.offset, count=n)
         for mem, c in leaver_conns.items():
             if mem not in p.joining:  # a re-joiner got the install above
                 sends.append(Send(c, install))

@@ -120,9 +120,9 @@ class Hub:
                 session.conn = None
                 # Its groups must stop sending to the dead connection and start the suspect
                 # clock: a group it does not resume (join with `resume`) removes it in time.
+                member = session.member
                 for name in sorted(session.groups):
-                    out.extend(self._group_call(name,
-                                                lambda g: g.disconnected(session.member, now)))
+                    out.extend(self._group_call(name, lambda g: g.disconnected(member, now)))
             session.conn, session.expires = conn, None
             self._disconnected.pop(session.token, None)
         else:

@@ -99,10 +99,12 @@ class Membership:
     # -- requests --------------------------------------------------------------------------------
 
     def is_joining(self, member: MemberId) -> bool:
-        return member in self.joins or (self.proposal is not None and member in self.proposal.joining)
+        p = self.proposal
+        return member in self.joins or (p is not None and member in p.joining)
 
     def is_leaving(self, member: MemberId) -> bool:
-        return member in self.leaves or (self.proposal is not None and member in self.proposal.leaving)
+        p = self.proposal
+        return member in self.leaves or (p is not None and member in p.leaving)
 
     def request_join(self, member: MemberId, join: Join, now: float) -> None:
         self.joins[member] = join

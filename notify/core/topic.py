@@ -35,7 +35,8 @@ def external_stream(sender: MemberId) -> str:
 
 
 class Topic:
-    __slots__ = ("_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window", "group", "head")
+    __slots__ = ("_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window", "group",
+                 "head")
 
     def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0) -> None:
         self.group = group

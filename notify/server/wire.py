@@ -38,7 +38,8 @@ class HelloFrame(_Frame):
 class ResumeModel(_Frame):
     epoch: int
     offset: Offset
-    streams: dict[Str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict, max_length=100_000)
+    streams: dict[Str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict,
+                                                           max_length=100_000)
     view: Annotated[int, Field(ge=0)] = 0
 
 

@@ -16,7 +16,8 @@ def install(view: int, members: list[str], offset: int = 0, left: list[str] | No
             "joined": [], "left": left or [], "epoch": epoch, "offset": offset}
 
 
-def deliver(offset: int, seq: int, *, stream: str = "fifo:b", atomic: bool = False) -> dict[str, Any]:
+def deliver(offset: int, seq: int, *, stream: str = "fifo:b",
+            atomic: bool = False) -> dict[str, Any]:
     return {"type": "deliver", "group": "g", "offset": offset, "stream": stream, "seq": seq,
             "sender": stream.split(":")[-1], "view": 1, "atomic": atomic, "payload": offset,
             "ts": 0.0}

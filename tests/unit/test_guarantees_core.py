@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 
 from client_sdk.events import Message
 from client_sdk.protocol import ClientProtocol

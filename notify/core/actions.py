@@ -163,6 +163,9 @@ OutFrame = (
 class Send:
     conn: ConnId
     frame: OutFrame
+    #: part of a replay to a member that resumes: one burst that says nothing about how fast
+    #: the member reads, so it does not count toward its slow-consumer bound (G11)
+    replay: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,7 +313,7 @@ class Group:
             for offset, committed in resolved:
                 frame = Confirm(self.name, (offset,)) if committed else \
                     Abort(self.name, (offset,), "member_failed")
-                out.append(Send(conn, frame))
+                out.append(Send(conn, frame, replay=True))
             resolved.clear()
 
         start = min([rp.offset] + [i.offset for i in self._installs if i.view == rp.view])
@@ -321,11 +321,11 @@ class Group:
         for m in self.topic.replay(start, {}, True):
             while nxt is not None and nxt.offset < m.offset:
                 send_resolved()
-                out.append(Send(conn, nxt))
+                out.append(Send(conn, nxt, replay=True))
                 nxt = next(installs, None)
             if m.offset > rp.offset and m.seq > rp.streams.get(m.stream, 0) and (
                     m.from_member or accept_any):
-                out.append(Send(conn, Deliver.of(m)))
+                out.append(Send(conn, Deliver.of(m), replay=True))
                 count += 1
             if m.atomic:
                 committed = self.topic.outcome(m.offset)
@@ -333,7 +333,7 @@ class Group:
                     resolved.append((m.offset, committed))
         while nxt is not None:  # installs after the last replayed message (or with none)
             send_resolved()
-            out.append(Send(conn, nxt))
+            out.append(Send(conn, nxt, replay=True))
             nxt = next(installs, None)
         send_resolved()
         return count

@@ -74,7 +74,8 @@ class NotifyServer:
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
         self._timer = asyncio.get_running_loop().create_task(self._run_timer())
-        log.info("listening", url=self.url, event_log=str(self.events.path) if self.events else None)
+        log.info("listening", url=self.url,
+                 event_log=str(self.events.path) if self.events else None)
 
     @property
     def url(self) -> str:
@@ -143,28 +144,33 @@ class NotifyServer:
 
     # -- actions ---------------------------------------------------------------------------------
 
-    def _push(self, conn: int, data: bytes) -> None:
+    def _push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
-            outbox.push(data)
+            outbox.push(data, bounded=bounded)
 
     def _apply(self, actions: list[Action]) -> None:
+        # The core sends one frame object to many members (confirm, view_change): serialise
+        # it once per run of sends, not once per member.
+        last_frame: object = None
+        data = b""
         for a in actions:
             if isinstance(a, Fanout):
                 self._group_streams(a.message.group).submit(a)
             elif isinstance(a, Send):
-                if isinstance(a.frame, Error):
-                    self._count_error(a.frame.code)
-                self._push(a.conn, dumps(a.frame))
+                if a.frame is not last_frame:
+                    last_frame, data = a.frame, dumps(a.frame)
+                    if isinstance(a.frame, Error):
+                        self._count_error(a.frame.code)
+                self._push(a.conn, data, bounded=not a.replay)
             elif isinstance(a, AfterStreams):
                 self._group_streams(a.group).barrier(a.sends)
             elif isinstance(a, Close):
                 outbox = self._outboxes.get(a.conn)
                 if outbox is not None:
                     outbox.close(a.code, a.reason)
-            elif isinstance(a, LogEvent):
-                if self.events is not None:
-                    self.events.write(a.event, a.ts, **a.fields)
+            elif isinstance(a, LogEvent) and self.events is not None:
+                self.events.write(a.event, a.ts, **a.fields)
 
     def _group_streams(self, group: str) -> GroupStreams:
         s = self._streams.get(group)

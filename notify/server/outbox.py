@@ -25,7 +25,7 @@ _BATCH_BYTES = 256 * 1024
 
 
 class Outbox:
-    __slots__ = ("_bound", "_closing", "_mailbox", "_task", "_ws", "on_slow")
+    __slots__ = ("_bound", "_closing", "_exempt", "_mailbox", "_task", "_ws", "on_slow")
 
     def __init__(self, ws: ServerConnection, bound: int,
                  on_slow: Callable[[], None] | None = None) -> None:
@@ -33,17 +33,25 @@ class Outbox:
         self._bound = bound
         self._mailbox: Mailbox[bytes] = Mailbox()
         self._closing = False
+        #: queued frames that do not count against the bound (a resume's replay, see `push`)
+        self._exempt = 0
         self.on_slow = on_slow
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def __len__(self) -> int:
         return len(self._mailbox)
 
-    def push(self, frame: bytes) -> None:
+    def push(self, frame: bytes, *, bounded: bool = True) -> None:
+        """Queue `frame`. `bounded=False` is for a replay of what the member missed: it arrives
+        as one burst that says nothing about how fast the member reads, and it can be longer
+        than the bound (a slow consumer missed more than that), so it must not cut the member
+        it is meant to resume (G11)."""
         if self._closing:
             return
         self._mailbox.put(frame)
-        if len(self._mailbox) > self._bound:
+        if not bounded:
+            self._exempt += 1
+        elif len(self._mailbox) - self._exempt > self._bound:
             if self.on_slow is not None:
                 self.on_slow()
             self.close(CloseCode.SLOW_CONSUMER, "slow consumer: outbound queue over its bound")
@@ -66,6 +74,7 @@ class Outbox:
         try:
             while True:
                 frames = await self._mailbox.drain(_BATCH_FRAMES)
+                self._exempt = max(self._exempt - len(frames), 0)
                 if len(frames) == 1:
                     await ws.send(frames[0], text=True)
                     continue

@@ -14,8 +14,9 @@ frames and releases them all. Streams created while a barrier is pending wait fo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from notify.core.actions import Deliver, Fanout, Send
 from notify.server.mailbox import Mailbox
@@ -30,7 +31,8 @@ class _Barrier:
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Push = Callable[[int, bytes], None]
+class Push(Protocol):
+    def __call__(self, conn: int, data: bytes, *, bounded: bool = True) -> None: ...
 
 
 class GroupStreams:
@@ -61,8 +63,12 @@ class GroupStreams:
             box.put(b)
 
     def _send_all(self, sends: tuple[Send, ...]) -> None:
+        last: object = None
+        data = b""
         for s in sends:
-            self._push(s.conn, dumps(s.frame))
+            if s.frame is not last:  # one view_install object goes to every member
+                last, data = s.frame, dumps(s.frame)
+            self._push(s.conn, data, bounded=not s.replay)
 
     async def _run(self, box: Mailbox[Fanout | _Barrier], gate: _Barrier | None) -> None:
         if gate is not None:

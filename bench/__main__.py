@@ -1,0 +1,21 @@
+"""`python -m bench <name> [args]`: run one benchmark (`fanout`)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    benches = {"fanout": "bench.fanout"}
+    if not argv or argv[0] not in benches:
+        print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
+        return 2
+    import importlib
+
+    module = importlib.import_module(benches[argv[0]])
+    return int(module.main(argv[1:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The servers a benchmark compares, each run as its own process by `bench.fanout`.
+
+    python -m bench.peers relay    --port N   # bare `websockets` relay: every frame to everyone
+    python -m bench.peers socketio --port N   # python-socketio rooms on aiohttp
+    python -m bench.peers notify   --port N [--profile FILE]   # NotifyServer, in-memory log
+
+The relay is the ceiling for a Python WebSocket fan-out server: no parsing, no state, one
+`websockets.broadcast` of the received bytes to every open connection (the sender included, as
+notify delivers to the sender too). The socket.io server puts every client in one room on a
+`join` event and re-emits each `pub` event to the room. `notify` starts `NotifyServer` with its
+defaults, so what is measured is what `notify serve` runs (minus the CLI's logging setup);
+`--profile FILE` runs it under cProfile and dumps the stats to FILE on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def run_relay(host: str, port: int) -> None:
+    from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+    server = None
+
+    async def handler(ws: ServerConnection) -> None:
+        assert server is not None
+        conns = server.connections
+        while True:
+            try:
+                data = await ws.recv(decode=False)
+            except Exception:  # closed
+                return
+            broadcast(conns, data, text=True)
+
+    server = await serve(handler, host, port, compression=None, max_size=1 << 20)
+    _ready(port)
+    await _until_signalled()
+    server.close()
+    await server.wait_closed()
+
+
+async def run_socketio(host: str, port: int) -> None:
+    import socketio
+    from aiohttp import web
+
+    sio = socketio.AsyncServer(async_mode="aiohttp", cors_allowed_origins="*")
+    app = web.Application()
+    sio.attach(app)
+
+    @sio.on("join")  # type: ignore[untyped-decorator]
+    async def join(sid: str, room: str) -> bool:
+        await sio.enter_room(sid, room)
+        return True
+
+    @sio.on("pub")  # type: ignore[untyped-decorator]
+    async def pub(sid: str, data: dict[str, object]) -> None:
+        await sio.emit("msg", data, room="bench")
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    _ready(port)
+    await _until_signalled()
+    await runner.cleanup()
+
+
+async def run_notify(host: str, port: int) -> None:
+    from notify.core import CoreConfig
+    from notify.server import NotifyServer
+
+    server = NotifyServer(CoreConfig(), host=host, port=port)
+    await server.start()
+    _ready(port)
+    await _until_signalled()
+    await server.stop()
+
+
+def _ready(port: int) -> None:
+    print(f"READY {port}", flush=True)
+
+
+def _quiet_logs() -> None:
+    import logging
+
+    import structlog
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+                        logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.peers")
+    p.add_argument("system", choices=["relay", "socketio", "notify"])
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--profile", metavar="FILE", default=None,
+                   help="run under cProfile, dump stats to FILE on exit")
+    a = p.parse_args(argv)
+    _quiet_logs()
+    runners: dict[str, Callable[[str, int], Awaitable[None]]] = {
+        "relay": run_relay, "socketio": run_socketio, "notify": run_notify}
+    coro = runners[a.system](a.host, a.port)
+    if a.profile is None:
+        asyncio.run(coro)
+        return
+    import cProfile
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        asyncio.run(coro)
+    finally:
+        prof.disable()
+        with contextlib.suppress(OSError):
+            prof.dump_stats(a.profile)
+
+
+if __name__ == "__main__":
+    main()

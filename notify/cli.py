@@ -155,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
                         stream=sys.stderr, format="%(message)s")
+    # one line per connection is noise at INFO; the delivery event log records them
+    logging.getLogger("websockets").setLevel(logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(
         getattr(logging, a.log_level.upper(), logging.INFO)))
     try:

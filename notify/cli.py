@@ -24,7 +24,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     d, lim = Timeouts(), Limits()
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--data-dir", default="./data", help="where logs and state live")
+    p.add_argument("--data-dir", default="./data", help="where the log and event logs live")
+    p.add_argument("--store", choices=["sqlite", "memory"], default="sqlite",
+                   help="sqlite: DATA_DIR/notify.db, survives restarts (default); memory: does not")
+    p.add_argument("--durability", choices=["normal", "full"], default="normal",
+                   help="normal survives a killed server; full also a power loss (fsync)")
     p.add_argument("--event-log", nargs="?", const="", default=None, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
     p.add_argument("--heartbeat-interval", type=float, default=d.heartbeat_interval)
@@ -57,9 +61,14 @@ async def _serve(a: argparse.Namespace) -> None:
     if a.event_log is not None:
         events = EventLog(a.event_log or Path(a.data_dir) / "events", "server")
     Path(a.data_dir).mkdir(parents=True, exist_ok=True)
-    server = NotifyServer(config, host=a.host, port=a.port, event_log=events)
+    from notify.storage import MemoryLog, MessageLog, SqliteLog
+
+    store: MessageLog = SqliteLog(Path(a.data_dir) / "notify.db", durability=a.durability) \
+        if a.store == "sqlite" else MemoryLog(config.limits.retain_messages)
+    server = NotifyServer(config, host=a.host, port=a.port, event_log=events, store=store)
     await server.start()
-    structlog.get_logger("notify").info("config", timeouts=str(config.timeouts),
+    structlog.get_logger("notify").info("config", store=a.store, data_dir=a.data_dir,
+                                        timeouts=str(config.timeouts),
                                         limits=str(config.limits))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,7 +3,18 @@
 Nothing here imports asyncio, websockets or sqlite3 (checked by tests/unit/test_core_is_pure.py).
 """
 
-from notify.core.actions import Action, AfterStreams, Close, ConnId, Fanout, LogEvent, Message, Send
+from notify.core.actions import (
+    Action,
+    AfterStreams,
+    Close,
+    ConnId,
+    Fanout,
+    LogEvent,
+    Message,
+    Send,
+    StoreOutcomes,
+    StoreView,
+)
 from notify.core.config import CoreConfig, Limits, Timeouts
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
@@ -50,6 +61,8 @@ __all__ = [
     "RejectCode",
     "ResumePoint",
     "Send",
+    "StoreOutcomes",
+    "StoreView",
     "Timeouts",
     "View",
 ]

@@ -199,6 +199,26 @@ class Close:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreView:
+    """Make this view durable before anyone hears of it (G1 across restarts)."""
+
+    group: str
+    epoch: int
+    view: int
+    members: tuple[MemberId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOutcomes:
+    """Record how atomic messages ended. An abort must be durable before the frames that follow
+    this action leave (after a crash, an atomic with no stored outcome counts as committed)."""
+
+    group: str
+    offsets: tuple[int, ...]
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class LogEvent:
     """A delivery event-log record (DESIGN §6); the adapter adds `node`."""
 
@@ -207,4 +227,4 @@ class LogEvent:
     fields: dict[str, Any]
 
 
-Action = Send | Fanout | AfterStreams | Close | LogEvent
+Action = Send | Fanout | AfterStreams | Close | StoreView | StoreOutcomes | LogEvent

@@ -39,6 +39,8 @@ from notify.core.actions import (
     Published,
     Rejected,
     Send,
+    StoreOutcomes,
+    StoreView,
     ViewChange,
     ViewInstall,
     ViewResume,
@@ -104,6 +106,21 @@ class Group:
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
+
+    @classmethod
+    def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
+                 seqs: dict[str, int], recent: list[Message],
+                 outcomes: dict[int, bool]) -> Group:
+        """A group brought back after a restart: its view version, log head, stream positions
+        and recent messages come from storage; it has no members (no connection survives a
+        restart), so the next install is `view + 1` (G1). An atomic message whose outcome was
+        not stored was never aborted (aborts are stored before they are sent): committed."""
+        g = cls(name, config, epoch=epoch, view=view, head=head)
+        g.topic.restore(seqs, recent)
+        for m in recent:
+            if m.atomic:
+                g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
+        return g
 
     # -- read-only helpers -----------------------------------------------------------------------
 
@@ -410,6 +427,7 @@ class Group:
                                         f"no pending atomic message at {unknown[:10]}")))
         if committed:
             offs = tuple(m.offset for m in committed)
+            out.append(StoreOutcomes(self.name, offs, True))
             frame = Confirm(self.name, offs)
             for s in self.slots.values():
                 if s.conn is not None:
@@ -493,6 +511,11 @@ class Group:
         old = self.view
         committed, aborted = self.atomics.resolve_all()
         view, p = self.membership.install()
+        if committed:
+            out.append(StoreOutcomes(self.name, tuple(x.offset for x in committed), True))
+        if aborted:
+            out.append(StoreOutcomes(self.name, tuple(x.offset for x in aborted), False))
+        out.append(StoreView(self.name, self.epoch, view.version, view.members))
         sends: list[Send] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]

@@ -50,6 +50,10 @@ class Hub:
         #: sessions without a connection, the only ones that can expire
         self._disconnected: dict[str, Session] = {}
 
+    def restore(self, group: Group) -> None:
+        """Adopt a group brought back from storage (before any connection is served)."""
+        self.groups[group.name] = group
+
     # -- connections -----------------------------------------------------------------------------
 
     def opened(self, conn: ConnId, now: float) -> list[Action]:

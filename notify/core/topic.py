@@ -88,6 +88,17 @@ class Topic:
             ids.popitem(last=False)
         return msg
 
+    def restore(self, seqs: dict[str, int], recent: list[Message]) -> None:
+        """Refill from storage after a restart: stream positions, and the retained tail of the
+        log in offset order (which also brings back the publish ids for idempotent retries)."""
+        self._seqs.update(seqs)
+        for m in recent[-self._retain:]:
+            self._log.append(m)
+            ids = self._publish_ids.setdefault(m.sender, OrderedDict())
+            ids[m.id] = m.offset
+            if len(ids) > self._window:
+                ids.popitem(last=False)
+
     # -- atomic outcomes -------------------------------------------------------------------------
 
     def record_outcome(self, offset: int, committed: bool) -> None:

@@ -20,7 +20,19 @@ import structlog
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from notify.core import Action, AfterStreams, Close, CoreConfig, Fanout, Hub, LogEvent, Send
+from notify.core import (
+    Action,
+    AfterStreams,
+    Close,
+    CoreConfig,
+    Fanout,
+    Group,
+    Hub,
+    LogEvent,
+    Send,
+    StoreOutcomes,
+    StoreView,
+)
 from notify.core.actions import Error
 from notify.core.errors import CloseCode, ErrorCode
 from notify.eventlog import EventLog
@@ -62,7 +74,20 @@ class NotifyServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    def _restore(self) -> None:
+        """Bring back the groups the store knows (after a restart or a crash)."""
+        restored = self.store.load(recent=self.config.limits.retain_messages)
+        for sg in restored:
+            self.hub.restore(Group.restored(
+                sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
+                seqs=sg.seqs, recent=sg.recent,
+                outcomes={o: False for o in sg.aborted}))
+        if restored:
+            log.info("restored", groups=len(restored),
+                     messages=sum(sg.head for sg in restored))
+
     async def start(self) -> None:
+        self._restore()
         t = self.config.timeouts
         self._server = await serve(
             self._handle, self.host, self.port,
@@ -169,6 +194,10 @@ class NotifyServer:
                 outbox = self._outboxes.get(a.conn)
                 if outbox is not None:
                     outbox.close(a.code, a.reason)
+            elif isinstance(a, StoreView):  # durable before the install that follows (G1)
+                self.store.store_view(a.group, a.epoch, a.view, a.members)
+            elif isinstance(a, StoreOutcomes):  # an abort: durable before its frames (G5)
+                self.store.store_outcomes(a.group, a.offsets, a.committed)
             elif isinstance(a, LogEvent) and self.events is not None:
                 self.events.write(a.event, a.ts, **a.fields)
 

@@ -1,6 +1,7 @@
 """Storage adapters behind the `MessageLog` seam."""
 
-from notify.storage.base import MessageLog
+from notify.storage.base import MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
+from notify.storage.sqlite import SqliteLog
 
-__all__ = ["MemoryLog", "MessageLog"]
+__all__ = ["MemoryLog", "MessageLog", "SqliteLog", "StoredGroup"]

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterator
 
 from notify.core.actions import Message
+from notify.storage.base import StoredGroup
 
 
 class MemoryLog:
@@ -19,6 +20,15 @@ class MemoryLog:
             log = self._groups[message.group] = deque(maxlen=self._retain)
         log.append(message)
         return None
+
+    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
+        pass  # nothing survives a restart, so there is nothing to keep consistent across one
+
+    def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
+        pass
+
+    def load(self, recent: int) -> list[StoredGroup]:
+        return []
 
     def read_after(self, group: str, offset: int) -> Iterator[Message]:
         return (m for m in self._groups.get(group, ()) if m.offset > offset)

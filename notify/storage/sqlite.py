@@ -17,13 +17,13 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import orjson
 
 from notify.core.actions import Message
+from notify.storage.base import StoredGroup
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -35,18 +35,12 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE TABLE IF NOT EXISTS groups (
     grp TEXT PRIMARY KEY, epoch INTEGER NOT NULL, view INTEGER NOT NULL, members TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS aborts (
+    grp TEXT NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (grp, "offset")
+) WITHOUT ROWID;
 """
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRecord:
-    group: str
-    epoch: int
-    view: int
-    members: tuple[str, ...]
-    head: int
 
 
 class SqliteLog:
@@ -126,21 +120,44 @@ class SqliteLog:
                 'SELECT * FROM messages WHERE grp=? AND "offset">? ORDER BY "offset"',
                 (group, offset)).fetchall()
         for r in rows:
-            yield Message(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), orjson.loads(r[7]),
-                          r[8], r[9], bool(r[10]))
+            yield _message(r)
 
-    def save_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
+    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
                              (group, epoch, view, orjson.dumps(list(members)).decode()))
 
-    def load_groups(self) -> list[GroupRecord]:
+    def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
+        if committed:
+            return  # the default after a restart: only aborts need a record (see base.py)
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.executemany('INSERT OR IGNORE INTO aborts VALUES (?,?)',
+                                 [(group, o) for o in offsets])
+            self._db.execute("COMMIT")
+
+    def load(self, recent: int) -> list[StoredGroup]:
+        out: list[StoredGroup] = []
         with self._lock:
             groups = self._db.execute("SELECT grp, epoch, view, members FROM groups").fetchall()
-            heads = dict(self._db.execute(
-                'SELECT grp, MAX("offset") FROM messages GROUP BY grp').fetchall())
-        return [GroupRecord(g, e, v, tuple(orjson.loads(m)), heads.get(g, 0) or 0)
-                for g, e, v, m in groups]
+            for g, epoch, view, members in groups:
+                seqs = dict(self._db.execute(
+                    "SELECT stream, MAX(seq) FROM messages WHERE grp=? GROUP BY stream", (g,)))
+                rows = self._db.execute(
+                    'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
+                    (g, recent)).fetchall()
+                head = self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
+                                        (g,)).fetchone()[0] or 0
+                aborted = frozenset(o for (o,) in self._db.execute(
+                    'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
+                out.append(StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
+                                       [_message(r) for r in reversed(rows)], aborted))
+        return out
+
+
+def _message(r: tuple[object, ...]) -> Message:
+    return Message(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]),  # type: ignore[arg-type]
+                   orjson.loads(r[7]), r[8], r[9], bool(r[10]))  # type: ignore[arg-type]
 
 
 def _resolve(batch: asyncio.Future[None], error: BaseException | None) -> None:

@@ -23,16 +23,22 @@ async def test_batches_commit_together_and_survive_reopen(tmp_path: Path) -> Non
     assert 1 <= log.commits < 50
     log.append(msg(1, group="other"))
     await log.append(msg(2, group="other"))
-    log.save_view("g", epoch=5, view=3, members=("a", "b"))
+    log.store_view("g", epoch=5, view=3, members=("a", "b"))
+    log.store_outcomes("g", (7, 14), committed=False)
+    log.store_outcomes("g", (21,), committed=True)
     await log.close()
 
     again = SqliteLog(tmp_path / "log.db")
     got = list(again.read_after("g", 1990))
     assert [m.offset for m in got] == list(range(1991, 2001))
     assert got[-1] == msg(2000)
-    records = {r.group: r for r in again.load_groups()}
-    assert records["g"].head == 2000 and records["g"].view == 3
-    assert records["g"].members == ("a", "b") and records["g"].epoch == 5
+    records = {r.group: r for r in again.load(recent=100)}
+    g = records["g"]
+    assert (g.head, g.view, g.members, g.epoch) == (2000, 3, ("a", "b"), 5)
+    assert [m.offset for m in g.recent] == list(range(1901, 2001))
+    assert g.seqs == {"fifo:a": 2000}
+    assert g.aborted == {7, 14}  # commits are the default: not recorded
+    assert "other" not in records  # no view was stored for it
     await again.close()
 
 

@@ -40,8 +40,19 @@ from client_sdk.events import (
     ViewInstalled,
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
-from notify.core import AfterStreams, Close, CoreConfig, Fanout, Hub, LogEvent, Send, Timeouts
-from notify.core.actions import Action, Error
+from notify.core import (
+    AfterStreams,
+    Close,
+    CoreConfig,
+    Fanout,
+    Hub,
+    LogEvent,
+    Send,
+    StoreOutcomes,
+    StoreView,
+    Timeouts,
+)
+from notify.core.actions import Abort, Action, Error
 from notify.core.membership import GroupState
 from notify.server.wire import parse
 
@@ -350,6 +361,8 @@ class Simulation:
         self.stats: dict[str, int] = {}
         self.errors: dict[str, int] = {}
         #: the last frames each member received and sent, for reading a failure
+        self.stored_views: dict[str, int] = {}
+        self.stored_aborts: set[tuple[str, int]] = set()
         self.trace: dict[str, deque[tuple[int, str, Any]]] = {
             m.name: deque(maxlen=600) for m in self.everyone}
 
@@ -382,12 +395,25 @@ class Simulation:
                     m = self.member(c.member)
                     if m.conn is c:
                         m.conn = None
+            elif isinstance(a, StoreView):
+                # G1 across restarts rests on this: each stored view is the next version
+                last = self.stored_views.get(a.group, 0)
+                if a.view != last + 1:
+                    self.obs.fail(f"G1: stored view {a.view} of {a.group} after {last}")
+                self.stored_views[a.group] = a.view
+            elif isinstance(a, StoreOutcomes):
+                if not a.committed:
+                    self.stored_aborts.update((a.group, o) for o in a.offsets)
             else:
                 assert isinstance(a, LogEvent)
         for conn in closes:  # the connection handler's `finally` runs afterwards
             self.server_closed(self.conns[conn])
 
     def push(self, conn: int, frame: object) -> None:
+        if isinstance(frame, Abort):  # an abort leaves only once it is durable (crash safety)
+            for off in frame.offsets:
+                if (frame.group, off) not in self.stored_aborts:
+                    self.obs.fail(f"G5: abort of {frame.group}@{off} sent before it was stored")
         c = self.conns.get(conn)
         if c is not None and c.alive and c.server_open:
             c.to_client.append(wire(frame))

@@ -21,6 +21,8 @@ from notify.core import (
     Hub,
     LogEvent,
     Send,
+    StoreOutcomes,
+    StoreView,
     Timeouts,
 )
 from notify.core.actions import Action, Deliver
@@ -57,7 +59,7 @@ class Net:
             elif isinstance(a, Close):
                 self.closed.add(a.conn)
             else:
-                assert isinstance(a, LogEvent)
+                assert isinstance(a, LogEvent | StoreView | StoreOutcomes)
 
     def _push(self, conn: int, frame: object) -> None:
         if conn not in self.closed:

@@ -12,6 +12,7 @@ free loopback ports:
     fifo      notify, order "fifo"
     total     notify, order "total"
     atomic    notify, order "fifo", atomic: every member ACKs, counted when `confirm` arrives
+    durable   notify on its SQLite log (the `notify serve` default), order "fifo"
 
 The load is one asyncio process (this one): the publisher and N receivers. Receivers for the relay
 and notify are the same light sans-I/O `websockets` clients: each received frame is parsed with
@@ -58,7 +59,7 @@ now = time.perf_counter
 loads = orjson.loads
 dumps = orjson.dumps
 
-SYSTEMS = ("relay", "socketio", "fifo", "total", "atomic")
+SYSTEMS = ("relay", "socketio", "fifo", "total", "atomic", "durable")
 GROUP = "bench"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -658,10 +659,12 @@ async def drain(load: Load, res: Result, timeout: float = 10.0) -> None:
 
 async def run_system(system: str, a: argparse.Namespace, logdir: Path) -> Result:
     res = Result(system)
-    peer = {"relay": "relay", "socketio": "socketio"}.get(system, "notify")
+    peer = {"relay": "relay", "socketio": "socketio", "durable": "notify-sqlite"}.get(
+        system, "notify")
     payload = Payload(a.payload)
-    profile = (Path(a.profile_dir) / f"{system}.prof") if a.profile_dir and peer == "notify" \
-        else None
+    profile = None
+    if a.profile_dir and peer.startswith("notify"):
+        profile = Path(a.profile_dir) / f"{system}.prof"
     async with ServerProc(peer, logdir, profile) as srv:
         url = f"ws://127.0.0.1:{srv.port}"
         load: Load
@@ -775,6 +778,7 @@ def report(results: dict[str, Result], a: argparse.Namespace) -> tuple[str, dict
     ratio("total/fifo", "total", "fifo", 0.9)
     ratio("atomic/fifo", "atomic", "fifo", 0.5)
     ratio("fifo/socketio", "fifo", "socketio", 2.0)
+    ratio("durable/fifo", "durable", "fifo", 0.8)
     ratio("p99 fifo/relay @rate", "fifo", "relay", 2.0, "rate_latency_ms", higher=False)
     lines.append("")
     for k, v in ratios.items():

@@ -3,6 +3,7 @@
     python -m bench.peers relay    --port N   # bare `websockets` relay: every frame to everyone
     python -m bench.peers socketio --port N   # python-socketio rooms on aiohttp
     python -m bench.peers notify   --port N [--profile FILE]   # NotifyServer, in-memory log
+    python -m bench.peers notify-sqlite --port N               # NotifyServer, SQLite log
 
 The relay is the ceiling for a Python WebSocket fan-out server: no parsing, no state, one
 `websockets.broadcast` of the received bytes to every open connection (the sender included, as
@@ -89,6 +90,24 @@ async def run_notify(host: str, port: int) -> None:
     await server.stop()
 
 
+async def run_notify_sqlite(host: str, port: int) -> None:
+    """What `notify serve` runs by default: the SQLite log with group commit, in a fresh dir."""
+    import tempfile
+    from pathlib import Path
+
+    from notify.core import CoreConfig
+    from notify.server import NotifyServer
+    from notify.storage import SqliteLog
+
+    with tempfile.TemporaryDirectory(prefix="notify-bench-") as d:
+        server = NotifyServer(CoreConfig(), host=host, port=port,
+                              store=SqliteLog(Path(d) / "notify.db"))
+        await server.start()
+        _ready(port)
+        await _until_signalled()
+        await server.stop()
+
+
 def _ready(port: int) -> None:
     print(f"READY {port}", flush=True)
 
@@ -105,7 +124,7 @@ def _quiet_logs() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers")
-    p.add_argument("system", choices=["relay", "socketio", "notify"])
+    p.add_argument("system", choices=["relay", "socketio", "notify", "notify-sqlite"])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--profile", metavar="FILE", default=None,
@@ -113,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     _quiet_logs()
     runners: dict[str, Callable[[str, int], Awaitable[None]]] = {
-        "relay": run_relay, "socketio": run_socketio, "notify": run_notify}
+        "relay": run_relay, "socketio": run_socketio, "notify": run_notify,
+        "notify-sqlite": run_notify_sqlite}
     coro = runners[a.system](a.host, a.port)
     if a.profile is None:
         asyncio.run(coro)

@@ -1,6 +1,23 @@
-"""Python asyncio SDK for the notify service."""
+"""Python asyncio SDK for the notify service: `connect()` (client.py) for applications;
+`Connection` (connection.py) for tests and tools that drop and resume by hand."""
 
-from client_sdk.connection import Client, NotifyError, PublishRejected, PublishResult
+from client_sdk.client import (
+    Backoff,
+    Client,
+    ClientOptions,
+    ConnectError,
+    ConnectionState,
+    Group,
+    GroupLeftError,
+    NotifyError,
+    PublishQueueFull,
+    PublishRejected,
+    PublishResult,
+    ServerRefused,
+    View,
+    connect,
+)
+from client_sdk.connection import Connection
 from client_sdk.events import (
     CaughtUp,
     GroupEvent,
@@ -14,19 +31,30 @@ from client_sdk.events import (
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 
 __all__ = [
+    "Backoff",
     "CaughtUp",
     "Client",
+    "ClientOptions",
     "ClientProtocol",
+    "ConnectError",
+    "Connection",
+    "ConnectionState",
+    "Group",
     "GroupEvent",
+    "GroupLeftError",
     "GroupPhase",
     "Message",
     "NotifyError",
     "Outcome",
     "ProtocolViolation",
+    "PublishQueueFull",
     "PublishRejected",
     "PublishResult",
     "Removed",
+    "ServerRefused",
+    "View",
     "ViewChanging",
     "ViewInstalled",
     "ViewResumed",
+    "connect",
 ]

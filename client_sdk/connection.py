@@ -1,6 +1,6 @@
-"""A minimal asyncio connection around `ClientProtocol`: enough for tests, benchmarks and the
-`notify` CLI. Reconnect with backoff, bounded publish queues and the full typed API are the SDK
-proper (issue 3); `reconnect()` here resumes the session by hand.
+"""A bare asyncio connection around `ClientProtocol`, driven by hand: tests, benchmarks and
+fault scenarios use it to drop and resume on purpose (`drop()`, `reconnect()`). Applications
+use `client_sdk.connect()` (client.py), which reconnects, resumes and queues publishes itself.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from client_sdk.client import PublishRejected, ServerRefused
 from client_sdk.events import (
     GroupEvent,
     Outcome,
@@ -31,27 +32,13 @@ from client_sdk.events import (
 from client_sdk.protocol import ClientProtocol, GroupPhase
 
 
-class NotifyError(Exception):
-    """The server answered a request with an `error` frame."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-class PublishRejected(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
 @dataclass(frozen=True, slots=True)
 class PublishResult:
     id: str
     offset: int
 
 
-class Client:
+class Connection:
     def __init__(self, url: str, member: str) -> None:
         self.url = url
         self.member = member
@@ -70,7 +57,7 @@ class Client:
         self._can_send: dict[str, asyncio.Event] = {}
 
     @classmethod
-    async def connect(cls, url: str, member: str) -> Client:
+    async def connect(cls, url: str, member: str) -> Connection:
         c = cls(url, member)
         await c._open(resume=False)
         return c
@@ -84,7 +71,7 @@ class Client:
         welcome = orjson.loads(await ws.recv())
         if welcome.get("type") != "welcome":
             await ws.close()
-            raise NotifyError(welcome.get("code", "?"), welcome.get("message", str(welcome)))
+            raise ServerRefused(welcome.get("code", "?"), welcome.get("message", str(welcome)))
         self.welcome, self.session, self._ws = welcome, welcome["session"], ws
         self._reader = asyncio.get_running_loop().create_task(self._read(ws))
 
@@ -180,7 +167,7 @@ class Client:
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await self._reader
 
-    async def __aenter__(self) -> Client:
+    async def __aenter__(self) -> Connection:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -235,4 +222,8 @@ class Client:
             self.errors.append(r)
             waiter = self._req_waiters.pop(r.req, None) if r.req else None
             if waiter is not None and not waiter[1].done():
-                waiter[1].set_exception(NotifyError(r.code, r.message))
+                waiter[1].set_exception(ServerRefused(r.code, r.message))
+
+
+#: the name this class had before the SDK proper existed
+Client = Connection

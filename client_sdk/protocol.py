@@ -72,6 +72,24 @@ class GroupProtocol:
         return {"epoch": self.epoch, "offset": self.base, "view": self.view,
                 "streams": {k: s.received for k, s in self.streams.items() if s.received}}
 
+    def saved_point(self) -> dict[str, Any]:
+        """A resume point to keep beyond this process: it stops before any message still held
+        back (an unconfirmed atomic and what waits behind it), so a later process gets those
+        again and learns their outcome, instead of skipping them."""
+        point = self.resume_point()
+        held = [m for s in self.streams.values() for m in s.held]
+        if held:
+            point["offset"] = min(self.base, min(m.offset for m in held) - 1)
+            point["streams"] = {k: s.received - len(s.held)
+                                for k, s in self.streams.items() if s.received - len(s.held)}
+        return point
+
+    def restore_point(self, point: dict[str, Any]) -> None:
+        """Start from a point saved by `saved_point()`."""
+        self.epoch, self.base = int(point["epoch"]), int(point["offset"])
+        self.view = int(point.get("view", 0))
+        self.streams = {k: _Stream(received=int(v)) for k, v in point.get("streams", {}).items()}
+
     @property
     def can_send(self) -> bool:
         return self.phase is GroupPhase.ACTIVE
@@ -89,10 +107,20 @@ class ClientProtocol:
     # -- requests from the application -----------------------------------------------------------
 
     def join(self, req: str, group: str, *, want_state: bool = False,
-             accept_from: str = "members", resume: bool = False) -> None:
+             accept_from: str = "members", resume: bool = False,
+             resume_from: dict[str, Any] | None = None) -> None:
+        """Queue a join. `resume=True` presents this group's own resume point; `resume_from`
+        presents one saved earlier (`GroupProtocol.resume_point()`, e.g. by a previous
+        process of the same member)."""
         g = self.groups.get(group)
         frame: Frame = {"type": "join", "req": req, "group": group, "want_state": want_state,
                         "accept_from": accept_from}
+        if resume_from is not None:
+            g = self.groups[group] = GroupProtocol(group)
+            g.restore_point(resume_from)
+            frame["resume"] = g.resume_point()
+            self._out.append(frame)
+            return
         if resume and g is not None and g.epoch:
             frame["resume"] = g.resume_point()
         if g is None or not resume:

@@ -102,9 +102,9 @@ def _payload(text: str) -> object:
 
 
 async def _pub(a: argparse.Namespace) -> int:
-    from client_sdk import Client, PublishRejected
+    from client_sdk import Connection, PublishRejected
 
-    async with await Client.connect(a.url, _member(a)) as c:
+    async with await Connection.connect(a.url, _member(a)) as c:
         await c.join(a.group)
         try:
             r = await c.publish(a.group, _payload(a.message), order=a.order, atomic=a.atomic,
@@ -124,9 +124,9 @@ async def _pub(a: argparse.Namespace) -> int:
 async def _sub(a: argparse.Namespace, *, views: bool) -> int:
     import orjson
 
-    from client_sdk import Client, Message, ViewChanging, ViewInstalled
+    from client_sdk import Connection, Message, ViewChanging, ViewInstalled
 
-    async with await Client.connect(a.url, _member(a)) as c:
+    async with await Connection.connect(a.url, _member(a)) as c:
         await c.join(a.group, accept_from=a.accept_from)
         q = c.events(a.group)
         while True:

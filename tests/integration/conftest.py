@@ -20,7 +20,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from client_sdk import Client, GroupEvent, Message
+from client_sdk import Connection, GroupEvent, Message
 from notify.core import CoreConfig, Timeouts
 from notify.core.config import Limits
 from notify.server import NotifyServer
@@ -67,16 +67,16 @@ async def server(make_server: MakeServer) -> NotifyServer:
 
 # -- SDK clients -----------------------------------------------------------------------------------
 
-Connect = Callable[[NotifyServer, str], Awaitable[Client]]
+Connect = Callable[[NotifyServer, str], Awaitable[Connection]]
 
 
 @pytest.fixture
 async def connect_client(make_server: MakeServer) -> AsyncIterator[Connect]:
-    """`await connect_client(server, "alice")` → a connected `Client`, closed at teardown."""
-    clients: list[Client] = []
+    """`await connect_client(server, "alice")` → a connected `Connection`, closed at teardown."""
+    clients: list[Connection] = []
 
-    async def make(srv: NotifyServer, member: str) -> Client:
-        c = await asyncio.wait_for(Client.connect(srv.url, member), TIMEOUT)
+    async def make(srv: NotifyServer, member: str) -> Connection:
+        c = await asyncio.wait_for(Connection.connect(srv.url, member), TIMEOUT)
         clients.append(c)
         return c
 
@@ -88,11 +88,11 @@ async def connect_client(make_server: MakeServer) -> AsyncIterator[Connect]:
             await c.drop()
 
 
-async def next_event(c: Client, group: str, timeout: float = TIMEOUT) -> GroupEvent:
+async def next_event(c: Connection, group: str, timeout: float = TIMEOUT) -> GroupEvent:
     return await c.next_event(group, timeout)
 
 
-async def events_until(c: Client, group: str, pred: Callable[[GroupEvent], bool],
+async def events_until(c: Connection, group: str, pred: Callable[[GroupEvent], bool],
                        timeout: float = TIMEOUT) -> list[GroupEvent]:
     """Events of `group` at `c` up to and including the first one matching `pred`."""
     out: list[GroupEvent] = []
@@ -111,7 +111,7 @@ async def events_until(c: Client, group: str, pred: Callable[[GroupEvent], bool]
     return out
 
 
-async def events_until_payloads(c: Client, group: str, payloads: set[Any],
+async def events_until_payloads(c: Connection, group: str, payloads: set[Any],
                                 timeout: float = TIMEOUT) -> list[GroupEvent]:
     """Events of `group` at `c` until a message with each of `payloads` has been seen."""
     missing = set(payloads)
@@ -124,7 +124,7 @@ async def events_until_payloads(c: Client, group: str, payloads: set[Any],
     return await events_until(c, group, pred, timeout)
 
 
-async def messages(c: Client, group: str, n: int, timeout: float = TIMEOUT) -> list[Message]:
+async def messages(c: Connection, group: str, n: int, timeout: float = TIMEOUT) -> list[Message]:
     """The next `n` application messages at `c` (asserting nothing else comes in between)."""
     out: list[Message] = []
 
@@ -141,7 +141,7 @@ async def messages(c: Client, group: str, n: int, timeout: float = TIMEOUT) -> l
     return out
 
 
-def pending_events(c: Client, group: str) -> list[GroupEvent]:
+def pending_events(c: Connection, group: str) -> list[GroupEvent]:
     """What is queued for the application right now, without waiting."""
     q = c.events(group)
     out: list[GroupEvent] = []

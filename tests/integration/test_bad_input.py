@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from client_sdk import Client, Message, ViewInstalled
+from client_sdk import Connection, Message, ViewInstalled
 from notify.core.config import Limits
 from notify.server import NotifyServer
 from tests.integration.conftest import (
@@ -32,7 +32,7 @@ _markers = itertools.count(1)
 @dataclass
 class Scene:
     server: NotifyServer
-    bob: Client  # a well-behaved member that must not notice anything
+    bob: Connection  # a well-behaved member that must not notice anything
     raw: Raw  # a raw member of the same group: it sends the bad frames
     view: int
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from client_sdk import CaughtUp, Client, Message, ViewInstalled
+from client_sdk import CaughtUp, Connection, Message, ViewInstalled
 from tests.integration.conftest import TIMEOUT, events_until, pending_events
 
 
@@ -87,8 +87,8 @@ def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
 async def test_G10_G1_sigkill_mid_stream_loses_no_published_message(
         server_process: ServerProcess) -> None:
     server_process.start()
-    a = await Client.connect(server_process.url, "a")
-    b = await Client.connect(server_process.url, "b")
+    a = await Connection.connect(server_process.url, "a")
+    b = await Connection.connect(server_process.url, "b")
     try:
         await a.join("g")
         assert (await b.join("g")).view == 2

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from client_sdk import Client, Message, ViewInstalled
+from client_sdk import Connection, Message, ViewInstalled
 from tests.integration.conftest import TIMEOUT, Connect, messages
 
 
-async def _members(server, connect_client: Connect, names: list[str]) -> list[Client]:
+async def _members(server, connect_client: Connect, names: list[str]) -> list[Connection]:
     clients = [await connect_client(server, n) for n in names]
     for c in clients:
         await c.join("g")
@@ -22,7 +22,7 @@ async def _members(server, connect_client: Connect, names: list[str]) -> list[Cl
     return clients
 
 
-async def _publish_all(sender: Client, n: int, order: str) -> None:
+async def _publish_all(sender: Connection, n: int, order: str) -> None:
     for i in range(n):
         await sender.publish("g", {"from": sender.member, "i": i}, order=order)
 

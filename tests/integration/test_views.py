@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from client_sdk import Client, Message, Removed, ViewChanging, ViewInstalled
+from client_sdk import Connection, Message, Removed, ViewChanging, ViewInstalled
 from tests.integration.conftest import (
     TIMEOUT,
     Connect,
@@ -119,7 +119,7 @@ async def test_G2_messages_before_join_install_reach_old_members_only(
     joined = asyncio.Event()
     last: dict[str, str] = {}
 
-    async def publisher(client: Client, after_join: int) -> None:
+    async def publisher(client: Connection, after_join: int) -> None:
         i = 0
         post = 0
         # Keep publishing through the join and a little past its install (bounded either way).

@@ -102,3 +102,18 @@ def test_install_without_me_means_removed(proto: ClientProtocol) -> None:
     assert isinstance(ev[0], Removed)
     assert proto.groups["g"].phase is GroupPhase.LEFT
     assert delivered(proto.receive(deliver(9, 1))[0]) == []
+
+
+def test_saved_point_stops_before_held_messages(proto: ClientProtocol) -> None:
+    proto.receive(deliver(6, 1))
+    proto.receive(deliver(7, 2, atomic=True))
+    proto.receive(deliver(8, 3))
+    proto.receive({"type": "catchup_done", "group": "g", "offset": 8, "count": 0})
+    g = proto.groups["g"]
+    assert g.resume_point()["streams"] == {"fifo:b": 3}
+    saved = g.saved_point()
+    assert saved["streams"] == {"fifo:b": 1} and saved["offset"] == 6
+    fresh = ClientProtocol("a")
+    fresh.join("9", "g", resume_from=saved)
+    (frame,) = fresh.data_to_send()
+    assert frame["resume"] == {"epoch": 1, "offset": 6, "view": 1, "streams": {"fifo:b": 1}}

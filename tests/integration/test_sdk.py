@@ -1,0 +1,249 @@
+"""The SDK against a real server through a fault-injecting proxy: reconnect with resume (G7),
+rejoin with catch-up (G8), publishes made while cut delivered exactly once, and every
+documented error."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from client_sdk import (
+    Backoff,
+    CaughtUp,
+    Client,
+    ClientOptions,
+    ConnectError,
+    ConnectionState,
+    Group,
+    GroupEvent,
+    GroupLeftError,
+    Message,
+    PublishQueueFull,
+    ServerRefused,
+    ViewChanging,
+    ViewInstalled,
+    connect,
+)
+from notify.server import NotifyServer
+from tests.integration.conftest import TIMEOUT, MakeServer
+from tests.integration.proxy import FaultyProxy
+
+FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
+
+
+@pytest.fixture
+async def proxy_to() -> AsyncIterator[Callable[[NotifyServer], Any]]:
+    proxies: list[FaultyProxy] = []
+
+    async def make(srv: NotifyServer) -> FaultyProxy:
+        p = await FaultyProxy(srv.port).start()
+        proxies.append(p)
+        return p
+
+    yield make
+    for p in proxies:
+        await p.close()
+
+
+@pytest.fixture
+async def sdk() -> AsyncIterator[Callable[..., Any]]:
+    clients: list[Client] = []
+
+    async def make(url: str, member: str, **kw: Any) -> Client:
+        kw.setdefault("options", FAST)
+        c = await asyncio.wait_for(connect(url, member=member, rng=random.Random(1), **kw),
+                                   TIMEOUT)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+async def until(group: Group, pred: Callable[[GroupEvent], bool]) -> list[GroupEvent]:
+    out: list[GroupEvent] = []
+    while True:
+        e = await group.next_event(TIMEOUT)
+        out.append(e)
+        if pred(e):
+            return out
+
+
+def payloads(events: list[GroupEvent]) -> list[Any]:
+    return [e.payload for e in events if isinstance(e, Message)]
+
+
+async def cut_for(proxy: FaultyProxy, seconds: float) -> None:
+    proxy.block()
+    proxy.cut()
+    await asyncio.sleep(seconds)
+    proxy.unblock()
+
+
+async def test_G7_cut_shorter_than_suspect_timeout_resumes_without_view_change(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b")
+    states: list[ConnectionState] = []
+    b.on_state_change(lambda old, new: states.append(new))
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    await ga.publish("before")
+    await until(gb, lambda e: isinstance(e, Message) and e.payload == "before")
+
+    proxy.block()
+    proxy.cut()
+    for i in range(5):  # b misses these
+        await ga.publish(f"missed-{i}")
+    await asyncio.sleep(0.2)
+    proxy.unblock()
+    await ga.publish("after")
+    evs = await until(gb, lambda e: isinstance(e, Message) and e.payload == "after")
+    assert payloads(evs) == [f"missed-{i}" for i in range(5)] + ["after"]
+    assert not [e for e in evs if isinstance(e, ViewChanging | ViewInstalled)], evs
+    assert states == [ConnectionState.RECONNECTING, ConnectionState.CONNECTED]
+    assert gb.view is not None and gb.view.version == 2
+    assert ga.view is not None and ga.view.version == 2  # nobody saw a view change
+
+
+async def test_G8_cut_past_the_install_rejoins_and_the_group_sees_two_view_changes(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    srv = await make_server(suspect_timeout=0.2, flush_timeout=1.0)
+    proxy = await proxy_to(srv)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b")
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+
+    proxy.block()
+    proxy.cut()
+    evs = await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 3)
+    assert evs[-1].members == ("a",)  # type: ignore[union-attr]
+    for i in range(4):
+        await ga.publish(f"while-removed-{i}")
+    proxy.unblock()
+    evs = await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 4)
+    assert evs[-1].members == ("a", "b")  # type: ignore[union-attr]
+    got = await until(gb, lambda e: isinstance(e, CaughtUp))
+    assert payloads(got) == [f"while-removed-{i}" for i in range(4)]  # once, in order
+    assert [e.view for e in got if isinstance(e, ViewInstalled)] == [4]
+    assert b.protocol.groups["g"].duplicates == 0
+
+
+async def test_publishes_made_while_cut_are_delivered_exactly_once(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b")
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+
+    proxy.block()
+    proxy.cut()
+    sends = [asyncio.get_running_loop().create_task(gb.publish(f"b-{i}")) for i in range(10)]
+    await asyncio.sleep(0.2)
+    assert not any(t.done() for t in sends)  # waiting in the queue, not lost, not failed
+    proxy.unblock()
+    results = await asyncio.wait_for(asyncio.gather(*sends), TIMEOUT)
+    assert len({r.offset for r in results}) == 10
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "b-9")
+    assert payloads(evs) == [f"b-{i}" for i in range(10)]
+    await ga.publish("marker")
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "marker")
+    assert payloads(evs) == ["marker"]  # no second copy of anything
+
+
+async def test_publish_cut_in_flight_is_not_delivered_twice(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    """Cut right after sending: the server may have stored the message and lost the reply;
+    the retry after the resume carries the same id, so it is answered, not re-delivered."""
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b")
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    proxy.delay = 0.05  # replies come back late: the cut lands between request and reply
+    tasks = [asyncio.get_running_loop().create_task(gb.publish(f"x-{i}")) for i in range(20)]
+    await asyncio.sleep(0.02)
+    await cut_for(proxy, 0.1)
+    proxy.delay = 0.0
+    results = await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT)
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "x-19")
+    assert payloads(evs) == [f"x-{i}" for i in range(20)]
+    assert sorted(r.offset for r in results) == [m.offset for m in evs if isinstance(m, Message)]
+
+
+async def test_a_restarted_client_catches_up_from_its_saved_point(
+        make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server(suspect_timeout=0.2)
+    a = await sdk(srv.url, "a")
+    ga = await a.join("g")
+    first = await sdk(srv.url, "b")
+    gb = await first.join("g")
+    await ga.publish("seen")
+    await until(gb, lambda e: isinstance(e, Message) and e.payload == "seen")
+    saved = gb.resume_point()
+    await first.close()  # the process dies: no leave
+    for i in range(3):
+        await ga.publish(f"missed-{i}")
+    second = await sdk(srv.url, "b")  # a new process of the same member
+    gb2 = await second.join("g", resume_from=saved)
+    evs = await until(gb2, lambda e: isinstance(e, CaughtUp))
+    assert payloads(evs) == ["missed-0", "missed-1", "missed-2"]
+
+
+async def test_errors_unreachable_bad_member_queue_full_group_left(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    with socket_closed_port() as port, pytest.raises(ConnectError):
+        await connect(f"ws://127.0.0.1:{port}", member="x",
+                      options=ClientOptions(connect_timeout=2))
+    srv = await make_server(suspect_timeout=5.0)
+    with pytest.raises(ServerRefused) as refused:
+        await connect(srv.url, member="no spaces allowed")
+    assert refused.value.code == "bad_frame"
+
+    proxy = await proxy_to(srv)
+    b = await sdk(proxy.url, "b", options=ClientOptions(max_pending_publishes=2,
+                                                         backoff=Backoff(0.02, 0.1)))
+    gb = await b.join("g")
+    proxy.block()
+    proxy.cut()
+    waiting = [asyncio.get_running_loop().create_task(gb.publish(i)) for i in range(2)]
+    await asyncio.sleep(0.05)
+    with pytest.raises(PublishQueueFull):
+        await gb.publish("one too many")
+    proxy.unblock()
+    assert [r.offset for r in await asyncio.wait_for(asyncio.gather(*waiting), TIMEOUT)] == [1, 2]
+
+    await gb.leave()
+    with pytest.raises(GroupLeftError):
+        await gb.publish("after leave")
+    with pytest.raises(ServerRefused) as twice:
+        await b.join("g")
+        await b.join("g")
+    assert twice.value.code == "already_member"
+
+
+@contextlib.contextmanager
+def socket_closed_port() -> Any:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]  # bound, not listening: connections are refused

@@ -247,3 +247,30 @@ def socket_closed_port() -> Any:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         yield s.getsockname()[1]  # bound, not listening: connections are refused
+
+
+async def test_client_event_log_records_deliveries_views_and_reconnects(
+        make_server: MakeServer, proxy_to: Any, sdk: Any, tmp_path: Any) -> None:
+    import orjson
+
+    from notify.eventlog import EventLog
+
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    log = EventLog(tmp_path, "b")
+    b = await sdk(proxy.url, "b", event_log=log)
+    gb = await b.join("g")
+    await gb.publish("hello")
+    await until(gb, lambda e: isinstance(e, Message))
+    await cut_for(proxy, 0.05)
+    await gb.publish("again")  # waits for the reconnect
+    log.close()
+    lines = [orjson.loads(x) for x in log.path.read_text().splitlines()]
+    kinds = [x["event"] for x in lines]
+    assert kinds[:2] == ["client.view", "client.deliver"]
+    assert "client.disconnect" in kinds and "client.reconnect" in kinds
+    deliver = lines[1]
+    assert deliver["offset"] == 1 and deliver["sender"] == "b" and deliver["node"] == "b"
+    assert deliver["recv_ts"] >= deliver["sent_ts"] > 0
+    reconnect = next(x for x in lines if x["event"] == "client.reconnect")
+    assert reconnect["resumed"] is True and reconnect["gap_ms"] > 0

@@ -1,0 +1,135 @@
+"""churn: how members come and go (DESIGN §7).
+
+- `sessions`: per member, server connections (`conn.open`), client disconnects and reconnects,
+  how many reconnects resumed the session;
+- `gaps`: every disconnect gap (client side: `client.disconnect` → `client.reconnect`, or never
+  returned before the log ends), and `gap_hist`, their distribution in log-spaced buckets;
+- fast-resume rate: of the members the server suspected (`member.suspect`), how many resumed
+  with no view change (`member.resume`); client side, the share of reconnects that resumed;
+- `view_changes`: view installs per group and hour, with the propose reasons;
+- `flapping`: members with at least `flap_count` disconnects within any `flap_window` seconds
+  (a range window over each member's disconnects).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_analysis.common import Events, JobResult, pct_cols, timed
+
+#: upper bounds (seconds) of the gap histogram's buckets; the last bucket is open
+GAP_BUCKETS = (0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30, 60, 300)
+
+
+def gap_bucket(col: str) -> F.Column:
+    expr = F.when(F.col(col).isNull(), F.lit("never returned"))
+    lo = 0.0
+    for hi in GAP_BUCKETS:
+        expr = expr.when(F.col(col) < hi, F.lit(f"{lo:g}-{hi:g} s"))
+        lo = hi
+    return expr.otherwise(F.lit(f">= {lo:g} s"))
+
+
+def gaps(ev: Events) -> DataFrame:
+    """One row per disconnect: member, ts, gap_s (null if it never came back), resumed.
+
+    Client logs are preferred (they see every gap, also those the server never noticed); the
+    server's `member.suspect`/`member.resume` pairs are the fallback for fleets without them."""
+    end = ev.end_ts()
+    cl = ev.of("client.disconnect", "client.reconnect").select(
+        F.coalesce("member", "node").alias("member"), "ts", "event", "gap_ms", "resumed")
+    w = Window.partitionBy("member").orderBy("ts", F.col("event").desc())
+    nxt = cl.select("*", F.lead("event").over(w).alias("next_event"),
+                    F.lead("gap_ms").over(w).alias("next_gap_ms"),
+                    F.lead("resumed").over(w).alias("next_resumed"),
+                    F.lit(end).alias("_end"))
+    client = (nxt.where(F.col("event") == "client.disconnect")
+              .select("member", "ts",
+                      F.when(F.col("next_event") == "client.reconnect",
+                             F.col("next_gap_ms") / 1000).alias("gap_s"),
+                      F.when(F.col("next_event") == "client.reconnect",
+                             F.col("next_resumed")).alias("resumed"),
+                      (F.col("_end") - F.col("ts")).alias("observed_s"),
+                      F.lit("client").alias("source")))
+    sv = ev.of("member.suspect", "member.resume").select("group", "member", "ts", "event",
+                                                         "gap_ms")
+    w2 = Window.partitionBy("group", "member").orderBy("ts")
+    snxt = sv.select("*", F.lead("event").over(w2).alias("next_event"),
+                     F.lead("gap_ms").over(w2).alias("next_gap_ms"),
+                     F.lit(end).alias("_end"))
+    server = (snxt.where(F.col("event") == "member.suspect")
+              .select("member", "ts",
+                      F.when(F.col("next_event") == "member.resume",
+                             F.col("next_gap_ms") / 1000).alias("gap_s"),
+                      (F.col("next_event") == "member.resume").alias("resumed"),
+                      (F.col("_end") - F.col("ts")).alias("observed_s"),
+                      F.lit("server").alias("source")))
+    return client.unionByName(server)
+
+
+@timed
+def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobResult:
+    g = gaps(ev).cache()
+    has_client = g.where(F.col("source") == "client").limit(1).count() > 0
+    g_main = g.where(F.col("source") == ("client" if has_client else "server"))
+
+    opens = ev.of("conn.open").groupBy("member").agg(F.count("*").alias("connections"))
+    cl = (ev.of("client.disconnect", "client.reconnect")
+          .groupBy(F.coalesce("member", "node").alias("member"))
+          .agg(F.sum(F.when(F.col("event") == "client.disconnect", 1).otherwise(0))
+               .alias("disconnects"),
+               F.sum(F.when(F.col("event") == "client.reconnect", 1).otherwise(0))
+               .alias("reconnects"),
+               F.sum(F.when(F.col("resumed"), 1).otherwise(0)).alias("resumed")))
+    sessions = opens.join(cl, "member", "full").na.fill(0).orderBy(F.desc("disconnects"))
+
+    hist = (g_main.groupBy(gap_bucket("gap_s").alias("bucket"))
+            .agg(F.count("*").alias("gaps"), F.min("gap_s").alias("min_s"))
+            .orderBy(F.col("min_s").asc_nulls_last()))
+    gap_pcts = g_main.where(F.col("gap_s").isNotNull()).agg(*pct_cols("gap_s"))
+
+    installs = ev.of("view.install").withColumn("hour", F.window(F.col("ts").cast("timestamp"),
+                                                                 "1 hour").start)
+    reasons = (ev.of("view.propose").groupBy("group", "reason").count()
+               .groupBy("group").agg(F.map_from_entries(F.collect_list(
+                   F.struct(F.coalesce("reason", F.lit("?")), "count"))).alias("reasons")))
+    view_changes = (installs.groupBy("group", "hour").agg(F.count("*").alias("installs"))
+                    .join(reasons, "group", "left").orderBy("group", "hour"))
+
+    disc = ev.of("client.disconnect").select(F.coalesce("member", "node").alias("member"), "ts")
+    if not has_client:
+        disc = ev.of("conn.close").select("member", "ts")
+    wf = (Window.partitionBy("member").orderBy((F.col("ts") * 1000).cast("long"))
+          .rangeBetween(-int(flap_window * 1000), 0))
+    flapping = (disc.select("member", F.count("*").over(wf).alias("in_window"))
+                .groupBy("member").agg(F.max("in_window").alias("max_in_window"))
+                .where(F.col("max_in_window") >= flap_count)
+                .orderBy(F.desc("max_in_window")))
+
+    susp = ev.of("member.suspect", "member.resume", "view.install").groupBy("event").count()
+    counts = {r["event"]: r["count"] for r in susp.collect()}
+    rc = g.where(F.col("source") == "client").agg(
+        F.count("*").alias("disconnects"), F.count("gap_s").alias("returned"),
+        F.sum(F.when(F.col("resumed"), 1).otherwise(0)).alias("resumed")).first()
+    hours = ev.df.agg(((F.max("ts") - F.min("ts")) / 3600).alias("h")).first()["h"] or 0.0
+    n_groups = ev.of("view.install").select("group").distinct().count()
+    summary = {
+        "server_suspects": counts.get("member.suspect", 0),
+        "server_fast_resumes": counts.get("member.resume", 0),
+        "server_fast_resume_rate": (counts.get("member.resume", 0) / counts["member.suspect"]
+                                    if counts.get("member.suspect") else None),
+        "client_disconnects": rc["disconnects"], "client_returned": rc["returned"],
+        "client_resumed": rc["resumed"] or 0,
+        "client_resume_rate": ((rc["resumed"] or 0) / rc["returned"] if rc["returned"]
+                               else None),
+        "view_installs": counts.get("view.install", 0),
+        "log_hours": hours,
+        "view_changes_per_group_hour": (counts.get("view.install", 0) / (n_groups * hours)
+                                        if n_groups and hours else None),
+        "gap_source": "client" if has_client else "server",
+    }
+    res = JobResult("churn", {"sessions": sessions, "gap_hist": hist, "gap_percentiles": gap_pcts,
+                              "view_changes": view_changes, "flapping": flapping},
+                    summary)
+    return res

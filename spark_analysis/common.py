@@ -1,0 +1,125 @@
+"""What every job shares: the SparkSession, loading the cleaned events, writing results."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_analysis.schema import SCHEMA_VERSION, conform, read_events, with_metadata
+
+#: percentiles reported for every latency/duration (the OpenMessaging Benchmark's columns)
+PCTS = (0.5, 0.95, 0.99, 0.999)
+PCT_NAMES = ("p50", "p95", "p99", "p999")
+
+
+def spark_session(master: str = "local[*]", app: str = "notify-analyze",
+                  shuffle_partitions: int = 8, driver_memory: str | None = None) -> SparkSession:
+    b = (SparkSession.builder.master(master).appName(app)
+         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.adaptive.enabled", "true"))
+    if driver_memory:
+        b = b.config("spark.driver.memory", driver_memory)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@dataclass
+class Events:
+    """The cleaned events, cached, with what validation found."""
+
+    df: DataFrame
+    bad_lines: dict[str, int]
+    source: str
+    _end: float | None = None
+
+    def end_ts(self) -> float:
+        """When the log ends (the last event's ts): how long a gap that never closed has lasted."""
+        if self._end is None:
+            self._end = float(self.df.agg(F.max("ts")).first()[0] or 0.0)
+        return self._end
+
+    def of(self, *names: str) -> DataFrame:
+        return self.df.where(F.col("event").isin(list(names)))
+
+
+def _is_parquet(path: Path) -> bool:
+    return path.is_dir() and any(path.rglob("*.parquet"))
+
+
+def load_events(spark: SparkSession, logs: str, out: str | None = None) -> Events:
+    """JSONL logs (validated; bad lines counted) or a stored Parquet events table.
+
+    With `out`, JSONL input is written once to `out/events` (Parquet, the cleaned table that later
+    runs and other tools can reuse) and the jobs read it back from there: a columnar scan is far
+    cheaper than parsing the JSON again for every job."""
+    src = Path(logs)
+    if _is_parquet(src):
+        df = conform(spark.read.parquet(str(src)))
+        return Events(df.cache(), {}, "parquet")
+    df, bad = read_events(spark, str(src))
+    bad_lines = {r["reason"]: int(r["count"]) for r in bad.collect()}
+    if out is not None:
+        target = Path(out) / "events"
+        with_metadata(df).write.mode("overwrite").parquet(str(target))
+        df.unpersist()
+        df = conform(spark.read.parquet(str(target)))
+    return Events(df.cache(), bad_lines, "jsonl")
+
+
+@dataclass
+class JobResult:
+    """What a job produced: tables (small, written as Parquet) and a JSON-able summary."""
+
+    name: str
+    tables: dict[str, DataFrame] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def collect(self) -> JobResult:
+        """Materialise every table once (they are aggregates: small)."""
+        for name, df in self.tables.items():
+            self.rows[name] = [r.asDict(recursive=True) for r in df.collect()]
+        return self
+
+    def write(self, out: str | Path) -> Path:
+        d = Path(out) / self.name
+        d.mkdir(parents=True, exist_ok=True)
+        spark = SparkSession.getActiveSession()
+        for name, rows in self.rows.items():
+            df = self.tables[name]
+            if spark is not None:  # rewrite from the collected rows: no second computation
+                df = spark.createDataFrame(rows, schema=df.schema) if rows else df.limit(0)
+            with_metadata(df).coalesce(1).write.mode("overwrite").parquet(str(d / name))
+        summary = {"job": self.name, "schema_version": SCHEMA_VERSION,
+                   "seconds": round(self.seconds, 3), **self.summary}
+        (d / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        return d
+
+
+def timed(fn: Any) -> Any:
+    def run(*args: Any, **kw: Any) -> JobResult:
+        t0 = time.perf_counter()
+        r: JobResult = fn(*args, **kw)
+        r.collect()
+        r.seconds = time.perf_counter() - t0
+        return r
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+def pct_cols(col: str, prefix: str = "") -> list[Column]:
+    """p50/p95/p99/p99.9 (approximate, one pass) and max of `col`, for an aggregation."""
+    p = F.percentile_approx(col, list(PCTS), 10000)
+    return ([p[i].alias(prefix + n) for i, n in enumerate(PCT_NAMES)]
+            + [F.max(col).alias(prefix + "max"), F.count(col).alias(prefix + "count")])

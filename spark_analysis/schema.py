@@ -1,0 +1,127 @@
+"""The delivery event-log schema (DESIGN §6), versioned, and the validating reader.
+
+Every line of a server or client event log is one JSON object with the common fields `ts`, `event`,
+`node` and (mostly) `group`, `member`, `session`, `view`, plus the event's own fields. The jobs
+read all events into one wide table whose columns are the union of every event's fields
+(`EVENT_SCHEMA`); a field an event does not carry is null.
+
+Validation on read (never fatal, DESIGN §6): a line is *bad* when it is not a JSON object, when
+`ts`, `event` or `node` is missing or has the wrong type, when `event` is not one this schema
+version knows, or when a field that event requires is missing. Bad lines are counted per reason
+and kept out of the cleaned table; `read_events` returns the counts with the table.
+
+`SCHEMA_VERSION` changes whenever a column is added, removed or changes type; it is written
+into every Parquet file's metadata (`notify.schema_version`) and into each job's summary, so a
+later run can tell which schema a stored table has. Adding an event or an optional field is a
+minor change (the reader of version 1.x reads every 1.y table).
+
+Version history:
+- 1.0: DESIGN §6 events.
+- 1.1: optional client fields `n` (per-client delivery index, a tie-breaker for `recv_ts`),
+  `atomic` and `msg_view` (the view stamped on the message) on `client.deliver`; `members`,
+  `removed` on `client.view`; `previous` on `view.install` (what the server writes).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+SCHEMA_VERSION = "1.1"
+
+_STR, _DBL, _LONG, _BOOL = T.StringType(), T.DoubleType(), T.LongType(), T.BooleanType()
+_STRS = T.ArrayType(T.StringType())
+
+#: column -> type; the union of every event's fields.
+COLUMNS: dict[str, T.DataType] = {
+    # common
+    "ts": _DBL, "event": _STR, "node": _STR, "group": _STR, "member": _STR, "session": _STR,
+    "view": _LONG,
+    # server
+    "code": _STR, "reason": _STR, "resumed": _BOOL, "gap_ms": _DBL, "proposed": _LONG,
+    "members": _STRS, "duration_ms": _DBL, "previous": _LONG, "cancelled": _LONG,
+    "offset": _LONG, "stream": _STR, "seq": _LONG, "sender": _STR, "order": _STR,
+    "atomic": _BOOL, "bytes": _LONG, "source": _STR, "from_offset": _LONG, "count": _LONG,
+    # client
+    "sent_ts": _DBL, "recv_ts": _DBL, "n": _LONG, "msg_view": _LONG, "removed": _BOOL,
+}
+
+#: event -> fields it must carry besides ts/event/node (what the checks and jobs rely on).
+EVENTS: dict[str, tuple[str, ...]] = {
+    "conn.open": ("member",),
+    "conn.close": ("member",),
+    "member.suspect": ("group", "member"),
+    "member.resume": ("group", "member", "gap_ms"),
+    "view.propose": ("group", "proposed"),
+    "view.install": ("group", "view", "members"),
+    "view.resume": ("group", "view"),
+    "msg.accept": ("group", "offset", "stream", "seq", "sender"),
+    "msg.reject": ("group", "code"),
+    "atomic.commit": ("group", "offset"),
+    "atomic.abort": ("group", "offset"),
+    "state.transfer": ("group",),
+    "catchup": ("group", "member"),
+    "client.deliver": ("group", "member", "offset", "stream", "seq", "sender", "recv_ts"),
+    "client.view": ("group", "member", "view"),
+    "client.disconnect": ("member",),
+    "client.reconnect": ("member", "gap_ms"),
+}
+
+EVENT_SCHEMA = T.StructType([T.StructField(k, v, True) for k, v in COLUMNS.items()])
+
+
+def _required_missing() -> Column:
+    """The name of the first required field that is null for the row's event, else null."""
+    expr = None
+    for event, fields in EVENTS.items():
+        missing = F.coalesce(*[F.when(F.col(f).isNull(), F.lit(f"missing_{f}")) for f in fields],
+                             F.lit(None).cast(_STR))
+        cond = F.col("event") == event
+        expr = F.when(cond, missing) if expr is None else expr.when(cond, missing)
+    assert expr is not None
+    return expr
+
+
+def parse_lines(lines: DataFrame) -> DataFrame:
+    """Lines (`value` column) -> the wide table plus a `_bad` column (reason, or null if good)."""
+    parsed = lines.select(F.from_json("value", EVENT_SCHEMA, {"mode": "PERMISSIVE"}).alias("e"),
+                          F.col("value"))
+    known = F.col("event").isin(list(EVENTS))
+    # from_json yields null fields for a line that is not JSON or has a mistyped field; telling
+    # "not JSON" from "wrong type" would need a second parse, so both count as invalid_json
+    # unless the line at least starts like an object.
+    bad = (F.when(F.col("ts").isNull() | F.col("event").isNull() | F.col("node").isNull(),
+                  F.when(F.trim("_line").startswith("{"), F.lit("missing_or_mistyped_common"))
+                  .otherwise(F.lit("not_json")))
+           .when(~known, F.lit("unknown_event"))
+           .otherwise(_required_missing()))
+    return parsed.select("e.*", F.col("value").alias("_line")).withColumn(
+        "_bad", bad).drop("_line")
+
+
+def read_events(spark: SparkSession, logs: str) -> tuple[DataFrame, DataFrame]:
+    """Read every `*.jsonl*` file under `logs` (rotated files included).
+
+    Returns (events, bad_counts): the cleaned events, and one row per bad-line reason with its
+    count (empty when all lines are good)."""
+    lines = (spark.read.option("recursiveFileLookup", "true")
+             .option("pathGlobFilter", "*.jsonl*").text(logs))
+    rows = parse_lines(lines.where(F.length(F.trim("value")) > 0))
+    rows = rows.persist()
+    good = rows.where(F.col("_bad").isNull()).drop("_bad")
+    bad = rows.where(F.col("_bad").isNotNull()).groupBy(F.col("_bad").alias("reason")).count()
+    return good, bad
+
+
+def with_metadata(df: DataFrame) -> DataFrame:
+    """Stamp every column with the schema version (kept in the Parquet footer)."""
+    return df.select([F.col(c).alias(c, metadata={"notify.schema_version": SCHEMA_VERSION})
+                      for c in df.columns])
+
+
+def conform(df: DataFrame) -> DataFrame:
+    """A stored table (Parquet) -> exactly `EVENT_SCHEMA`: missing columns as nulls, in order."""
+    have = set(df.columns)
+    return df.select([F.col(c).cast(t) if c in have else F.lit(None).cast(t).alias(c)
+                      for c, t in COLUMNS.items()])

@@ -1,0 +1,100 @@
+"""The Spark jobs on a real fleet run and on hand-built logs with known violations (issue 5)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_analysis import cli
+from spark_analysis.check import check
+from spark_analysis.churn import churn
+from spark_analysis.common import load_events
+from spark_analysis.delivery import delivery
+from spark_analysis.whatif import whatif
+
+from . import handmade
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
+
+
+def test_schema_counts_bad_lines_and_keeps_good_ones(spark: SparkSession, tmp_path: Path) -> None:
+    junk = ["not json at all", '{"ts": 1.0, "event": "no.such.event", "node": "x"}',
+            '{"event": "msg.accept", "node": "server"}',
+            '{"ts": 2.0, "event": "msg.accept", "node": "server", "group": "g1"}']
+    logs = handmade.write(handmade.clean_history(), tmp_path / "logs", junk=junk)
+    ev = load_events(spark, str(logs), str(tmp_path / "out"))
+    good = sum(len(v) for v in handmade.clean_history().values())
+    assert ev.df.count() == good
+    assert ev.bad_lines == {"not_json": 1, "unknown_event": 1,
+                            "missing_or_mistyped_common": 1, "missing_offset": 1}
+    # the cleaned table was written as Parquet and can be read back as input
+    again = load_events(spark, str(tmp_path / "out" / "events"))
+    assert again.source == "parquet" and again.df.count() == good
+
+
+def test_check_passes_a_clean_history(spark: SparkSession, tmp_path: Path) -> None:
+    logs = handmade.write(handmade.clean_history(), tmp_path / "logs")
+    r = check(load_events(spark, str(logs)))
+    assert r.rows["violations"] == []
+    assert r.summary["deliveries_checked"] == 17
+    assert r.summary["survivor_transitions_checked"] == 2
+
+
+@pytest.mark.parametrize("variant", sorted(handmade.VARIANTS))
+def test_check_catches_each_known_violation(spark: SparkSession, tmp_path: Path,
+                                            variant: str) -> None:
+    build, guarantee = handmade.VARIANTS[variant]
+    logs = handmade.write(build(), tmp_path / "logs")
+    r = check(load_events(spark, str(logs)))
+    found = {v["guarantee"] for v in r.rows["violations"]}
+    assert guarantee in found, r.rows["violations"]
+
+
+def test_cli_check_exits_nonzero_and_lists_violations(spark: SparkSession, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    logs = handmade.write(handmade.reordered_fifo(), tmp_path / "logs")
+    a = cli._parser().parse_args(["check", "--logs", str(logs), "--out", str(tmp_path / "o")])
+    assert cli.run(a, spark) == 1
+    out = capsys.readouterr().out
+    assert "VIOLATION G3 FIFO group=g1 member=bob" in out
+    assert (tmp_path / "o" / "check" / "violations").is_dir()
+
+
+def test_fleet_run_passes_check_and_every_job_runs(spark: SparkSession, tmp_path: Path,
+                                                   fleet_logs: tuple[Path, dict]) -> None:
+    logs, fleet = fleet_logs
+    assert fleet["delivered"] > 100 and fleet["disconnects"] > 0
+    ev = load_events(spark, str(logs), str(tmp_path / "out"))
+    assert ev.bad_lines == {}
+    c = check(ev)
+    assert c.rows["violations"] == [], c.rows["violations"][:20]
+    assert c.summary["deliveries_checked"] == fleet["delivered"]
+    ch = churn(ev)
+    assert ch.summary["client_disconnects"] == fleet["disconnects"]
+    assert ch.summary["view_installs"] > 0
+    d = delivery(ev)
+    assert d.summary["accepted"] == fleet["published"]
+    assert {r["order"] for r in d.rows["latency"]} == {"fifo", "total"}
+    w = whatif(ev, current=0.15)
+    assert w.summary["recommended_suspect_timeout_s"] is not None
+    assert w.summary["server_option"].startswith("notify serve --suspect-timeout ")
+
+
+def test_cli_report_writes_html_plots_and_parquet(spark: SparkSession, tmp_path: Path,
+                                                   fleet_logs: tuple[Path, dict]) -> None:
+    logs, _ = fleet_logs
+    out = tmp_path / "o"
+    a = cli._parser().parse_args(["report", "--logs", str(logs), "--out", str(out),
+                                  "--current", "0.15"])
+    assert cli.run(a, spark) == 0
+    html = (out / "report" / "index.html").read_text()
+    for png in ("gaps.png", "whatif.png", "latency.png", "throughput.png", "views.png"):
+        assert (out / "report" / png).stat().st_size > 5000
+        assert png in html
+    for job in ("churn", "delivery", "check", "whatif"):
+        s = json.loads((out / job / "summary.json").read_text())
+        assert s["schema_version"] and s["job"] == job
+    assert spark.read.parquet(str(out / "whatif" / "candidates")).count() > 5

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from websockets.asyncio.client import ClientConnection
@@ -47,11 +47,14 @@ from client_sdk.events import (
     Removed,
     Reply,
     ServerError,
+    StateReceived,
+    StateRequested,
     ViewChanging,
     ViewInstalled,
     ViewResumed,
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase
+from state_transfer import encode
 
 __all__ = [
     "Backoff",
@@ -66,6 +69,7 @@ __all__ = [
     "PublishRejected",
     "PublishResult",
     "ServerRefused",
+    "StateProvider",
     "View",
     "connect",
 ]
@@ -106,6 +110,21 @@ class PublishQueueFull(NotifyError):
 
 class GroupLeftError(NotifyError):
     """The group was left (or the member removed from it) before the publish could be sent."""
+
+
+class StateProvider(Protocol):
+    """The application's replicated state, for state transfer (G9). `snapshot()` is called when
+    this member is the donor, at the exact point of its event stream where the joiner came in
+    (every earlier event has been handed to the application, no later one); `restore()` is
+    called on a joiner before it gets any event the snapshot does not include."""
+
+    def snapshot(self) -> bytes: ...
+
+    def restore(self, data: bytes) -> None: ...
+
+
+#: snapshots larger than this are compressed and cut off the event loop
+_THREAD_ENCODE = 1 << 20
 
 
 # -- options and results ------------------------------------------------------------------------
@@ -436,6 +455,8 @@ class Client:
             self._on_error(r)
 
     def _on_error(self, r: ServerError) -> None:
+        if r.code in ("offset_unavailable", "bad_resume") and self._fresh_join(r.req):
+            return
         tables: tuple[dict[str, tuple[str, Any]], ...] = (self._joins, self._leaves)
         for table in tables:
             for group, (req, fut) in list(table.items()):
@@ -443,32 +464,49 @@ class Client:
                     del table[group]
                     fut.set_exception(ServerRefused(r.code, r.message))
                     return
-        if r.code in ("offset_unavailable", "bad_resume"):
-            # A resume point the server cannot serve: start the group afresh (issue 4 will
-            # offer state transfer here). The application sees the new ViewInstalled.
-            for name, g in self.protocol.groups.items():
-                if g.phase is GroupPhase.JOINING and name in self._groups:
-                    self.protocol.join(f"r{next(self._reqs)}", name,
-                                       accept_from=self._groups[name].accept_from)
+
+    def _fresh_join(self, req: str | None) -> bool:
+        """The server cannot serve this join's resume point (out of retention, another epoch):
+        join afresh instead, with state transfer when the application keeps state (G8 → G9).
+        The caller's `join()` completes on the new view; the application sees a
+        `ViewInstalled` (and a `StateReceived`)."""
+        g = self.protocol.group_of_join(req)
+        handle = self._groups.get(g.name) if g is not None else None
+        if handle is None:
+            return False
+        again = f"r{next(self._reqs)}"
+        waiting = self._joins.get(handle.name)
+        if waiting is not None:
+            self._joins[handle.name] = (again, waiting[1])
+        self.protocol.join(again, handle.name, accept_from=handle.accept_from,
+                           want_state=handle._state is not None)
+        self._kick()
+        return True
 
     # -- requests --------------------------------------------------------------------------------
 
     async def join(self, name: str, *, accept_from: str = "members",
-                   resume_from: dict[str, Any] | None = None) -> Group:
+                   resume_from: dict[str, Any] | None = None, want_state: bool = False,
+                   state: StateProvider | None = None) -> Group:
         """Join `name` and wait for the first view that has this member.
 
         `resume_from` is a `Group.resume_point()` saved by an earlier process of this member:
-        the server then sends only what was missed since (durable catch-up, G8)."""
+        the server then sends only what was missed since (durable catch-up, G8).
+        `state` is this member's `StateProvider`: it serves joiners, and with `want_state=True`
+        it is restored from a member's snapshot before any later event (G9)."""
+        if want_state and state is None:
+            raise ValueError("want_state=True needs a StateProvider to restore into")
         if self.state is ConnectionState.CLOSED:
             raise NotifyError("client closed")
         if name in self._groups and not self._groups[name]._left:
             raise ServerRefused("already_member", f"already joined {name}")
-        group = Group(self, name, accept_from)
+        group = Group(self, name, accept_from, state)
         self._groups[name] = group
         req = f"j{next(self._reqs)}"
         fut: asyncio.Future[ViewInstalled] = asyncio.get_running_loop().create_future()
         self._joins[name] = (req, fut)
-        self.protocol.join(req, name, accept_from=accept_from, resume_from=resume_from)
+        self.protocol.join(req, name, accept_from=accept_from, resume_from=resume_from,
+                           want_state=want_state)
         self._kick()
         try:
             installed = await fut
@@ -512,6 +550,24 @@ class Client:
         self._kick()
         await fut
 
+    async def _serve_state(self, group: Group, request: StateRequested) -> None:
+        """Be the donor: snapshot now (the iterator is exactly at the joiner's point) and send
+        it as chunks, with the per-stream positions the snapshot covers."""
+        snapshot = group._state.snapshot() if group._state is not None else b""
+        covered = dict(group._delivered)
+        chunks = (await asyncio.to_thread(encode, snapshot)) if len(snapshot) > _THREAD_ENCODE \
+            else encode(snapshot)
+        for c in chunks:
+            frame: dict[str, Any] = {"type": "state_chunk", "group": group.name,
+                                     "transfer": request.transfer, "index": c.index,
+                                     "last": c.last, "data": c.data}
+            if c.last:
+                frame["sha256"], frame["streams"] = c.sha256, covered
+            self.protocol.send(frame)
+        self._log("client.state_served", group=group.name, joiner=request.joiner,
+                  bytes=len(snapshot))
+        self._kick()
+
     def _log(self, event: str, **fields: Any) -> None:
         if self._events_log is not None:
             self._events_log.write(event, time.time(), member=self.member,
@@ -521,13 +577,17 @@ class Client:
 class Group:
     """A joined group: publish to it, iterate its events, read its current view."""
 
-    def __init__(self, client: Client, name: str, accept_from: str) -> None:
+    def __init__(self, client: Client, name: str, accept_from: str,
+                 state: StateProvider | None = None) -> None:
         self.name = name
         self.accept_from = accept_from
         self.view: View | None = None
         self._client = client
+        self._state = state
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._left = False
+        #: last seq handed to the application, per stream (what a snapshot taken now covers)
+        self._delivered: dict[str, int] = {}
 
     async def publish(self, payload: Any, *, order: str = "fifo", atomic: bool = False,
                       same_view: bool = False, publish_id: str | None = None) -> PublishResult:
@@ -553,18 +613,40 @@ class Group:
 
     async def _events(self) -> AsyncIterator[GroupEvent]:
         while True:
-            e = await self._queue.get()
-            if e is _END:
+            e = await self._next(None)
+            if e is None:
                 return
             yield e
 
     async def next_event(self, timeout: float | None = None) -> GroupEvent:
-        e = await asyncio.wait_for(self._queue.get(), timeout)
-        if e is _END:
+        e = await self._next(timeout)
+        if e is None:
             raise GroupLeftError(f"{self.name}: no more events")
-        assert isinstance(e, (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp,
-                              Removed))
         return e
+
+    async def _next(self, timeout: float | None) -> GroupEvent | None:
+        """The next event for the application. State requests are served here, between the
+        events the application has taken and the ones it has not: that is the view boundary."""
+        while True:
+            if not self._queue.empty():  # the common case under load: no timer, no task
+                e = self._queue.get_nowait()
+            elif timeout is None:
+                e = await self._queue.get()
+            else:
+                e = await asyncio.wait_for(self._queue.get(), timeout)
+            if e is _END:
+                return None
+            if isinstance(e, StateRequested):
+                await self._client._serve_state(self, e)
+                continue
+            if isinstance(e, StateReceived) and e.snapshot is not None and \
+                    self._state is not None:
+                self._state.restore(e.snapshot)
+            if isinstance(e, Message):
+                self._delivered[e.stream] = e.seq
+            assert isinstance(e, (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp,
+                                  Removed, StateReceived))
+            return e
 
 
 class _Connect:

@@ -53,6 +53,28 @@ class CaughtUp:
 
 
 @dataclass(frozen=True, slots=True)
+class StateReceived:
+    """The group's state for this joiner (G9): `snapshot` is the donor's bytes, verified, or
+    None when no member could give it (`reason` says why); the SDK has already passed it to the
+    `StateProvider.restore`. Every later event is one the snapshot does not include."""
+
+    group: str
+    offset: int
+    snapshot: bytes | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateRequested:
+    """For the SDK, not the application: a joiner needs this member's state, now."""
+
+    group: str
+    transfer: str
+    joiner: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Removed:
     """This member is no longer in the group (it left, or the group removed it)."""
 
@@ -60,7 +82,8 @@ class Removed:
     view: int
 
 
-GroupEvent = Message | ViewInstalled | ViewChanging | ViewResumed | CaughtUp | Removed
+GroupEvent = (Message | ViewInstalled | ViewChanging | ViewResumed | CaughtUp | Removed
+              | StateReceived | StateRequested)
 
 
 # -- replies to requests (matched by `req` or publish `id`) ------------------------------------

@@ -28,10 +28,13 @@ from client_sdk.events import (
     Removed,
     Reply,
     ServerError,
+    StateReceived,
+    StateRequested,
     ViewChanging,
     ViewInstalled,
     ViewResumed,
 )
+from state_transfer import Assembler, ChunkError
 
 Frame = dict[str, Any]
 
@@ -67,6 +70,12 @@ class GroupProtocol:
     #: offset -> resolution (None = waiting) of atomic messages held back
     atomic: dict[int, bool | None] = field(default_factory=dict)
     duplicates: int = 0
+    want_state: bool = False
+    join_req: str = ""
+    #: while a joiner waits for its snapshot: the events that come after it (None: not waiting)
+    state_buffer: list[GroupEvent] | None = None
+    assembler: Assembler | None = None
+    transfer: str = ""
 
     def resume_point(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "offset": self.base, "view": self.view,
@@ -116,7 +125,7 @@ class ClientProtocol:
         frame: Frame = {"type": "join", "req": req, "group": group, "want_state": want_state,
                         "accept_from": accept_from}
         if resume_from is not None:
-            g = self.groups[group] = GroupProtocol(group)
+            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
             g.restore_point(resume_from)
             frame["resume"] = g.resume_point()
             self._out.append(frame)
@@ -124,7 +133,7 @@ class ClientProtocol:
         if resume and g is not None and g.epoch:
             frame["resume"] = g.resume_point()
         if g is None or not resume:
-            self.groups[group] = GroupProtocol(group)
+            self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
         else:
             g.phase = GroupPhase.JOINING
         self._out.append(frame)
@@ -154,9 +163,17 @@ class ClientProtocol:
     # -- frames from the server ------------------------------------------------------------------
 
     def receive(self, frame: Frame) -> tuple[list[GroupEvent], list[Reply]]:
-        events: list[GroupEvent] = []
+        raw: list[GroupEvent] = []
         replies: list[Reply] = []
-        self._receive(frame, events, replies)
+        self._receive(frame, raw, replies)
+        events: list[GroupEvent] = []
+        for e in raw:  # a joiner waiting for its state keeps what comes after it (G9)
+            g = self.groups.get(e.group)
+            if g is not None and g.state_buffer is not None and not isinstance(
+                    e, StateReceived | StateRequested | ViewInstalled | Removed):
+                g.state_buffer.append(e)
+            else:
+                events.append(e)
         return events, replies
 
     def _receive(self, f: Frame, events: list[GroupEvent], replies: list[Reply]) -> None:
@@ -197,8 +214,16 @@ class ClientProtocol:
         elif t == "outcome":
             replies.append(Outcome(f["id"], f["group"], f["offset"], f["committed"],
                                    f.get("reason")))
+        elif t == "state_request":
+            events.append(StateRequested(f["group"], f["transfer"], f["joiner"], f["offset"]))
+        elif t == "state_chunk":
+            self._state_chunk(f, events)
         elif t == "error":
-            replies.append(ServerError(f["code"], f["message"], f.get("req")))
+            g = self.group_of_join(f.get("req"))
+            if g is not None and f["code"] in ("state_unavailable", "state_too_large"):
+                self._state_done(g, StateReceived(g.name, 0, None, f["code"]), events)
+            else:
+                replies.append(ServerError(f["code"], f["message"], f.get("req")))
 
     def _deliver(self, f: Frame, events: list[GroupEvent]) -> None:
         g = self.groups.get(f["group"])
@@ -268,6 +293,8 @@ class ClientProtocol:
             g.phase = GroupPhase.LEFT
             events.append(Removed(g.name, f["view"]))
             return
+        if g.phase is GroupPhase.JOINING and g.want_state:
+            g.state_buffer = []  # everything after this install waits for the snapshot
         if g.phase is GroupPhase.JOINING:
             if not g.epoch or g.epoch != f["epoch"]:  # a fresh start: knowledge begins here
                 g.streams.clear()
@@ -278,6 +305,42 @@ class ClientProtocol:
         g.phase, g.members = GroupPhase.ACTIVE, members
         events.append(ViewInstalled(g.name, f["view"], members, tuple(f["joined"]),
                                     tuple(f["left"]), f["offset"]))
+
+    def group_of_join(self, req: str | None) -> GroupProtocol | None:
+        """The group a join request (its `req`) was for."""
+        if not req:
+            return None
+        return next((g for g in self.groups.values() if g.join_req == req), None)
+
+    def _state_chunk(self, f: Frame, events: list[GroupEvent]) -> None:
+        g = self.groups.get(f["group"])
+        if g is None or g.state_buffer is None:
+            return
+        if g.assembler is None or f["transfer"] != g.transfer:  # a replacement donor restarts
+            g.assembler, g.transfer = Assembler(), f["transfer"]
+        try:
+            snapshot = g.assembler.feed(f["index"], f["last"], f["data"], f.get("sha256"))
+        except ChunkError as e:
+            # Never a wrong state: nothing is restored, and what was buffered is dropped with it
+            # (the application should leave and join again).
+            g.state_buffer = []
+            self._state_done(g, StateReceived(g.name, f["offset"], None, f"bad_transfer: {e}"),
+                             events)
+            return
+        if snapshot is not None:
+            covered = f.get("streams") or {}
+            if g.state_buffer:
+                # What the donor had applied when it took the snapshot is in it already.
+                g.state_buffer = [e for e in g.state_buffer if not (
+                    isinstance(e, Message) and e.seq <= covered.get(e.stream, 0))]
+            self._state_done(g, StateReceived(g.name, f["offset"], snapshot), events)
+
+    @staticmethod
+    def _state_done(g: GroupProtocol, received: StateReceived, events: list[GroupEvent]) -> None:
+        buffered = g.state_buffer or []
+        g.state_buffer, g.assembler, g.want_state = None, None, False
+        events.append(received)
+        events.extend(buffered)
 
     def _reack(self, g: GroupProtocol) -> None:
         """After a resume or rejoin, ACK again what is held: the first ACK may have been lost;

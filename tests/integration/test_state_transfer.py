@@ -1,0 +1,213 @@
+"""G9 state transfer over real sockets: a joiner's restored state plus the later messages equals
+every other member's state; a donor cut mid-transfer is replaced; a bad transfer restores
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import random
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from client_sdk import (
+    Backoff,
+    Client,
+    ClientOptions,
+    Group,
+    Message,
+    StateReceived,
+    connect,
+)
+from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw
+from tests.integration.proxy import FaultyProxy
+
+FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
+
+
+class Replica:
+    """An application's replicated state: the list of payloads applied so far (+ ballast)."""
+
+    def __init__(self, ballast: int = 0) -> None:
+        self.items: list[Any] = []
+        self.ballast = os.urandom(ballast)  # incompressible: a snapshot of many chunks
+        self.restored = 0
+
+    def snapshot(self) -> bytes:
+        return orjson.dumps({"items": self.items, "ballast": self.ballast.hex()})
+
+    def restore(self, data: bytes) -> None:
+        state = orjson.loads(data)
+        self.items, self.ballast = state["items"], bytes.fromhex(state["ballast"])
+        self.restored += 1
+
+
+@pytest.fixture
+async def sdk() -> AsyncIterator[Callable[..., Any]]:
+    clients: list[Client] = []
+
+    async def make(url: str, member: str) -> Client:
+        c = await asyncio.wait_for(connect(url, member=member, options=FAST,
+                                           rng=random.Random(2)), TIMEOUT)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+async def apply_until(group: Group, replica: Replica, last: str) -> list[Any]:
+    """Run the application loop: apply every message until the one carrying `last`."""
+    events: list[Any] = []
+    while True:
+        e = await group.next_event(TIMEOUT)
+        events.append(e)
+        if isinstance(e, Message):
+            replica.items.append(e.payload)
+            if e.payload == last:
+                return events
+
+
+async def test_G9_joiner_restored_mid_stream_equals_every_member(
+        make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server()
+    a, b, c = [await sdk(srv.url, m) for m in "abc"]
+    ra, rb, rc = Replica(), Replica(), Replica()
+    ga = await a.join("g", state=ra)
+    gb = await b.join("g", state=rb)
+    apps = [asyncio.get_running_loop().create_task(apply_until(g, r, "end"))
+            for g, r in ((ga, ra), (gb, rb))]
+
+    async def stream() -> None:
+        for i in range(60):
+            await (ga if i % 2 else gb).publish(f"m{i}", order="total" if i % 3 else "fifo")
+            await asyncio.sleep(0)
+
+    publishing = asyncio.get_running_loop().create_task(stream())
+    await asyncio.sleep(0.01)
+    gc = await c.join("g", want_state=True, state=rc)  # lands in the middle of the stream
+    app_c = asyncio.get_running_loop().create_task(apply_until(gc, rc, "end"))
+    await publishing
+    await ga.publish("end", order="total")
+    await asyncio.wait_for(asyncio.gather(*apps), TIMEOUT)
+    events_c = await asyncio.wait_for(app_c, TIMEOUT)
+
+    received = [e for e in events_c if isinstance(e, StateReceived)]
+    assert len(received) == 1 and received[0].snapshot is not None and rc.restored == 1
+    assert sorted(map(str, ra.items)) == sorted(map(str, rb.items))
+    # the total-order part is identical everywhere, in the same order (G4)
+    total = [p for p in ra.items if p == "end" or int(p[1:]) % 3]
+    assert [p for p in rc.items if p == "end" or int(p[1:]) % 3] == total
+    assert len(rc.items) == len(set(map(str, rc.items)))  # no duplicate, no gap:
+    assert set(map(str, rc.items)) == set(map(str, ra.items))
+
+
+async def test_G9_donor_cut_mid_transfer_is_replaced_and_the_joiner_is_right(
+        make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await FaultyProxy(srv.port).start()
+    try:
+        a = await sdk(proxy.url, "a")  # the senior member: the first donor, on a slow link
+        b = await sdk(srv.url, "b")
+        c = await sdk(srv.url, "c")
+        ra, rb, rc = Replica(ballast=2_000_000), Replica(), Replica()
+        ga = await a.join("g", state=ra)
+        gb = await b.join("g", state=rb)
+        await gb.publish("before")
+        for g, r in ((ga, ra), (gb, rb)):
+            await apply_until(g, r, "before")
+        rb.ballast = ra.ballast  # same state everywhere before c comes
+        app_a = asyncio.get_running_loop().create_task(apply_until(ga, ra, "never"))
+        # b's application keeps reading (it serves the replacement snapshot) until "later"
+        app_b = asyncio.get_running_loop().create_task(apply_until(gb, rb, "later"))
+        proxy.delay = 0.05  # a's chunks trickle out
+        gc = await c.join("g", want_state=True, state=rc)
+        await asyncio.sleep(0.3)
+        proxy.block()
+        proxy.cut()  # the donor is gone mid-transfer
+        await gb.publish("after")
+        events_c = []
+        while not any(isinstance(e, StateReceived) for e in events_c):
+            events_c.append(await gc.next_event(TIMEOUT))
+        await gb.publish("later")
+        events_c += await apply_until(gc, rc, "later")
+        await asyncio.wait_for(app_b, TIMEOUT)
+        app_a.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await app_a
+    finally:
+        await proxy.close()
+    received = [e for e in events_c if isinstance(e, StateReceived)]
+    assert len(received) == 1 and received[0].snapshot is not None
+    assert rc.restored == 1
+    # "after" is in the replacement donor's snapshot or arrives after it: either way once
+    assert rc.items == rb.items[:3] == ["before", "after", "later"]
+    assert hashlib.sha256(rc.ballast).digest() == hashlib.sha256(ra.ballast).digest()
+
+
+async def test_G9_corrupt_transfer_restores_nothing_and_bad_chunks_are_refused(
+        make_server: MakeServer, sdk: Any, open_raw: OpenRaw) -> None:
+    srv = await make_server()
+    donor = await open_raw(srv, "d")
+    await donor.join("g")
+    donor.auto_flush = True
+    c = await sdk(srv.url, "c")
+    rc = Replica()
+    joining = asyncio.get_running_loop().create_task(c.join("g", want_state=True, state=rc))
+    request = await donor.expect("state_request")
+    gc = await asyncio.wait_for(joining, TIMEOUT)
+
+    await donor.send({"type": "state_chunk", "group": "g", "transfer": "nope", "index": 0,
+                      "last": True, "data": ""})
+    assert (await donor.expect("error"))["code"] == "unknown_transfer"
+    await donor.send({"type": "state_chunk", "group": "g", "transfer": request["transfer"],
+                      "index": 3, "last": False, "data": ""})
+    assert (await donor.expect("error"))["code"] == "bad_chunk"
+    import base64
+    import zlib
+    good = zlib.compress(b'{"items": ["forged"], "ballast": ""}')
+    await donor.send({"type": "state_chunk", "group": "g", "transfer": request["transfer"],
+                      "index": 0, "last": True, "data": base64.b64encode(good).decode(),
+                      "sha256": "0" * 64, "streams": {}})
+    e = await gc.next_event(TIMEOUT)
+    while not isinstance(e, StateReceived):
+        e = await gc.next_event(TIMEOUT)
+    assert e.snapshot is None and e.reason is not None and "sha256" in e.reason
+    assert rc.restored == 0 and rc.items == []
+
+
+async def test_G9_no_member_to_give_state(make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server()
+    c = await sdk(srv.url, "c")
+    rc = Replica()
+    gc = await c.join("g", want_state=True, state=rc)
+    e = await gc.next_event(TIMEOUT)
+    while not isinstance(e, StateReceived):
+        e = await gc.next_event(TIMEOUT)
+    assert e.snapshot is None and e.reason == "state_unavailable" and rc.restored == 0
+
+
+async def test_G8_G9_unusable_resume_point_falls_back_to_state_transfer(
+        make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server()
+    a = await sdk(srv.url, "a")
+    ra = Replica()
+    ga = await a.join("g", state=ra)
+    for i in range(3):
+        await ga.publish(f"m{i}")
+    app_a = asyncio.get_running_loop().create_task(apply_until(ga, ra, "never"))
+    c = await sdk(srv.url, "c")
+    rc = Replica()
+    stale = {"epoch": 12345, "offset": 2, "view": 1, "streams": {"fifo:a": 2}}  # another epoch
+    gc = await c.join("g", resume_from=stale, state=rc)
+    e = await gc.next_event(TIMEOUT)
+    while not isinstance(e, StateReceived):
+        e = await gc.next_event(TIMEOUT)
+    app_a.cancel()
+    assert e.snapshot is not None and rc.items == ["m0", "m1", "m2"]

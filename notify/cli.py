@@ -10,73 +10,137 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
-from notify.core import CoreConfig, Limits, Timeouts
+from notify.config import Settings
 from notify.eventlog import EventLog
+
+#: `notify serve` flags: (flag, settings section, type, help). Every flag defaults to "not given"
+#: so that only the flags on the command line override the environment and the TOML file.
+_SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
+    ("--host", "server", str, "interface to listen on (default 127.0.0.1)"),
+    ("--port", "server", int, "port (default 8765; 0 = any free port)"),
+    ("--data-dir", "server", str, "where the log and event logs live (default ./data)"),
+    ("--durability", "server", str,
+     "normal (default) survives a killed server; full also a power loss (fsync)"),
+    ("--log-level", "server", str, "debug, info (default), warning, error"),
+    ("--log-format", "server", str, "console (default) or json (one JSON object per line)"),
+    ("--tls-cert", "server", str, "PEM certificate chain: serve wss:// (with --tls-key)"),
+    ("--tls-key", "server", str, "PEM private key of --tls-cert"),
+    ("--max-connections", "server", int, "open connections (default 100,000; 0 = no limit)"),
+    ("--max-connections-per-ip", "server", int, "per client address (default 0 = no limit)"),
+    ("--shutdown-grace", "server", float, "seconds clients get to go on SIGTERM (default 5)"),
+    ("--drain-delay", "server", float,
+     "on SIGTERM, seconds of /readyz 503 before the listener closes (default 0)"),
+    ("--heartbeat-interval", "timeouts", float, "default 5 s"),
+    ("--heartbeat-timeout", "timeouts", float, "default 15 s"),
+    ("--suspect-timeout", "timeouts", float, "default 3 s"),
+    ("--install-hold", "timeouts", float, "default 0 s"),
+    ("--flush-timeout", "timeouts", float, "default 5 s"),
+    ("--ack-timeout", "timeouts", float, "default 10 s"),
+    ("--hello-timeout", "timeouts", float, "close connections with no hello by then (10 s)"),
+    ("--max-frame-bytes", "limits", int, "default 1 MiB; larger frames close with 1009"),
+    ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
+    ("--retain-messages", "limits", int, "default 100,000 per group"),
+    ("--max-groups-per-session", "limits", int, "default 1,000"),
+    ("--publish-rate", "limits", float, "publishes/s per connection (default 20,000; 0 = off)"),
+    ("--publish-burst", "limits", int, "token bucket size (default 20,000)"),
+    ("--max-pending-atomic", "limits", int, "unresolved atomics per sender (default 10,000)"),
+    ("--auth-hs256-secret", "auth", str,
+     "HS256 shared secret (prefer NOTIFY_AUTH__HS256_SECRET: flags show in `ps`)"),
+    ("--auth-public-key-file", "auth", str, "PEM public key: RS256/ES256 tokens"),
+    ("--auth-jwks-file", "auth", str, "JWKS file: RS256/ES256 tokens, key chosen by kid"),
+    ("--auth-audience", "auth", str, "required `aud`"),
+    ("--auth-issuer", "auth", str, "required `iss`"),
+    ("--auth-leeway", "auth", float, "seconds of clock skew on exp/nbf (default 5)"),
+    ("--auth-policy-file", "auth", str, "server-side grants by member (TOML or JSON)"),
+]
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    d, lim = Timeouts(), Limits()
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--data-dir", default="./data", help="where the log and event logs live")
-    p.add_argument("--store", choices=["sqlite", "memory"], default="sqlite",
+    p.add_argument("--config", default=None, metavar="TOML",
+                   help="TOML configuration file (also NOTIFY_CONFIG). Precedence: flags > "
+                        "NOTIFY_* environment > this file > defaults")
+    p.add_argument("--store", choices=["sqlite", "memory"], default=argparse.SUPPRESS,
                    help="sqlite: DATA_DIR/notify.db, survives restarts (default); memory: does not")
-    p.add_argument("--durability", choices=["normal", "full"], default="normal",
-                   help="normal survives a killed server; full also a power loss (fsync)")
-    p.add_argument("--event-log", nargs="?", const="", default=None, metavar="DIR",
+    p.add_argument("--event-log", nargs="?", const="", default=argparse.SUPPRESS, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
-    p.add_argument("--heartbeat-interval", type=float, default=d.heartbeat_interval)
-    p.add_argument("--heartbeat-timeout", type=float, default=d.heartbeat_timeout)
-    p.add_argument("--suspect-timeout", type=float, default=d.suspect_timeout)
-    p.add_argument("--install-hold", type=float, default=d.install_hold)
-    p.add_argument("--flush-timeout", type=float, default=d.flush_timeout)
-    p.add_argument("--ack-timeout", type=float, default=d.ack_timeout)
-    p.add_argument("--max-frame-bytes", type=int, default=lim.max_frame_bytes)
-    p.add_argument("--max-outbound-frames", type=int, default=lim.max_outbound_frames)
-    p.add_argument("--retain-messages", type=int, default=lim.retain_messages)
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--origin", action="append", dest="origins", default=argparse.SUPPRESS,
+                   metavar="ORIGIN", help="allowed browser Origin (repeat; default: any)")
+    p.add_argument("--auth-required", action="store_true", default=argparse.SUPPRESS,
+                   help="refuse to start without a token key")
+    for flag, _, typ, help_ in _SERVE_FLAGS:
+        p.add_argument(flag, type=typ, default=argparse.SUPPRESS, help=help_)
 
 
-def config_from_args(a: argparse.Namespace) -> CoreConfig:
-    t = Timeouts(a.heartbeat_interval, a.heartbeat_timeout, a.suspect_timeout, a.install_hold,
-                 a.flush_timeout, a.ack_timeout)
-    if not 0 < t.heartbeat_interval < t.heartbeat_timeout:
-        raise SystemExit("--heartbeat-interval must be positive and below --heartbeat-timeout")
-    lim = Limits(max_frame_bytes=a.max_frame_bytes, max_outbound_frames=a.max_outbound_frames,
-                 retain_messages=a.retain_messages)
-    return CoreConfig(t, lim, event_log=a.event_log is not None)
+def settings_from_args(a: argparse.Namespace) -> Settings:
+    """Settings from the TOML file, the environment and the flags given, in that precedence."""
+    given = vars(a)
+    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {}}
+    for flag, section, _, _ in _SERVE_FLAGS:
+        name = flag[2:].replace("-", "_")
+        if name in given:
+            field = name.removeprefix("auth_") if section == "auth" else name
+            cli[section][field] = given[name]
+    for name in ("store", "event_log", "origins"):
+        if name in given:
+            cli["server"][name] = given[name]
+    if "auth_required" in given:
+        cli["auth"]["required"] = True
+    try:
+        return Settings.load(config_file=a.config or os.environ.get("NOTIFY_CONFIG"),
+                         cli={k: v for k, v in cli.items() if v})
+    except (ValidationError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"notify serve: bad configuration: {e}") from None
 
 
 async def _serve(a: argparse.Namespace) -> None:
     from notify.server import NotifyServer
-
-    config = config_from_args(a)
-    events = None
-    if a.event_log is not None:
-        events = EventLog(a.event_log or Path(a.data_dir) / "events", "server")
-    Path(a.data_dir).mkdir(parents=True, exist_ok=True)
+    from notify.server.auth import TokenVerifier
     from notify.storage import MemoryLog, MessageLog, SqliteLog
 
-    store: MessageLog = SqliteLog(Path(a.data_dir) / "notify.db", durability=a.durability) \
-        if a.store == "sqlite" else MemoryLog(config.limits.retain_messages)
-    server = NotifyServer(config, host=a.host, port=a.port, event_log=events, store=store)
+    settings: Settings = a.settings
+    srv, auth = settings.server, settings.auth
+    log = structlog.get_logger("notify")
+    log.info("config", **settings.masked())
+    config = settings.core()
+    verifier = None
+    if auth.enabled:
+        verifier = TokenVerifier.from_files(
+            secret=auth.hs256_secret.get_secret_value() if auth.hs256_secret else None,
+            public_key_file=str(auth.public_key_file) if auth.public_key_file else None,
+            jwks_file=str(auth.jwks_file) if auth.jwks_file else None,
+            policy_file=str(auth.policy_file) if auth.policy_file else None,
+            algorithms=tuple(auth.algorithms), audience=auth.audience, issuer=auth.issuer,
+            leeway=auth.leeway, claim=auth.claim)
+    events = None
+    if srv.event_log is not None:
+        events = EventLog(srv.event_log or Path(srv.data_dir) / "events", "server")
+    Path(srv.data_dir).mkdir(parents=True, exist_ok=True)
+    store: MessageLog = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability) \
+        if srv.store == "sqlite" else MemoryLog(config.limits.retain_messages)
+    server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,
+                          verifier=verifier, origins=srv.origins or None,
+                          ssl=settings.ssl_context(), max_connections=srv.max_connections,
+                          max_connections_per_ip=srv.max_connections_per_ip,
+                          shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay)
     await server.start()
-    structlog.get_logger("notify").info("config", store=a.store, data_dir=a.data_dir,
-                                        timeouts=str(config.timeouts),
-                                        limits=str(config.limits))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    log.info("shutting_down", connections=server.connection_count)
     await server.stop()
+    log.info("stopped")
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
@@ -162,12 +226,24 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pub", "sub", "watch"):
         sub.choices[name].add_argument("--log-level", default="warning")
     a = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, a.log_level.upper(), logging.INFO),
-                        stream=sys.stderr, format="%(message)s")
+    log_format = "console"
+    if a.cmd == "serve":
+        a.settings = settings_from_args(a)
+        a.log_level, log_format = a.settings.server.log_level, a.settings.server.log_format
+    level = getattr(logging, a.log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(message)s")
     # one line per connection is noise at INFO; the delivery event log records them
     logging.getLogger("websockets").setLevel(logging.WARNING)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(
-        getattr(logging, a.log_level.upper(), logging.INFO)))
+    processors: list[Any] = [structlog.contextvars.merge_contextvars,
+                             structlog.processors.add_log_level,
+                             structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    if log_format == "json":
+        processors += [structlog.processors.format_exc_info,
+                       structlog.processors.JSONRenderer()]
+    else:
+        processors.append(structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(processors=processors,
+                        wrapper_class=structlog.make_filtering_bound_logger(level))
     try:
         if a.cmd == "serve":
             asyncio.run(_serve(a))

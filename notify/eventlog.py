@@ -38,8 +38,11 @@ class EventLog:
         self._handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(self._handler)
         self._logger = logger
+        # Its own wrapper class: the event log is data, not diagnostics, so the level filter
+        # the CLI configures for structlog (`--log-level`) must not drop it.
         self._log = structlog.wrap_logger(
             logger,
+            wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
             processors=[structlog.processors.JSONRenderer(serializer=_orjson_str)],
             context_class=dict,
         ).bind(node=node)

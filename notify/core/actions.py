@@ -151,9 +151,34 @@ class Deliver:
         return cls(m.group, m.offset, m.stream, m.seq, m.sender, m.view, m.atomic, m.payload, m.ts)
 
 
+@dataclass(frozen=True, slots=True)
+class StateRequest:
+    """To the donor: snapshot your state now, at this point of your event stream, and send it
+    as `state_chunk`s of `transfer`."""
+
+    group: str
+    transfer: str
+    joiner: MemberId
+    offset: int
+    type: str = field(default="state_request", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class StateChunkOut:
+    group: str
+    transfer: str
+    index: int
+    last: bool
+    data: str
+    sha256: str | None
+    streams: dict[str, int] | None
+    offset: int
+    type: str = field(default="state_chunk", init=False)
+
+
 OutFrame = (
     Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
-    | ViewResume | CatchupDone | Error | Deliver
+    | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
 )
 
 # --- actions -----------------------------------------------------------------------------------

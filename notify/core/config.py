@@ -20,6 +20,8 @@ class Timeouts:
     install_hold: float = 0.0
     flush_timeout: float = 5.0
     ack_timeout: float = 10.0
+    #: a connection that has not said a successful `hello` by then is closed (4006)
+    hello_timeout: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,15 @@ class Limits:
     max_outbound_frames: int = 50_000
     max_groups_per_session: int = 1_000
     max_group_name: int = 200
+    #: a snapshot relayed to a joiner, in bytes of base64 on the wire (≈ 4/3 of compressed)
+    max_state_bytes: int = 512 << 20
+    #: publishes per second per connection (token bucket refill rate; 0 = unlimited). The
+    #: default is above what one connection reaches in bench/ (~11k/s): lower it on the internet
+    publish_rate: float = 20_000.0
+    #: the bucket's size: how many publishes may come in one burst
+    publish_burst: int = 20_000
+    #: unresolved atomic messages one sender may have in one group
+    max_pending_atomic: int = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +54,6 @@ class CoreConfig:
     limits: Limits = field(default_factory=Limits)
     #: emit delivery event-log records (DESIGN §6) as actions
     event_log: bool = False
+    #: emit the group events that metrics count (view changes, installs, atomic outcomes,
+    #: suspects, rejects) as `LogEvent`s even without the event log; never per-message ones
+    metrics: bool = False

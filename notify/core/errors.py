@@ -26,7 +26,17 @@ class ErrorCode(StrEnum):
     WRONG_VIEW = "wrong_view"  # flush_ok for a view that is not being proposed
     OFFSET_UNAVAILABLE = "offset_unavailable"  # resume point older than retention / other epoch
     BAD_RESUME = "bad_resume"  # resume point in the future
+    UNKNOWN_TRANSFER = "unknown_transfer"  # state_chunk for no transfer this member serves
+    BAD_CHUNK = "bad_chunk"  # state_chunk out of order
+    STATE_UNAVAILABLE = "state_unavailable"  # no member (left) can give a joiner the state
+    STATE_TOO_LARGE = "state_too_large"  # a snapshot over Limits.max_state_bytes
     INTERNAL = "internal"  # a server bug; the frame was dropped, the connection stays up
+    # -- authentication and authorisation (docs/security.md); the first three close with 4004
+    TOKEN_REQUIRED = "token_required"  # hello without a token on a server that requires one
+    TOKEN_INVALID = "token_invalid"  # bad signature/key/algorithm/audience/issuer, no `sub`...
+    TOKEN_EXPIRED = "token_expired"  # `exp` is past (at hello or refresh)
+    MEMBER_MISMATCH = "member_mismatch"  # `member` (or a refresh token's `sub`) is not the sub
+    FORBIDDEN = "forbidden"  # join / want_state outside the token's grants
 
 
 class RejectCode(StrEnum):
@@ -38,6 +48,9 @@ class RejectCode(StrEnum):
     NO_GROUP = "no_group"
     VIEW_CHANGING = "view_changing"  # sent after this member's flush_ok, before the install
     LEAVING = "leaving"
+    FORBIDDEN = "forbidden"  # no `publish` (or `publish_atomic`) grant for this group
+    RATE_LIMITED = "rate_limited"  # over `publish_rate` (token bucket per connection)
+    TOO_MANY_PENDING = "too_many_pending"  # over `max_pending_atomic` unresolved atomics
 
 
 class CloseCode(IntEnum):
@@ -46,4 +59,7 @@ class CloseCode(IntEnum):
     HEARTBEAT_TIMEOUT = 4000
     SLOW_CONSUMER = 4001
     REPLACED = 4002  # a new incarnation of the same member connected
-    SHUTDOWN = 4003
+    SHUTDOWN = 4003  # graceful shutdown: reconnect (elsewhere) and resume
+    UNAUTHORIZED = 4004  # hello refused: the error frame before the close says why
+    TOKEN_EXPIRED = 4005  # the token expired and no `refresh` came in time
+    HELLO_TIMEOUT = 4006  # no successful hello within `hello_timeout`

@@ -86,4 +86,18 @@ class FlushOk:
     view: int
 
 
-ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk
+@dataclass(frozen=True, slots=True)
+class StateChunk:
+    """A piece of a donor's snapshot for a joiner (G9); relayed as is. The last one carries the
+    sha256 of the snapshot and the donor's per-stream positions when it took it."""
+
+    group: str
+    transfer: str
+    index: int
+    last: bool
+    data: str
+    sha256: str | None = None
+    streams: dict[str, int] | None = None
+
+
+ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk

@@ -39,6 +39,8 @@ from notify.core.actions import (
     Published,
     Rejected,
     Send,
+    StateChunkOut,
+    StateRequest,
     StoreOutcomes,
     StoreView,
     ViewChange,
@@ -48,7 +50,7 @@ from notify.core.actions import (
 from notify.core.atomic import AtomicTracker
 from notify.core.config import CoreConfig
 from notify.core.errors import ErrorCode, RejectCode
-from notify.core.events import AcceptFrom, Join, Order, Publish, ResumePoint
+from notify.core.events import AcceptFrom, Join, Order, Publish, ResumePoint, StateChunk
 from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
 from notify.core.topic import Topic
 from notify.core.view import MemberId, View
@@ -86,6 +88,23 @@ class Slot:
         self.state = MEMBER_TRANSITIONS[self.state][event]
 
 
+@dataclass(slots=True)
+class Transfer:
+    """A snapshot on its way from `donor` to `joiner` (G9); the server only relays and counts."""
+
+    id: str
+    joiner: MemberId
+    donor: MemberId
+    offset: int
+    started: float
+    req: str = ""  # the joiner's join request: errors about its state carry it
+    attempt: int = 0
+    next_index: int = 0
+    bytes: int = 0
+    #: when the donor last made progress; stalled for `flush_timeout`, it is replaced
+    progress: float = 0.0
+
+
 class Group:
     def __init__(self, name: str, config: CoreConfig, *, epoch: int, view: int = 0,
                  head: int = 0) -> None:
@@ -98,6 +117,8 @@ class Group:
         self.topic = Topic(name, retain=config.limits.retain_messages,
                            idempotency_window=config.limits.idempotency_window, head=head)
         self.atomics = AtomicTracker()
+        #: unresolved atomic messages per sender (the `max_pending_atomic` limit)
+        self._pending_of: dict[MemberId, int] = {}
         self.slots: dict[MemberId, Slot] = {}
         #: where to send the install to members that are not (or no longer) in the view's slots
         self._joiner_conns: dict[MemberId, ConnId] = {}
@@ -106,6 +127,7 @@ class Group:
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
+        self._transfers: dict[str, Transfer] = {}
 
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
@@ -151,7 +173,9 @@ class Group:
         self._conns_members = self._conns_any = None
 
     def _log(self, out: list[Action], event: str, now: float, **fields: Any) -> None:
-        if self._cfg.event_log:
+        # Per-message events (msg.accept) are guarded by `event_log` alone at their call site;
+        # the rest are rare enough to feed the metrics too.
+        if self._cfg.event_log or self._cfg.metrics:
             out.append(LogEvent(event, now, {"group": self.name, "view": self.view.version,
                                              **fields}))
 
@@ -214,6 +238,9 @@ class Group:
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
+        replaced: list[Send] = []
+        self._transfer_party_lost(replaced, member, now)
+        out.extend(replaced)
         self._request_removal(out, member, reason, now)
         return out
 
@@ -242,6 +269,9 @@ class Group:
             return out
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
+        replaced: list[Send] = []
+        self._transfer_party_lost(replaced, member, now)
+        out.extend(replaced)
         slot.suspect_deadline = now + self._cfg.timeouts.suspect_timeout
         slot.lost_at = now
         self._slots_changed()
@@ -376,6 +406,7 @@ class Group:
                                 from_member=is_member)
         if p.atomic:
             self.atomics.add(msg, self.view.members, now)
+            self._pending_of[member] = self._pending_of.get(member, 0) + 1
         out = [Fanout(msg, self._recipients(is_member), Send(conn, Published(p.req, p.id,
                                                                               msg.offset)))]
         if self._cfg.event_log:
@@ -400,6 +431,8 @@ class Group:
             return RejectCode.FUTURE_VIEW
         if p.same_view and p.view != self.view.version:
             return RejectCode.STALE_VIEW
+        if p.atomic and self._pending_of.get(member, 0) >= self._cfg.limits.max_pending_atomic:
+            return RejectCode.TOO_MANY_PENDING
         return None
 
     def ack(self, member: MemberId, conn: ConnId, offsets: tuple[int, ...],
@@ -439,6 +472,9 @@ class Group:
                   now: float) -> None:
         for m in msgs:
             self.topic.record_outcome(m.offset, committed)
+            left = self._pending_of.pop(m.sender, 0) - 1
+            if left > 0:
+                self._pending_of[m.sender] = left
             sender = self.slots.get(m.sender)
             conn = sender.conn if sender is not None else self._leaver_conns.get(m.sender)
             if conn is not None:
@@ -561,11 +597,91 @@ class Group:
         for mem, c in leaver_conns.items():
             if mem not in p.joining:  # a re-joiner got the install above
                 sends.append(Send(c, install))
+        for mem in p.leaving:
+            self._transfer_party_lost(sends, mem, now)
+        for mem, joined in p.joining.items():
+            if joined.want_state:
+                # Behind the donor's own install: it snapshots exactly the old view's state.
+                t = Transfer(f"{view.version}.{mem}.0", mem, "", self.topic.head, now,
+                             joined.req)
+                sends.extend(self._request_state(t, exclude=frozenset(p.joining)))
         out.append(AfterStreams(self.name, tuple(sends)))
         out.extend(logs)
         self._log(out, "view.install", now, members=list(view.members),
                   duration_ms=round((now - self._flush_started) * 1000, 3),
                   previous=old.version)
+
+    # -- state transfer (G9) ----------------------------------------------------------------------
+
+    def _request_state(self, t: Transfer, exclude: frozenset[MemberId] = frozenset(),
+                       ) -> list[Send]:
+        """Ask the longest-standing member that has the state for a snapshot for `t.joiner`;
+        if there is none, tell the joiner (it starts without state)."""
+        waiting = {x.joiner for x in self._transfers.values()}
+        donor = next((m for m in self.view.members
+                      if m != t.joiner and m not in exclude and m not in waiting
+                      and self.slots[m].conn is not None), None)
+        joiner_conn = self.slots[t.joiner].conn if t.joiner in self.slots else None
+        if donor is None:
+            self._transfers.pop(t.id, None)
+            if joiner_conn is None:
+                return []
+            return [Send(joiner_conn, Error(ErrorCode.STATE_UNAVAILABLE,
+                                            f"no member of {self.name} can give the state",
+                                            t.req))]
+        t.donor, t.progress = donor, t.started
+        self._transfers[t.id] = t
+        donor_conn = self.slots[donor].conn
+        assert donor_conn is not None
+        return [Send(donor_conn, StateRequest(self.name, t.id, t.joiner, t.offset))]
+
+    def _transfer_party_lost(self, out: list[Send], member: MemberId, now: float) -> None:
+        """A joiner that goes away needs no state; a donor that goes away is replaced."""
+        for t in list(self._transfers.values()):
+            if t.joiner == member:
+                del self._transfers[t.id]
+            elif t.donor == member:
+                self._replace_donor(out, t, now)
+
+    def _replace_donor(self, out: list[Send], t: Transfer, now: float) -> None:
+        """Ask the next member; the joiner drops the partial snapshot when chunks of the new
+        transfer arrive (the new donor's snapshot carries its own stream positions)."""
+        del self._transfers[t.id]
+        again = Transfer(f"{t.id.rsplit('.', 1)[0]}.{t.attempt + 1}", t.joiner, "", t.offset,
+                         now, t.req, t.attempt + 1)
+        out.extend(self._request_state(again, exclude=frozenset({t.donor})))
+
+    def state_chunk(self, member: MemberId, conn: ConnId, f: StateChunk,
+                    now: float) -> list[Action]:
+        out: list[Action] = []
+        t = self._transfers.get(f.transfer)
+        if t is None or t.donor != member:
+            out.append(Send(conn, Error(ErrorCode.UNKNOWN_TRANSFER,
+                                        f"no transfer {f.transfer!r} from you in {self.name}")))
+            return out
+        if f.index != t.next_index:
+            out.append(Send(conn, Error(ErrorCode.BAD_CHUNK,
+                                        f"chunk {f.index} where {t.next_index} was expected")))
+            return out
+        t.next_index += 1
+        t.bytes += len(f.data)
+        t.progress = now
+        joiner = self.slots.get(t.joiner)
+        if t.bytes > self._cfg.limits.max_state_bytes:
+            del self._transfers[t.id]
+            msg = f"snapshot over {self._cfg.limits.max_state_bytes} bytes"
+            out.append(Send(conn, Error(ErrorCode.STATE_TOO_LARGE, msg)))
+            if joiner is not None and joiner.conn is not None:
+                out.append(Send(joiner.conn, Error(ErrorCode.STATE_TOO_LARGE, msg, t.req)))
+            return out
+        if joiner is not None and joiner.conn is not None:
+            out.append(Send(joiner.conn, StateChunkOut(
+                self.name, t.id, f.index, f.last, f.data, f.sha256, f.streams, t.offset)))
+        if f.last:
+            del self._transfers[t.id]
+            self._log(out, "state.transfer", now, member=t.joiner, bytes=t.bytes,
+                      duration_ms=round((now - t.started) * 1000, 3), source=t.donor)
+        return out
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -578,6 +694,8 @@ class Group:
         oldest = self.atomics.oldest_since()
         if oldest is not None:
             candidates.append(oldest + self._cfg.timeouts.ack_timeout)
+        candidates.extend(t.progress + self._cfg.timeouts.flush_timeout
+                          for t in self._transfers.values())
         return min(candidates) if candidates else None
 
     def tick(self, now: float) -> list[Action]:
@@ -595,6 +713,12 @@ class Group:
             p = m.proposal
             if p is not None and now >= p.deadline:  # nothing changed: push the deadline on
                 p.deadline = now + self._cfg.timeouts.flush_timeout
+        stalled = [t for t in self._transfers.values()
+                   if now - t.progress >= self._cfg.timeouts.flush_timeout]
+        for t in stalled:  # a donor that does not send (e.g. its application stopped reading)
+            replaced: list[Send] = []
+            self._replace_donor(replaced, t, now)
+            out.extend(replaced)
         for mem in sorted(self.atomics.overdue(now, self._cfg.timeouts.ack_timeout)):
             if mem in self.slots and not m.is_leaving(mem):
                 self._request_removal(out, mem, "ack_timeout", now)

@@ -8,18 +8,31 @@ that presents the session token of a live or SUSPECT session resumes it on the n
 a `hello` for a member id that already has a session, without its token, is a new incarnation:
 the old one is removed from its groups at once and its connection closed, rather than waiting
 for its timeouts. Group frames are routed to their `Group`.
+
+Authentication happens in the adapter (it holds the keys and the clock): a verified token
+reaches the hub as an `Identity` passed with `hello` (`hello(conn, frame, now, identity)`), and a
+`refresh` as `refresh(conn, identity, now)`. With an identity the member id is the token's `sub`
+and a `member` that names anyone else is refused; the session carries the identity's grants,
+which `join` and `publish` consult, and its expiry, which `tick` enforces (close 4005). Without
+one (development mode) the client names itself and may do everything.
+
+Per-connection limits live here too because they need only `now`: a connection must say a
+successful `hello` within `hello_timeout` (4006), and publishes draw on a token bucket
+(`publish_rate`, `publish_burst`) whose refusal is `rejected{code: rate_limited}`.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from notify.core.actions import Action, Close, ConnId, Error, LogEvent, Rejected, Send, Welcome
+from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
 from notify.core.config import CoreConfig
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
-from notify.core.events import Ack, ClientFrame, FlushOk, Hello, Join, Leave, Publish
+from notify.core.events import Ack, ClientFrame, FlushOk, Hello, Join, Leave, Publish, StateChunk
 from notify.core.group import Group
 from notify.core.view import MemberId
 
@@ -35,6 +48,26 @@ class Session:
     groups: set[str] = field(default_factory=set)
     #: when the session may be forgotten once disconnected (it can no longer resume anything)
     expires: float | None = None
+    #: what the session's token allows (everything in development mode)
+    grants: Grants = ALLOW_ALL
+    #: when the session's token expires (None: no token, or no `exp`)
+    token_expires: float | None = None
+
+
+@dataclass(slots=True)
+class _Bucket:
+    """Token bucket for publishes on one connection."""
+
+    tokens: float
+    at: float
+
+    def take(self, now: float, rate: float, burst: float) -> bool:
+        self.tokens = min(burst, self.tokens + max(now - self.at, 0.0) * rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
 
 
 class Hub:
@@ -49,6 +82,11 @@ class Hub:
         self._armed: set[str] = set()
         #: sessions without a connection, the only ones that can expire
         self._disconnected: dict[str, Session] = {}
+        #: connections that have not said a successful hello yet, and their deadline
+        self._hello_deadlines: dict[ConnId, float] = {}
+        #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
+        self._token_heap: list[tuple[float, ConnId]] = []
+        self._buckets: dict[ConnId, _Bucket] = {}
 
     def restore(self, group: Group) -> None:
         """Adopt a group brought back from storage (before any connection is served)."""
@@ -58,10 +96,13 @@ class Hub:
 
     def opened(self, conn: ConnId, now: float) -> list[Action]:
         self._conns[conn] = None
+        self._hello_deadlines[conn] = now + self.config.timeouts.hello_timeout
         return []
 
     def closed(self, conn: ConnId, now: float, code: int = 1006, reason: str = "") -> list[Action]:
         session = self._conns.pop(conn, None)
+        self._hello_deadlines.pop(conn, None)
+        self._buckets.pop(conn, None)
         out: list[Action] = []
         if session is None or session.conn != conn:
             return out
@@ -81,20 +122,16 @@ class Hub:
     # -- frames ----------------------------------------------------------------------------------
 
     def handle(self, conn: ConnId, frame: ClientFrame, now: float) -> list[Action]:
-        session = self._conns.get(conn)
+        """A frame from a client; a `hello` here carries no identity (development mode)."""
         if isinstance(frame, Hello):
-            if session is not None:
-                return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
-            return self._hello(conn, frame, now)
+            return self.hello(conn, frame, now, None)
+        session = self._conns.get(conn)
         if session is None:
             req = getattr(frame, "req", None)
             return [Send(conn, Error(ErrorCode.HELLO_REQUIRED, "send hello first", req))]
         member = session.member
         if isinstance(frame, Publish):
-            g = self.groups.get(frame.group)
-            if g is None:
-                return [Send(conn, Rejected(frame.req, frame.id, RejectCode.NO_GROUP))]
-            return self._group_call(frame.group, lambda g: g.publish(member, conn, frame, now))
+            return self._publish(conn, session, frame, now)
         if isinstance(frame, Ack):
             return self._member_call(conn, frame.group, None,
                                      lambda g: g.ack(member, conn, frame.offsets, now))
@@ -103,15 +140,65 @@ class Hub:
                                      lambda g: g.flush_ok(member, conn, frame.view, now))
         if isinstance(frame, Join):
             return self._join(conn, session, frame, now)
+        if isinstance(frame, StateChunk):
+            return self._member_call(conn, frame.group, None,
+                                     lambda g: g.state_chunk(member, conn, frame, now))
         assert isinstance(frame, Leave)
         out = self._member_call(conn, frame.group, frame.req,
                                 lambda g: g.leave(member, conn, frame.req, now))
         return out
 
-    def _hello(self, conn: ConnId, hello: Hello, now: float) -> list[Action]:
+    def hello(self, conn: ConnId, hello: Hello, now: float,
+              identity: Identity | None) -> list[Action]:
+        """`hello`, with the identity the adapter verified from its token (None: no auth)."""
+        if self._conns.get(conn) is not None:
+            return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
         if hello.protocol != PROTOCOL_VERSION:
             return [Send(conn, Error(ErrorCode.PROTOCOL_VERSION,
                                      f"server speaks protocol {PROTOCOL_VERSION}"))]
+        if identity is not None:
+            # The member id is the token's `sub`, never the client's say-so (docs/security.md).
+            if hello.member is not None and hello.member != identity.member:
+                return self._refuse_auth(conn, ErrorCode.MEMBER_MISMATCH,
+                                         "`member` is not the token's subject")
+            if identity.expired(now):
+                return self._refuse_auth(conn, ErrorCode.TOKEN_EXPIRED, "the token has expired")
+            hello = Hello(hello.protocol, identity.member, hello.resume_session)
+        out = self._hello(conn, hello, now)
+        session = self._conns.get(conn)
+        if session is not None:
+            self._hello_deadlines.pop(conn, None)
+            self._set_identity(conn, session, identity)
+        return out
+
+    def refresh(self, conn: ConnId, identity: Identity, now: float) -> list[Action]:
+        """A new token for a live session: new grants and a new expiry, same member."""
+        session = self._conns.get(conn)
+        if session is None:
+            return [Send(conn, Error(ErrorCode.HELLO_REQUIRED, "send hello first"))]
+        if identity.member != session.member:
+            return [Send(conn, Error(ErrorCode.MEMBER_MISMATCH,
+                                     "the new token is for another member"))]
+        if identity.expired(now):
+            return [Send(conn, Error(ErrorCode.TOKEN_EXPIRED, "the new token has expired"))]
+        self._set_identity(conn, session, identity)
+        return []
+
+    def refuse(self, conn: ConnId, code: ErrorCode, message: str) -> list[Action]:
+        """The adapter could not verify a token: refuse the connection (error, then 4004)."""
+        return self._refuse_auth(conn, code, message)
+
+    def _refuse_auth(self, conn: ConnId, code: ErrorCode, message: str) -> list[Action]:
+        return [Send(conn, Error(code, message)),
+                Close(conn, CloseCode.UNAUTHORIZED, code.value)]
+
+    def _set_identity(self, conn: ConnId, session: Session, identity: Identity | None) -> None:
+        session.grants = ALLOW_ALL if identity is None else identity.grants
+        session.token_expires = None if identity is None else identity.expires
+        if session.token_expires is not None:
+            heapq.heappush(self._token_heap, (session.token_expires, conn))
+
+    def _hello(self, conn: ConnId, hello: Hello, now: float) -> list[Action]:
         out: list[Action] = []
         session = self._sessions.get(hello.resume_session) if hello.resume_session else None
         if session is not None and hello.member not in (None, session.member):
@@ -148,7 +235,10 @@ class Hub:
                                       {"max_frame_bytes": lim.max_frame_bytes,
                                        "max_outbound_frames": lim.max_outbound_frames,
                                        "max_groups": lim.max_groups_per_session,
-                                       "suspect_timeout_ms": int(t.suspect_timeout * 1000)},
+                                       "suspect_timeout_ms": int(t.suspect_timeout * 1000),
+                                       "publish_rate": int(lim.publish_rate),
+                                       "publish_burst": lim.publish_burst,
+                                       "max_pending_atomic": lim.max_pending_atomic},
                                       resumed)))
         if self.config.event_log:
             out.append(LogEvent("conn.open", now, {"member": session.member,
@@ -180,10 +270,35 @@ class Hub:
         if join.group not in session.groups and len(session.groups) >= lim.max_groups_per_session:
             return [Send(conn, Error(ErrorCode.TOO_MANY_GROUPS,
                                      f"at most {lim.max_groups_per_session} groups", join.req))]
+        if not session.grants.allows(join.group, Perm.JOIN) or (
+                join.want_state and not session.grants.allows(join.group, Perm.STATE)):
+            what = "join" if not session.grants.allows(join.group, Perm.JOIN) else "state of"
+            return [Send(conn, Error(ErrorCode.FORBIDDEN,
+                                     f"the token does not allow to {what} {join.group!r}",
+                                     join.req))]
         if join.group not in self.groups:
             self.groups[join.group] = Group(join.group, self.config, epoch=self.epoch)
         session.groups.add(join.group)
         return self._group_call(join.group, lambda g: g.join(session.member, conn, join, now))
+
+    def _publish(self, conn: ConnId, session: Session, p: Publish, now: float) -> list[Action]:
+        lim = self.config.limits
+        code: RejectCode | None = None
+        if lim.publish_rate > 0:
+            bucket = self._buckets.get(conn)
+            if bucket is None:
+                bucket = self._buckets[conn] = _Bucket(float(lim.publish_burst), now)
+            if not bucket.take(now, lim.publish_rate, lim.publish_burst):
+                code = RejectCode.RATE_LIMITED
+        if code is None and not (session.grants.allows(p.group, Perm.PUBLISH) and (
+                not p.atomic or session.grants.allows(p.group, Perm.PUBLISH_ATOMIC))):
+            code = RejectCode.FORBIDDEN
+        if code is None and p.group not in self.groups:
+            code = RejectCode.NO_GROUP
+        if code is not None:
+            return [Send(conn, Rejected(p.req, p.id, code))]
+        member = session.member
+        return self._group_call(p.group, lambda g: g.publish(member, conn, p, now))
 
     def _member_call(self, conn: ConnId, name: str, req: str | None,
                      call: Callable[[Group], list[Action]]) -> list[Action]:
@@ -202,10 +317,25 @@ class Hub:
 
     def next_deadline(self) -> float | None:
         deadlines = [d for n in self._armed if (d := self.groups[n].next_deadline()) is not None]
+        if self._token_heap:
+            deadlines.append(self._token_heap[0][0])
         return min(deadlines) if deadlines else None
 
     def tick(self, now: float) -> list[Action]:
         out: list[Action] = []
+        for conn, deadline in list(self._hello_deadlines.items()):
+            if now >= deadline:
+                del self._hello_deadlines[conn]
+                if conn in self._conns and self._conns[conn] is None:
+                    out.append(Close(conn, CloseCode.HELLO_TIMEOUT, "no hello in time"))
+        heap = self._token_heap
+        while heap and heap[0][0] <= now:
+            exp, conn = heapq.heappop(heap)
+            s = self._conns.get(conn)
+            if s is not None and s.conn == conn and s.token_expires == exp:
+                # The session stays resumable: a client that reconnects with a fresh token
+                # and its session id resumes like after any lost connection (G7).
+                out.append(Close(conn, CloseCode.TOKEN_EXPIRED, "token expired; refresh it"))
         for name in sorted(self._armed):
             g = self.groups[name]
             d = g.next_deadline()
@@ -225,3 +355,6 @@ class Hub:
 
     def session_of(self, conn: ConnId) -> Session | None:
         return self._conns.get(conn)
+
+    def live_sessions(self) -> int:
+        return sum(1 for s in self._conns.values() if s is not None)

@@ -22,14 +22,21 @@ from notify.server.wire import batch
 #: frames per batch frame, and bytes: keeps a batch well under any client's max message size
 _BATCH_FRAMES = 512
 _BATCH_BYTES = 256 * 1024
+#: how long a draining close waits for the queue to go out
+_DRAIN_SECONDS = 2.0
+#: queued by a draining close: frames before it go out, then the connection closes
+_CLOSE = b""
 
 
 class Outbox:
-    __slots__ = ("_bound", "_closing", "_exempt", "_mailbox", "_task", "_ws", "on_slow")
+    __slots__ = ("_bound", "_closing", "_exempt", "_mailbox", "_sent", "_task", "_ws", "on_slow")
 
     def __init__(self, ws: ServerConnection, bound: int,
-                 on_slow: Callable[[], None] | None = None) -> None:
+                 on_slow: Callable[[], None] | None = None,
+                 sent_bytes: list[int] | None = None) -> None:
         self._ws = ws
+        #: a one-element list shared by all outboxes: bytes written (for metrics)
+        self._sent = sent_bytes if sent_bytes is not None else [0]
         self._bound = bound
         self._mailbox: Mailbox[bytes] = Mailbox()
         self._closing = False
@@ -56,12 +63,24 @@ class Outbox:
                 self.on_slow()
             self.close(CloseCode.SLOW_CONSUMER, "slow consumer: outbound queue over its bound")
 
-    def close(self, code: int, reason: str) -> None:
+    def close(self, code: int, reason: str, *, drain: bool = False) -> None:
+        """Close the connection. With `drain`, what is queued goes out first (e.g. the `error`
+        frame that says why), for at most `_DRAIN_SECONDS`; a slow consumer is never drained."""
         if self._closing:
             return
         self._closing = True
+        if drain and not self._task.done():
+            self._mailbox.put(_CLOSE)
+            asyncio.get_running_loop().create_task(self._close_after_drain(code, reason))
+            return
         self._task.cancel()
         asyncio.get_running_loop().create_task(self._ws.close(code, reason))
+
+    async def _close_after_drain(self, code: int, reason: str) -> None:
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._task), _DRAIN_SECONDS)
+        self._task.cancel()
+        await self._ws.close(code, reason)
 
     async def stop(self) -> None:
         self._closing = True
@@ -71,12 +90,21 @@ class Outbox:
 
     async def _run(self) -> None:
         ws = self._ws
+        sent = self._sent
         try:
             while True:
                 frames = await self._mailbox.drain(_BATCH_FRAMES)
+                last = frames[-1] == _CLOSE
+                if last:
+                    frames.pop()
+                    if not frames:
+                        return
                 self._exempt = max(self._exempt - len(frames), 0)
+                sent[0] += sum(map(len, frames))
                 if len(frames) == 1:
                     await ws.send(frames[0], text=True)
+                    if last:
+                        return
                     continue
                 start = 0
                 size = 0
@@ -87,5 +115,7 @@ class Outbox:
                         start, size = i, len(f)
                 await ws.send(batch(frames[start:]) if len(frames) - start > 1 else frames[start],
                               text=True)
+                if last:
+                    return
         except ConnectionClosed:
             pass

@@ -7,6 +7,7 @@ that reaches the connection loop. Out-frames are the core's dataclasses, seriali
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -24,15 +25,41 @@ class _Frame(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+Token = Annotated[str, Field(max_length=16_384)]
+
+
 class HelloFrame(_Frame):
     type: Literal["hello"]
     protocol: int
-    token: str | None = None
+    token: Token | None = None
     member: Str | None = None
     resume_session: Str | None = None
 
     def to_core(self) -> ev.Hello:
         return ev.Hello(self.protocol, self.member, self.resume_session)
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    """A `hello` with the token it carried: the adapter verifies it before the hub sees it."""
+
+    hello: ev.Hello
+    token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """`refresh{token}`: a new token for a live session (before the old one expires)."""
+
+    token: str
+
+
+class RefreshFrame(_Frame):
+    type: Literal["refresh"]
+    token: Token
+
+    def to_core(self) -> Refresh:
+        return Refresh(self.token)
 
 
 class ResumeModel(_Frame):
@@ -91,6 +118,22 @@ class AckFrame(_Frame):
         return ev.Ack(self.group, tuple(self.offsets))
 
 
+class StateChunkFrame(_Frame):
+    type: Literal["state_chunk"]
+    group: Str
+    transfer: Str
+    index: Annotated[int, Field(ge=0)]
+    last: bool
+    #: base64 of at most 256 KiB of compressed snapshot (DESIGN §5)
+    data: Annotated[str, Field(max_length=350_000)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    streams: dict[Str, Annotated[int, Field(ge=0)]] | None = None
+
+    def to_core(self) -> ev.StateChunk:
+        return ev.StateChunk(self.group, self.transfer, self.index, self.last, self.data,
+                             self.sha256, None if self.streams is None else dict(self.streams))
+
+
 class FlushOkFrame(_Frame):
     type: Literal["flush_ok"]
     group: Str
@@ -101,21 +144,39 @@ class FlushOkFrame(_Frame):
 
 
 ClientFrameModel = Annotated[
-    HelloFrame | JoinFrame | LeaveFrame | PublishFrame | AckFrame | FlushOkFrame,
+    HelloFrame | JoinFrame | LeaveFrame | PublishFrame | AckFrame | FlushOkFrame
+    | StateChunkFrame | RefreshFrame,
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Any] = TypeAdapter(ClientFrameModel)
-CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok")
+CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "refresh")
+
+Parsed = ev.ClientFrame | Authenticate | Refresh | Error
 
 
-def parse(data: str | bytes) -> ev.ClientFrame | Error:
-    """One received WebSocket message → a core event, or the `error` frame to answer with."""
+def parse_any(data: str | bytes) -> Parsed:
+    """One received WebSocket message → what the adapter acts on: a core event, a `hello` with
+    its token, a `refresh`, or the `error` frame to answer with."""
     try:
         model = _adapter.validate_json(data)
     except ValidationError as e:
         return _explain(data, e)
-    result: ev.ClientFrame = model.to_core()
+    if isinstance(model, HelloFrame):
+        return Authenticate(model.to_core(), model.token)
+    result: ev.ClientFrame | Refresh = model.to_core()
     return result
+
+
+def parse(data: str | bytes) -> ev.ClientFrame | Error:
+    """One received WebSocket message → a core event, or the `error` frame to answer with
+    (a `hello`'s token is dropped, a `refresh` is refused: for callers without
+    authentication, like the simulator)."""
+    f = parse_any(data)
+    if isinstance(f, Authenticate):
+        return f.hello
+    if isinstance(f, Refresh):
+        return Error(ErrorCode.UNKNOWN_TYPE, "refresh needs the server adapter")
+    return f
 
 
 def _explain(data: str | bytes, e: ValidationError) -> Error:

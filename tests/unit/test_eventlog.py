@@ -41,3 +41,19 @@ def test_rotation_keeps_backups(tmp_path: Path) -> None:
     files = sorted(p.name for p in tmp_path.iterdir())
     assert "events-c1.jsonl" in files and "events-c1.jsonl.1" in files
     assert len(files) <= 4
+
+
+def test_a_quiet_log_level_does_not_silence_the_event_log(tmp_path: Path) -> None:
+    """`notify serve --log-level warning` configures structlog's filter globally."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    try:
+        log = EventLog(tmp_path, "server")
+        log.write("msg.accept", 1.0, offset=1)
+        log.close()
+        assert orjson.loads(log.path.read_text())["offset"] == 1
+    finally:
+        structlog.reset_defaults()

@@ -1,0 +1,184 @@
+"""Server configuration: one model, three sources, one precedence order.
+
+    command-line flags > environment (NOTIFY_*) > TOML file (--config, NOTIFY_CONFIG) > defaults
+
+Sections mirror the TOML file: `[server]`, `[timeouts]`, `[limits]`, `[auth]`. An environment
+variable names its section and field joined by a double underscore: `NOTIFY_AUTH__HS256_SECRET`,
+`NOTIFY_LIMITS__PUBLISH_RATE`, `NOTIFY_SERVER__PORT`. Secrets are `SecretStr`: `masked()` (what
+the server prints at start-up) shows them as `**********`. See docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from notify.core import CoreConfig, Limits, Timeouts
+
+_D, _L = Timeouts(), Limits()
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    data_dir: Path = Path("./data")
+    store: Literal["sqlite", "memory"] = "sqlite"
+    durability: Literal["normal", "full"] = "normal"
+    #: None: off; "": DATA_DIR/events; else the directory
+    event_log: str | None = None
+    log_level: str = "info"
+    log_format: Literal["console", "json"] = "console"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: allowed browser Origins (empty: any). Clients that send no Origin are not browsers.
+    origins: list[str] = Field(default_factory=list)
+    max_connections: int = Field(default=100_000, ge=0)
+    max_connections_per_ip: int = Field(default=0, ge=0)
+    shutdown_grace: float = Field(default=5.0, ge=0)
+    #: on SIGTERM, seconds of `/readyz` 503 before the listener closes (load balancer drain)
+    drain_delay: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together")
+        return self
+
+
+class TimeoutSettings(_Section):
+    heartbeat_interval: float = Field(default=_D.heartbeat_interval, gt=0)
+    heartbeat_timeout: float = Field(default=_D.heartbeat_timeout, gt=0)
+    suspect_timeout: float = Field(default=_D.suspect_timeout, ge=0)
+    install_hold: float = Field(default=_D.install_hold, ge=0)
+    flush_timeout: float = Field(default=_D.flush_timeout, gt=0)
+    ack_timeout: float = Field(default=_D.ack_timeout, gt=0)
+    hello_timeout: float = Field(default=_D.hello_timeout, gt=0)
+
+    @model_validator(mode="after")
+    def _heartbeat(self) -> TimeoutSettings:
+        if not self.heartbeat_interval < self.heartbeat_timeout:
+            raise ValueError("heartbeat_interval must be below heartbeat_timeout")
+        return self
+
+
+class LimitSettings(_Section):
+    max_frame_bytes: int = Field(default=_L.max_frame_bytes, ge=1024)
+    max_outbound_frames: int = Field(default=_L.max_outbound_frames, ge=1)
+    retain_messages: int = Field(default=_L.retain_messages, ge=1)
+    max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
+    publish_rate: float = Field(default=_L.publish_rate, ge=0)
+    publish_burst: int = Field(default=_L.publish_burst, ge=1)
+    max_pending_atomic: int = Field(default=_L.max_pending_atomic, ge=1)
+
+
+class AuthSettings(_Section):
+    """Exactly one key kind, or none (insecure development mode)."""
+
+    hs256_secret: SecretStr | None = None
+    public_key_file: Path | None = None
+    jwks_file: Path | None = None
+    algorithms: list[str] = Field(default_factory=list)
+    audience: str | None = None
+    issuer: str | None = None
+    #: seconds of clock skew tolerated on exp/nbf
+    leeway: float = Field(default=5.0, ge=0)
+    #: the claim holding `{"group glob": [permissions]}`
+    claim: str = "groups"
+    policy_file: Path | None = None
+    #: refuse to start without a key (production deployments should set this)
+    required: bool = False
+
+    @model_validator(mode="after")
+    def _one_key(self) -> AuthSettings:
+        n = sum(x is not None for x in (self.hs256_secret, self.public_key_file, self.jwks_file))
+        if n > 1:
+            raise ValueError("configure one of hs256_secret, public_key_file, jwks_file")
+        if self.required and n == 0:
+            raise ValueError("auth.required is set but no key is configured")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return any(x is not None for x in (self.hs256_secret, self.public_key_file,
+                                           self.jwks_file))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="NOTIFY_", env_nested_delimiter="__",
+                                      extra="forbid", toml_file=None)
+
+    server: ServerSettings = Field(default_factory=lambda: ServerSettings())
+    timeouts: TimeoutSettings = Field(default_factory=lambda: TimeoutSettings())
+    limits: LimitSettings = Field(default_factory=lambda: LimitSettings())
+    auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # init = the CLI flags; first source wins
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if settings_cls.model_config.get("toml_file") is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, *, config_file: str | Path | None = None,
+             cli: dict[str, dict[str, Any]] | None = None) -> Settings:
+        """Defaults < TOML `config_file` < NOTIFY_* environment < `cli` ({section: {field})."""
+        path = Path(config_file) if config_file else None
+        if path is not None and not path.is_file():
+            raise FileNotFoundError(f"config file {path} not found")
+        kw: dict[str, Any] = dict(cli or {})
+        if path is None:
+            return cls(**kw)
+        # The TOML source reads the file named in model_config: a subclass per file.
+        sub = type("Settings", (cls,), {"model_config": {**cls.model_config, "toml_file": path}})
+        settings: Settings = sub(**kw)
+        return settings
+
+    def masked(self) -> dict[str, Any]:
+        """The effective configuration for the start-up log, secrets shown as `**********`."""
+        dumped: dict[str, Any] = self.model_dump(mode="json")
+        return dumped  # SecretStr dumps as "**********" in json mode
+
+    def core(self) -> CoreConfig:
+        t, lim = self.timeouts, self.limits
+        return CoreConfig(
+            Timeouts(t.heartbeat_interval, t.heartbeat_timeout, t.suspect_timeout,
+                     t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout),
+            Limits(max_frame_bytes=lim.max_frame_bytes,
+                   max_outbound_frames=lim.max_outbound_frames,
+                   retain_messages=lim.retain_messages,
+                   max_groups_per_session=lim.max_groups_per_session,
+                   publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
+                   max_pending_atomic=lim.max_pending_atomic),
+            event_log=self.server.event_log is not None)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        s = self.server
+        if s.tls_cert is None or s.tls_key is None:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(s.tls_cert, s.tls_key)
+        return ctx
+
+
+__all__ = ["AuthSettings", "LimitSettings", "ServerSettings", "Settings", "TimeoutSettings"]

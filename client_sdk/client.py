@@ -213,6 +213,8 @@ class Client:
         self._tasks: list[asyncio.Task[None]] = []
         self._lost_at: float | None = None
         self._closing = False
+        #: `error` frames that answered no request of ours (e.g. a refused token refresh)
+        self.errors: list[ServerError] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -464,6 +466,7 @@ class Client:
                     del table[group]
                     fut.set_exception(ServerRefused(r.code, r.message))
                     return
+        self.errors.append(r)
 
     def _fresh_join(self, req: str | None) -> bool:
         """The server cannot serve this join's resume point (out of retention, another epoch):
@@ -515,6 +518,14 @@ class Client:
             raise
         group.view = View(installed.view, installed.members)
         return group
+
+    async def refresh_token(self, token: str) -> None:
+        """Present a new token before the current one expires (the server closes a connection
+        whose token expired with 4005). Later reconnects use it too. A refused refresh shows up
+        in `errors` (`member_mismatch`, `token_invalid`, `token_expired`)."""
+        self._token = token
+        self.protocol.send({"type": "refresh", "token": token})
+        self._kick()
 
     async def _publish(self, group: Group, payload: Any, order: str, atomic: bool,
                        same_view: bool, publish_id: str | None) -> PublishResult:

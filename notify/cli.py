@@ -144,16 +144,29 @@ async def _serve(a: argparse.Namespace) -> None:
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
+    import os
+
     p.add_argument("group")
     p.add_argument("--url", default="ws://127.0.0.1:8765")
-    p.add_argument("--member", default=None, help="member id (default: cli-<random>)")
+    p.add_argument("--member", default=None,
+                   help="member id (default: the token's subject, or cli-<random>)")
+    p.add_argument("--token", default=os.environ.get("NOTIFY_TOKEN"),
+                   help="JWT for a server that checks tokens (default: $NOTIFY_TOKEN)")
     p.add_argument("--accept-from", choices=["members", "any"], default="members")
 
 
 def _member(a: argparse.Namespace) -> str:
     import secrets
 
-    return str(a.member or f"cli-{secrets.token_hex(3)}")
+    if a.member:
+        return str(a.member)
+    if a.token:  # the server takes the member id from the token: ask for that one
+        import jwt
+
+        sub = jwt.decode(a.token, options={"verify_signature": False}).get("sub")
+        if isinstance(sub, str):
+            return sub
+    return f"cli-{secrets.token_hex(3)}"
 
 
 def _payload(text: str) -> object:
@@ -166,48 +179,57 @@ def _payload(text: str) -> object:
 
 
 async def _pub(a: argparse.Namespace) -> int:
-    from client_sdk import Connection, PublishRejected
+    from client_sdk import NotifyError, PublishRejected, connect
 
-    async with await Connection.connect(a.url, _member(a)) as c:
-        await c.join(a.group)
-        try:
-            r = await c.publish(a.group, _payload(a.message), order=a.order, atomic=a.atomic,
-                                same_view=a.same_view)
-        except PublishRejected as e:
-            print(f"rejected: {e.code}", file=sys.stderr)
-            return 1
-        line = f"published offset={r.offset} id={r.id}"
-        if a.atomic:
-            o = await c.outcome(r.id)
-            line += f" committed={o.committed}" + (f" reason={o.reason}" if o.reason else "")
-        print(line)
-        await c.leave(a.group)
+    try:
+        async with connect(a.url, member=_member(a), token=a.token) as c:
+            group = await c.join(a.group)
+            try:
+                r = await group.publish(_payload(a.message), order=a.order, atomic=a.atomic,
+                                        same_view=a.same_view)
+            except PublishRejected as e:
+                print(f"rejected: {e.code}", file=sys.stderr)
+                return 1
+            line = f"published offset={r.offset} id={r.id}"
+            if a.atomic:
+                line += f" committed={r.committed}" + (f" reason={r.reason}" if r.reason else "")
+            print(line)
+            await group.leave()
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
 async def _sub(a: argparse.Namespace, *, views: bool) -> int:
+    """Print the group's events until interrupted; reconnects and resumes by itself."""
     import orjson
 
-    from client_sdk import Connection, Message, ViewChanging, ViewInstalled
+    from client_sdk import Message, NotifyError, ViewChanging, ViewInstalled, connect
 
-    async with await Connection.connect(a.url, _member(a)) as c:
-        await c.join(a.group, accept_from=a.accept_from)
-        q = c.events(a.group)
-        while True:
-            e = await q.get()
-            if isinstance(e, Message):
-                body = orjson.dumps(e.payload).decode()
-                print(f"{e.offset} {e.stream}#{e.seq} {e.sender}: {body}" if views else body,
-                      flush=True)
-            elif views and isinstance(e, ViewInstalled):
-                print(f"view {e.view}: {', '.join(e.members)}"
-                      f"{' +' + ','.join(e.joined) if e.joined else ''}"
-                      f"{' -' + ','.join(e.left) if e.left else ''}", flush=True)
-            elif views and isinstance(e, ViewChanging):
-                print(f"# view {e.proposed} proposed ({e.reason}): {', '.join(e.members)}",
-                      flush=True)
-            elif views:
-                print(f"# {type(e).__name__} {e}", flush=True)
+    try:
+        async with connect(a.url, member=_member(a), token=a.token) as c:
+            if views:
+                c.on_state_change(lambda old, new: print(f"# connection {new.value}", flush=True))
+            group = await c.join(a.group, accept_from=a.accept_from)
+            async for e in group:
+                if isinstance(e, Message):
+                    body = orjson.dumps(e.payload).decode()
+                    print(f"{e.offset} {e.stream}#{e.seq} {e.sender}: {body}" if views else body,
+                          flush=True)
+                elif views and isinstance(e, ViewInstalled):
+                    print(f"view {e.view}: {', '.join(e.members)}"
+                          f"{' +' + ','.join(e.joined) if e.joined else ''}"
+                          f"{' -' + ','.join(e.left) if e.left else ''}", flush=True)
+                elif views and isinstance(e, ViewChanging):
+                    print(f"# view {e.proposed} proposed ({e.reason}): {', '.join(e.members)}",
+                          flush=True)
+                elif views:
+                    print(f"# {type(e).__name__} {e}", flush=True)
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

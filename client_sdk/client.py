@@ -157,6 +157,10 @@ class ClientOptions:
     #: publishes waiting to be sent or answered; one more raises PublishQueueFull
     max_pending_publishes: int = 1_000
     connect_timeout: float = 10.0
+    #: WebSocket pings: a link that stalls (no pong within the timeout) counts as lost, and the
+    #: client reconnects; the server's defaults are 5 s / 15 s
+    heartbeat_interval: float = 5.0
+    heartbeat_timeout: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,9 +287,15 @@ class Client:
         if resume and self.session:
             hello["resume_session"] = self.session
         try:
+            o = self.options
             ws = await asyncio.wait_for(
-                ws_connect(self.url, max_size=None, compression=None, open_timeout=None),
-                self.options.connect_timeout)
+                ws_connect(self.url, max_size=None, compression=None, open_timeout=None,
+                           ping_interval=o.heartbeat_interval,
+                           ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
+                           # a stalled link cannot carry the closing handshake: do not wait
+                           # longer for it than for a pong
+                           close_timeout=min(o.heartbeat_timeout, 5.0)),
+                o.connect_timeout)
         except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
             raise ConnectError(f"cannot connect to {self.url}: {e}") from e
         try:

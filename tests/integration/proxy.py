@@ -1,8 +1,10 @@
 """A fault-injecting TCP proxy between a client and the server, on 127.0.0.1.
 
 `cut()` aborts every connection through it at once (both sides see a lost connection, as when a
-phone changes cell); `block()` makes it refuse new connections until `unblock()`; `delay` holds
-each chunk for that many seconds (a slow link). Everything it starts, `close()` stops.
+phone changes cell); `stall()` stops moving bytes on the current connections without closing
+them (a dead link only heartbeats can notice), until `unstall()`; `block()` makes it refuse new
+connections until `unblock()`; `delay` holds each chunk for that many seconds (a slow link).
+Everything it starts, `close()` stops.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class FaultyProxy:
         self.delay = 0.0
         self.blocked = False
         self.accepted = 0
+        self._flowing: list[asyncio.Event] = []  # one per connection pair: cleared = stalled
         self._server: asyncio.Server | None = None
         self._pairs: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -42,14 +45,19 @@ class FaultyProxy:
             writer.transport.abort()
             return
         self._pairs.append((writer, up_writer))
+        flowing = asyncio.Event()
+        flowing.set()
+        self._flowing.append(flowing)
         for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.get_running_loop().create_task(self._pump(src, dst))
+            task = asyncio.get_running_loop().create_task(self._pump(src, dst, flowing))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter,
+                    flowing: asyncio.Event) -> None:
         try:
             while data := await src.read(65536):
+                await flowing.wait()
                 if self.delay:
                     await asyncio.sleep(self.delay)
                 dst.write(data)
@@ -64,6 +72,15 @@ class FaultyProxy:
             a.transport.abort()
             b.transport.abort()
         self._pairs.clear()
+        self._flowing.clear()
+
+    def stall(self) -> None:
+        for f in self._flowing:
+            f.clear()
+
+    def unstall(self) -> None:
+        for f in self._flowing:
+            f.set()
 
     def block(self) -> None:
         self.blocked = True

@@ -274,3 +274,29 @@ async def test_client_event_log_records_deliveries_views_and_reconnects(
     assert deliver["recv_ts"] >= deliver["sent_ts"] > 0
     reconnect = next(x for x in lines if x["event"] == "client.reconnect")
     assert reconnect["resumed"] is True and reconnect["gap_ms"] > 0
+
+
+async def test_G7_stalled_link_is_noticed_by_heartbeats_and_resumed(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    """No close, no RST: bytes just stop. Both ends' heartbeats notice; the client reconnects
+    (through the proxy, on a new link) and resumes within suspect_timeout: no view change."""
+    srv = await make_server(suspect_timeout=5.0, heartbeat_interval=0.2, heartbeat_timeout=0.6)
+    proxy = await proxy_to(srv)
+    opts = ClientOptions(backoff=Backoff(0.02, 0.1), heartbeat_interval=0.2,
+                         heartbeat_timeout=0.6)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b", options=opts)
+    states: list[ConnectionState] = []
+    b.on_state_change(lambda old, new: states.append(new))
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    proxy.stall()
+    for i in range(3):
+        await ga.publish(f"during-{i}")
+    evs = await until(gb, lambda e: isinstance(e, Message) and e.payload == "during-2")
+    assert payloads(evs) == ["during-0", "during-1", "during-2"]
+    assert not [e for e in evs if isinstance(e, ViewChanging | ViewInstalled)]
+    assert states[:2] == [ConnectionState.RECONNECTING, ConnectionState.CONNECTED]
+    assert proxy.accepted == 2 and ga.view is not None and ga.view.version == 2

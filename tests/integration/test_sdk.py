@@ -79,6 +79,19 @@ def payloads(events: list[GroupEvent]) -> list[Any]:
     return [e.payload for e in events if isinstance(e, Message)]
 
 
+async def pair(srv: NotifyServer, proxy: FaultyProxy, sdk: Any,
+               **b_options: Any) -> tuple[Client, Client, Group, Group]:
+    """`a` connected directly, `b` through the proxy; both in group `g` at view 2, with their
+    install events read."""
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b", **b_options)
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    return a, b, ga, gb
+
+
 async def cut_for(proxy: FaultyProxy, seconds: float) -> None:
     proxy.block()
     proxy.cut()
@@ -90,14 +103,9 @@ async def test_G7_cut_shorter_than_suspect_timeout_resumes_without_view_change(
         make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
     srv = await make_server(suspect_timeout=5.0)
     proxy = await proxy_to(srv)
-    a = await sdk(srv.url, "a")
-    b = await sdk(proxy.url, "b")
+    _a, b, ga, gb = await pair(srv, proxy, sdk)
     states: list[ConnectionState] = []
     b.on_state_change(lambda old, new: states.append(new))
-    ga = await a.join("g")
-    gb = await b.join("g")
-    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
-    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
     await ga.publish("before")
     await until(gb, lambda e: isinstance(e, Message) and e.payload == "before")
 
@@ -120,12 +128,7 @@ async def test_G8_cut_past_the_install_rejoins_and_the_group_sees_two_view_chang
         make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
     srv = await make_server(suspect_timeout=0.2, flush_timeout=1.0)
     proxy = await proxy_to(srv)
-    a = await sdk(srv.url, "a")
-    b = await sdk(proxy.url, "b")
-    ga = await a.join("g")
-    gb = await b.join("g")
-    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
-    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    _a, b, ga, gb = await pair(srv, proxy, sdk)
 
     proxy.block()
     proxy.cut()
@@ -146,11 +149,7 @@ async def test_publishes_made_while_cut_are_delivered_exactly_once(
         make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
     srv = await make_server(suspect_timeout=5.0)
     proxy = await proxy_to(srv)
-    a = await sdk(srv.url, "a")
-    b = await sdk(proxy.url, "b")
-    ga = await a.join("g")
-    gb = await b.join("g")
-    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    _a, _b, ga, gb = await pair(srv, proxy, sdk)
 
     proxy.block()
     proxy.cut()
@@ -173,11 +172,7 @@ async def test_publish_cut_in_flight_is_not_delivered_twice(
     the retry after the resume carries the same id, so it is answered, not re-delivered."""
     srv = await make_server(suspect_timeout=5.0)
     proxy = await proxy_to(srv)
-    a = await sdk(srv.url, "a")
-    b = await sdk(proxy.url, "b")
-    ga = await a.join("g")
-    gb = await b.join("g")
-    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    _a, _b, ga, gb = await pair(srv, proxy, sdk)
     proxy.delay = 0.05  # replies come back late: the cut lands between request and reply
     tasks = [asyncio.get_running_loop().create_task(gb.publish(f"x-{i}")) for i in range(20)]
     await asyncio.sleep(0.02)
@@ -284,14 +279,9 @@ async def test_G7_stalled_link_is_noticed_by_heartbeats_and_resumed(
     proxy = await proxy_to(srv)
     opts = ClientOptions(backoff=Backoff(0.02, 0.1), heartbeat_interval=0.2,
                          heartbeat_timeout=0.6)
-    a = await sdk(srv.url, "a")
-    b = await sdk(proxy.url, "b", options=opts)
+    _a, b, ga, gb = await pair(srv, proxy, sdk, options=opts)
     states: list[ConnectionState] = []
     b.on_state_change(lambda old, new: states.append(new))
-    ga = await a.join("g")
-    gb = await b.join("g")
-    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
-    await until(gb, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
     proxy.stall()
     for i in range(3):
         await ga.publish(f"during-{i}")

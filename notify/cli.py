@@ -48,7 +48,9 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--hello-timeout", "timeouts", float, "close connections with no hello by then (10 s)"),
     ("--max-frame-bytes", "limits", int, "default 1 MiB; larger frames close with 1009"),
     ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
-    ("--retain-messages", "limits", int, "default 100,000 per group"),
+    ("--retain-messages", "limits", int,
+     "messages kept per group, in memory and in the log (default 100,000)"),
+    ("--retain-age", "server", float, "seconds after which stored messages are deleted"),
     ("--max-groups-per-session", "limits", int, "default 1,000"),
     ("--publish-rate", "limits", float, "publishes/s per connection (default 20,000; 0 = off)"),
     ("--publish-burst", "limits", int, "token bucket size (default 20,000)"),
@@ -124,7 +126,9 @@ async def _serve(a: argparse.Namespace) -> None:
     if srv.event_log is not None:
         events = EventLog(srv.event_log or Path(srv.data_dir) / "events", "server")
     Path(srv.data_dir).mkdir(parents=True, exist_ok=True)
-    store: MessageLog = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability) \
+    store: MessageLog = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
+                                  retain_messages=config.limits.retain_messages,
+                                  retain_age=srv.retain_age) \
         if srv.store == "sqlite" else MemoryLog(config.limits.retain_messages)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,
                           verifier=verifier, origins=srv.origins or None,

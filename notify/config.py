@@ -37,6 +37,9 @@ class ServerSettings(_Section):
     data_dir: Path = Path("./data")
     store: Literal["sqlite", "memory"] = "sqlite"
     durability: Literal["normal", "full"] = "normal"
+    #: delete stored messages older than this many seconds (None: keep them; the count bound
+    #: `limits.retain_messages` applies in any case)
+    retain_age: float | None = Field(default=None, gt=0)
     #: None: off; "": DATA_DIR/events; else the directory
     event_log: str | None = None
     log_level: str = "info"

@@ -92,6 +92,7 @@ class NotifyServer:
         self._outboxes: dict[int, Outbox] = {}
         self._streams: dict[str, GroupStreams] = {}
         self._server: Server | None = None
+        self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -174,6 +175,9 @@ class NotifyServer:
             await s.stop()
         for o in list(self._outboxes.values()):
             await o.stop()
+        if self._pruning is not None:  # the store must not close under a running prune
+            with contextlib.suppress(Exception):
+                await self._pruning
         await self.store.close()
         if self.events is not None:
             self.events.close()
@@ -362,8 +366,14 @@ class NotifyServer:
         return s
 
     async def _run_timer(self) -> None:
+        next_prune = self._clock() + PRUNE_INTERVAL
         while True:
             now = self._clock()
+            if now >= next_prune and (self._pruning is None or self._pruning.done()):
+                next_prune = now + PRUNE_INTERVAL  # retention, off the event loop
+                self._pruning = asyncio.get_running_loop().create_task(
+                    asyncio.to_thread(self.store.prune, now))
+                self._pruning.add_done_callback(_log_prune)
             try:
                 self._apply(self.hub.tick(now))
             except Exception:
@@ -372,6 +382,19 @@ class NotifyServer:
             nxt = self.hub.next_deadline()
             delay = 0.05 if nxt is None else min(max(nxt - self._clock(), 0.005), 0.05)
             await asyncio.sleep(delay)
+
+
+#: seconds between two retention passes over the log
+PRUNE_INTERVAL = 60.0
+
+
+def _log_prune(task: asyncio.Task[int]) -> None:
+    if task.cancelled():
+        return
+    if task.exception() is not None:
+        log.error("prune_failed", error=repr(task.exception()))
+    elif task.result():
+        log.info("pruned", messages=task.result())
 
 
 def _ip(ws: ServerConnection) -> str:

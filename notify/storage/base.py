@@ -45,4 +45,9 @@ class MessageLog(Protocol):
 
     def read_after(self, group: str, offset: int) -> Iterator[Message]: ...
 
+    def prune(self, now: float) -> int:
+        """Apply retention (count and age); returns how many messages were deleted. Blocking:
+        the adapter calls it off the event loop."""
+        ...
+
     async def close(self) -> None: ...

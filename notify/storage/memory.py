@@ -30,6 +30,9 @@ class MemoryLog:
     def load(self, recent: int) -> list[StoredGroup]:
         return []
 
+    def prune(self, now: float) -> int:
+        return 0  # bounded by count already (deque maxlen); gone at restart anyway
+
     def read_after(self, group: str, offset: int) -> Iterator[Message]:
         return (m for m in self._groups.get(group, ()) if m.offset > offset)
 

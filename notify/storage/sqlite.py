@@ -35,6 +35,9 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE TABLE IF NOT EXISTS groups (
     grp TEXT PRIMARY KEY, epoch INTEGER NOT NULL, view INTEGER NOT NULL, members TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS floors (
+    grp TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, stream)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS aborts (
     grp TEXT NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (grp, "offset")
 ) WITHOUT ROWID;
@@ -45,8 +48,10 @@ _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 class SqliteLog:
     def __init__(self, path: str | Path,
-                 durability: Literal["normal", "full"] = "normal") -> None:
+                 durability: Literal["normal", "full"] = "normal", *,
+                 retain_messages: int | None = None, retain_age: float | None = None) -> None:
         self.path = Path(path)
+        self.retain_messages, self.retain_age = retain_messages, retain_age
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -122,6 +127,36 @@ class SqliteLog:
         for r in rows:
             yield _message(r)
 
+    def prune(self, now: float) -> int:
+        """Keep the last `retain_messages` of each group and nothing older than `retain_age`
+        seconds. Before deleting, the highest seq of each stream and the log head are kept in
+        `floors`, so offsets and seqs go on where they were after a restart. A member whose
+        resume point falls in what was deleted gets `offset_unavailable` and falls back to
+        state transfer (G8 → G9)."""
+        deleted = 0
+        with self._lock:
+            self._db.execute("BEGIN")
+            for group, head in self._db.execute(
+                    'SELECT grp, MAX("offset") FROM messages GROUP BY grp').fetchall():
+                below = head - self.retain_messages if self.retain_messages is not None else 0
+                cutoff = now - self.retain_age if self.retain_age is not None else float("-inf")
+                where = 'grp=? AND "offset"<? AND ("offset"<=? OR ts<?)'
+                args = (group, head, below, cutoff)  # the head row always stays
+                self._db.execute(
+                    "INSERT INTO floors SELECT grp, stream, MAX(seq) FROM messages WHERE "
+                    + where + " GROUP BY grp, stream ON CONFLICT (grp, stream) "
+                    "DO UPDATE SET seq = MAX(seq, excluded.seq)", args)
+                self._db.execute(
+                    "INSERT INTO floors VALUES (?, '', ?) ON CONFLICT (grp, stream) "
+                    "DO UPDATE SET seq = MAX(seq, excluded.seq)", (group, head))
+                deleted += self._db.execute("DELETE FROM messages WHERE " + where,
+                                            args).rowcount
+            self._db.execute(
+                'DELETE FROM aborts WHERE NOT EXISTS (SELECT 1 FROM messages m '
+                'WHERE m.grp=aborts.grp AND m."offset"=aborts."offset")')
+            self._db.execute("COMMIT")
+        return deleted
+
     def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
@@ -141,13 +176,18 @@ class SqliteLog:
         with self._lock:
             groups = self._db.execute("SELECT grp, epoch, view, members FROM groups").fetchall()
             for g, epoch, view, members in groups:
-                seqs = dict(self._db.execute(
-                    "SELECT stream, MAX(seq) FROM messages WHERE grp=? GROUP BY stream", (g,)))
+                floors = dict(self._db.execute("SELECT stream, seq FROM floors WHERE grp=?",
+                                               (g,)))
+                seqs = {k: v for k, v in floors.items() if k}
+                for stream, seq in self._db.execute(
+                        "SELECT stream, MAX(seq) FROM messages WHERE grp=? GROUP BY stream",
+                        (g,)):
+                    seqs[stream] = max(seq, seqs.get(stream, 0))
                 rows = self._db.execute(
                     'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
                     (g, recent)).fetchall()
-                head = self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
-                                        (g,)).fetchone()[0] or 0
+                head = max(self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
+                                            (g,)).fetchone()[0] or 0, floors.get("", 0))
                 aborted = frozenset(o for (o,) in self._db.execute(
                     'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
                 out.append(StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,

@@ -63,3 +63,21 @@ async def test_every_append_resolves_only_after_its_commit(tmp_path: Path) -> No
     reader.close()
     await log.close()
     assert missing == []
+
+
+async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db", retain_messages=50, retain_age=100.0)
+    await asyncio.gather(*(log.append(msg(i)) for i in range(1, 201)))  # ts 1001..1200
+    other = Message("g", 201, "total", 7, "b", 1, False, None, 1201.0, "t7")
+    await log.append(other)
+    log.store_view("g", epoch=5, view=3, members=("a",))
+    assert log.prune(now=1200.0) == 151  # count: keep 152..201 (the 1100 age cutoff is older)
+    assert [m.offset for m in log.read_after("g", 0)][:2] == [152, 153]
+    assert log.prune(now=1290.0) == 38  # age: only ts >= 1190 stay (offsets 190..201)
+    assert log.prune(now=10_000.0) == 11  # everything is old: the head row still stays
+    await log.close()
+    again = SqliteLog(tmp_path / "log.db")
+    (g,) = again.load(recent=100)
+    assert g.head == 201 and [m.offset for m in g.recent] == [201]
+    assert g.seqs == {"fifo:a": 200, "total": 7}  # fifo:a has no row left, its seq stays
+    await again.close()

@@ -211,3 +211,38 @@ async def test_G8_G9_unusable_resume_point_falls_back_to_state_transfer(
         e = await gc.next_event(TIMEOUT)
     app_a.cancel()
     assert e.snapshot is not None and rc.items == ["m0", "m1", "m2"]
+
+
+async def test_G9_snapshot_over_the_limit_is_refused_and_nothing_restored(
+        make_server: MakeServer, sdk: Any) -> None:
+    from notify.core.config import Limits
+
+    srv = await make_server(limits=Limits(max_state_bytes=100_000))
+    a = await sdk(srv.url, "a")
+    ra = Replica(ballast=300_000)  # ~ 400 KB of base64 on the wire
+    ga = await a.join("g", state=ra)
+    app_a = asyncio.get_running_loop().create_task(apply_until(ga, ra, "never"))
+    c = await sdk(srv.url, "c")
+    rc = Replica()
+    gc = await c.join("g", want_state=True, state=rc)
+    e = await gc.next_event(TIMEOUT)
+    while not isinstance(e, StateReceived):
+        e = await gc.next_event(TIMEOUT)
+    app_a.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await app_a
+    assert e.snapshot is None and e.reason == "state_too_large" and rc.restored == 0
+
+
+async def test_G8_resume_point_in_the_future_is_refused_then_joined_afresh(
+        make_server: MakeServer, sdk: Any) -> None:
+    """`bad_resume` (an offset past the log head): the SDK does not trust it and joins afresh."""
+    srv = await make_server()
+    a = await sdk(srv.url, "a")
+    ga = await a.join("g")
+    await ga.publish("only")
+    epoch = a.protocol.groups["g"].epoch
+    c = await sdk(srv.url, "c")
+    gc = await c.join("g", resume_from={"epoch": epoch, "offset": 999, "view": 1, "streams": {}})
+    assert gc.view is not None and "c" in gc.view.members
+    assert c.protocol.groups["g"].base == 1  # its knowledge starts at the real head

@@ -94,7 +94,7 @@ def plot_whatif(whatif: JobResult, d: Path) -> str | None:
     ax.set_ylabel("view changes", color="#c44e52")
     ax2 = ax.twinx()
     ax2.plot(t, [r["ghost_member_s"] for r in rows], "s--", color="#55a868",
-             label="ghost member-seconds (detection delay x members gone)")
+             label="ghost member-seconds (members gone x min(delay, seen away))")
     ax2.set_ylabel("ghost member-seconds", color="#55a868")
     rec = whatif.summary.get("recommended_suspect_timeout_s")
     if rec is not None:

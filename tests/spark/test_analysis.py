@@ -98,3 +98,50 @@ def test_cli_report_writes_html_plots_and_parquet(spark: SparkSession, tmp_path:
         s = json.loads((out / job / "summary.json").read_text())
         assert s["schema_version"] and s["job"] == job
     assert spark.read.parquet(str(out / "whatif" / "candidates")).count() > 5
+
+
+def _gap_log(tmp_path: Path, gone_at: float) -> Path:
+    """Client logs over 100 s: 20 hand-offs of 0.5 s, 3 sleeps of 8 s, and 5 members that drop at
+    `gone_at` and never return (the log ends at 100 s)."""
+    t0, hist = handmade.T0, {}
+    for i in range(23):
+        m, gap = f"r{i:02d}", (0.5 if i < 20 else 8.0)
+        hist[m] = [{"ts": t0 + 10 + i, "event": "client.disconnect", "node": m, "member": m,
+                    "reason": "handoff"},
+                   {"ts": t0 + 10 + i + gap, "event": "client.reconnect", "node": m, "member": m,
+                    "gap_ms": gap * 1000, "resumed": gap < 3}]
+    for i in range(5):
+        m = f"x{i}"
+        hist[m] = [{"ts": t0 + gone_at, "event": "client.disconnect", "node": m, "member": m,
+                    "reason": "gone"}]
+    hist["server"] = [{"ts": t0, "event": "conn.open", "node": "server", "member": "r00"},
+                      {"ts": t0 + 100, "event": "conn.open", "node": "server", "member": "r00"}]
+    return handmade.write(hist, tmp_path / "logs")
+
+
+@pytest.mark.parametrize(("gone_at", "expected"), [(10.0, 10.0), (94.0, None)])
+def test_whatif_right_censored_gaps_are_not_a_saving(spark: SparkSession, tmp_path: Path,
+                                                     gone_at: float,
+                                                     expected: float | None) -> None:
+    cands = (0.3, 1.0, 5.0, 7.5, 10.0, 15.0)
+    w = whatif(load_events(spark, str(_gap_log(tmp_path, gone_at))), candidates=cands)
+    rows = {r["timeout_s"]: r for r in w.rows["candidates"]}
+    ghost = [rows[c]["ghost_member_s"] for c in cands]
+    views = [rows[c]["view_changes"] for c in cands]
+    # a longer timeout never costs less detection delay, and never causes more view changes
+    assert ghost == sorted(ghost) and views == sorted(views, reverse=True)
+    if gone_at == 94.0:
+        # the 5 gone members were seen away 6 s: T >= 7.5 would detect them after the log ends,
+        # which costs at least 6 s each, not 0
+        assert rows[10.0]["ghost_member_s"] == pytest.approx(30.0)
+        assert rows[5.0]["ghost_member_s"] == pytest.approx(25.0)
+        assert rows[10.0]["censored_gaps"] == 5 and rows[5.0]["censored_gaps"] == 0
+        # T=10 has no false removal among the returning gaps only because the 5 open gaps are
+        # censored (they may come back after 8 s like the sleeps): not a recommendation
+        assert rows[10.0]["false_removal_rate"] == 0.0
+        assert w.summary["recommended_suspect_timeout_s"] < 6.0
+        assert not w.summary["met_target"]
+    else:
+        # gone 90 s before the end: nothing is censored, T=10 is the honest answer
+        assert all(rows[c]["censored_gaps"] == 0 for c in cands)
+        assert w.summary["recommended_suspect_timeout_s"] == expected and w.summary["met_target"]

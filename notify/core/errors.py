@@ -56,7 +56,6 @@ class RejectCode(StrEnum):
 class CloseCode(IntEnum):
     """WebSocket close codes the server uses besides the RFC 6455 ones (1009 = frame too big)."""
 
-    HEARTBEAT_TIMEOUT = 4000
     SLOW_CONSUMER = 4001
     REPLACED = 4002  # a new incarnation of the same member connected
     SHUTDOWN = 4003  # graceful shutdown: reconnect (elsewhere) and resume

@@ -193,6 +193,40 @@ _END = object()
 # -- the client ---------------------------------------------------------------------------------
 
 
+async def handshake(url: str, member: str, *, options: ClientOptions,
+                    token: str | None = None, resume_session: str | None = None,
+                    ) -> tuple[ClientConnection, dict[str, Any]]:
+    """Open a WebSocket, say `hello`, return it with the `welcome`. Raises `ConnectError` if
+    the server cannot be reached or does not answer, `ServerRefused` if it refuses."""
+    hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": member}
+    if token is not None:
+        hello["token"] = token
+    if resume_session:
+        hello["resume_session"] = resume_session
+    o = options
+    try:
+        ws = await asyncio.wait_for(
+            ws_connect(url, max_size=None, compression=None, open_timeout=None,
+                       ping_interval=o.heartbeat_interval,
+                       ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
+                       # a stalled link cannot carry the closing handshake: do not wait
+                       # longer for it than for a pong
+                       close_timeout=min(o.heartbeat_timeout, 5.0)),
+            o.connect_timeout)
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
+        raise ConnectError(f"cannot connect to {url}: {e}") from e
+    try:
+        await ws.send(orjson.dumps(hello), text=True)
+        welcome = orjson.loads(await asyncio.wait_for(ws.recv(), o.connect_timeout))
+    except (ConnectionClosed, TimeoutError, OSError) as e:
+        await ws.close()
+        raise ConnectError(f"no welcome from {url}: {e}") from e
+    if welcome.get("type") != "welcome":
+        await ws.close()
+        raise ServerRefused(str(welcome.get("code", "?")), str(welcome.get("message", welcome)))
+    return ws, welcome
+
+
 class Client:
     """Use `connect()`; see the module docstring."""
 
@@ -281,34 +315,9 @@ class Client:
 
     async def _open(self, *, resume: bool) -> bool:
         """Connect and say hello; returns whether the server resumed the session."""
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": self.member}
-        if self._token is not None:
-            hello["token"] = self._token
-        if resume and self.session:
-            hello["resume_session"] = self.session
-        try:
-            o = self.options
-            ws = await asyncio.wait_for(
-                ws_connect(self.url, max_size=None, compression=None, open_timeout=None,
-                           ping_interval=o.heartbeat_interval,
-                           ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
-                           # a stalled link cannot carry the closing handshake: do not wait
-                           # longer for it than for a pong
-                           close_timeout=min(o.heartbeat_timeout, 5.0)),
-                o.connect_timeout)
-        except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
-            raise ConnectError(f"cannot connect to {self.url}: {e}") from e
-        try:
-            await ws.send(orjson.dumps(hello), text=True)
-            welcome = orjson.loads(await asyncio.wait_for(ws.recv(),
-                                                          self.options.connect_timeout))
-        except (ConnectionClosed, TimeoutError, OSError) as e:
-            await ws.close()
-            raise ConnectError(f"no welcome from {self.url}: {e}") from e
-        if welcome.get("type") != "welcome":
-            await ws.close()
-            raise ServerRefused(str(welcome.get("code", "?")),
-                                str(welcome.get("message", welcome)))
+        ws, welcome = await handshake(self.url, self.member, options=self.options,
+                                      token=self._token,
+                                      resume_session=self.session if resume else None)
         self.session, self._ws = welcome["session"], ws
         return bool(welcome.get("resumed"))
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from client_sdk.client import PublishRejected, ServerRefused
+from client_sdk.client import ClientOptions, PublishRejected, ServerRefused, handshake
 from client_sdk.events import (
     GroupEvent,
     Outcome,
@@ -63,15 +63,8 @@ class Connection:
         return c
 
     async def _open(self, *, resume: bool) -> None:
-        ws = await connect(self.url, max_size=None, compression=None)
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": self.member}
-        if resume and self.session:
-            hello["resume_session"] = self.session
-        await ws.send(orjson.dumps(hello), text=True)
-        welcome = orjson.loads(await ws.recv())
-        if welcome.get("type") != "welcome":
-            await ws.close()
-            raise ServerRefused(welcome.get("code", "?"), welcome.get("message", str(welcome)))
+        ws, welcome = await handshake(self.url, self.member, options=ClientOptions(),
+                                      resume_session=self.session if resume else None)
         self.welcome, self.session, self._ws = welcome, welcome["session"], ws
         self._reader = asyncio.get_running_loop().create_task(self._read(ws))
 

@@ -24,11 +24,13 @@ class PendingAtomic:
 
 
 class AtomicTracker:
-    __slots__ = ("_pending",)
+    __slots__ = ("_by_sender", "_pending")
 
     def __init__(self) -> None:
         # insertion order = offset order, so the first entry is the oldest
         self._pending: dict[int, PendingAtomic] = {}
+        #: unresolved messages per sender (the `max_pending_atomic` limit)
+        self._by_sender: dict[MemberId, int] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -38,6 +40,15 @@ class AtomicTracker:
 
     def add(self, message: Message, members: tuple[MemberId, ...], now: float) -> None:
         self._pending[message.offset] = PendingAtomic(message, set(members), now)
+        self._by_sender[message.sender] = self._by_sender.get(message.sender, 0) + 1
+
+    def pending_from(self, sender: MemberId) -> int:
+        return self._by_sender.get(sender, 0)
+
+    def _done(self, message: Message) -> None:
+        left = self._by_sender.pop(message.sender) - 1
+        if left:
+            self._by_sender[message.sender] = left
 
     def ack(self, member: MemberId, offset: int) -> Message | None:
         """Record `member`'s ACK; return the message if that completed it (commit)."""
@@ -48,6 +59,7 @@ class AtomicTracker:
         if p.waiting:
             return None
         del self._pending[offset]
+        self._done(p.message)
         return p.message
 
     def is_waiting_for(self, member: MemberId, offset: int) -> bool:
@@ -73,4 +85,5 @@ class AtomicTracker:
         committed = [p.message for p in self._pending.values() if not p.waiting]
         aborted = [p.message for p in self._pending.values() if p.waiting]
         self._pending.clear()
+        self._by_sender.clear()
         return committed, aborted

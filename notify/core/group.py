@@ -118,7 +118,6 @@ class Group:
                            idempotency_window=config.limits.idempotency_window, head=head)
         self.atomics = AtomicTracker()
         #: unresolved atomic messages per sender (the `max_pending_atomic` limit)
-        self._pending_of: dict[MemberId, int] = {}
         self.slots: dict[MemberId, Slot] = {}
         #: where to send the install to members that are not (or no longer) in the view's slots
         self._joiner_conns: dict[MemberId, ConnId] = {}
@@ -358,14 +357,12 @@ class Group:
 
         def send_resolved() -> None:
             for offset, committed in resolved:
-                frame = Confirm(self.name, (offset,)) if committed else \
-                    Abort(self.name, (offset,), "member_failed")
-                out.append(Send(conn, frame, replay=True))
+                out.append(Send(conn, self._outcome_frame((offset,), committed), replay=True))
             resolved.clear()
 
         start = min([rp.offset] + [i.offset for i in self._installs if i.view == rp.view])
         accept_any = accept_from is AcceptFrom.ANY
-        for m in self.topic.replay(start, {}, True):
+        for m in self.topic.replay(start):
             while nxt is not None and nxt.offset < m.offset:
                 send_resolved()
                 out.append(Send(conn, nxt, replay=True))
@@ -406,7 +403,6 @@ class Group:
                                 from_member=is_member)
         if p.atomic:
             self.atomics.add(msg, self.view.members, now)
-            self._pending_of[member] = self._pending_of.get(member, 0) + 1
         out = [Fanout(msg, self._recipients(is_member), Send(conn, Published(p.req, p.id,
                                                                               msg.offset)))]
         if self._cfg.event_log:
@@ -431,7 +427,7 @@ class Group:
             return RejectCode.FUTURE_VIEW
         if p.same_view and p.view != self.view.version:
             return RejectCode.STALE_VIEW
-        if p.atomic and self._pending_of.get(member, 0) >= self._cfg.limits.max_pending_atomic:
+        if p.atomic and self.atomics.pending_from(member) >= self._cfg.limits.max_pending_atomic:
             return RejectCode.TOO_MANY_PENDING
         return None
 
@@ -453,28 +449,28 @@ class Group:
             if done is None:
                 unknown.append(offset)
             else:  # resolved before this ACK arrived (e.g. resent after a resume)
-                out.append(Send(conn, Confirm(self.name, (offset,)) if done else
-                                Abort(self.name, (offset,), "member_failed")))
+                out.append(Send(conn, self._outcome_frame((offset,), done)))
         if unknown:
             out.append(Send(conn, Error(ErrorCode.UNKNOWN_OFFSET,
                                         f"no pending atomic message at {unknown[:10]}")))
         if committed:
             offs = tuple(m.offset for m in committed)
             out.append(StoreOutcomes(self.name, offs, True))
-            frame = Confirm(self.name, offs)
+            frame = self._outcome_frame(offs, True)
             for s in self.slots.values():
                 if s.conn is not None:
                     out.append(Send(s.conn, frame))
             self._resolved(out, committed, True, "", now)
         return out
 
+    def _outcome_frame(self, offsets: tuple[int, ...], committed: bool) -> Confirm | Abort:
+        return Confirm(self.name, offsets) if committed else \
+            Abort(self.name, offsets, "member_failed")
+
     def _resolved(self, out: list[Action], msgs: list[Message], committed: bool, reason: str,
                   now: float) -> None:
         for m in msgs:
             self.topic.record_outcome(m.offset, committed)
-            left = self._pending_of.pop(m.sender, 0) - 1
-            if left > 0:
-                self._pending_of[m.sender] = left
             sender = self.slots.get(m.sender)
             conn = sender.conn if sender is not None else self._leaver_conns.get(m.sender)
             if conn is not None:
@@ -555,12 +551,10 @@ class Group:
         sends: list[Send] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]
-        if committed:
-            frame_c = Confirm(self.name, tuple(x.offset for x in committed))
-            sends.extend(Send(c, frame_c) for c in staying)
-        if aborted:
-            frame_a = Abort(self.name, tuple(x.offset for x in aborted), "member_failed")
-            sends.extend(Send(c, frame_a) for c in staying)
+        for msgs, ok in ((committed, True), (aborted, False)):
+            if msgs:
+                frame = self._outcome_frame(tuple(x.offset for x in msgs), ok)
+                sends.extend(Send(c, frame) for c in staying)
         resolution: list[Action] = []
         self._resolved(resolution, committed, True, "", now)
         self._resolved(resolution, aborted, False, "member_failed", now)

@@ -21,6 +21,7 @@ from client_sdk.client import (
 from client_sdk.connection import Connection
 from client_sdk.events import (
     CaughtUp,
+    CheckpointStored,
     GroupEvent,
     Message,
     Outcome,
@@ -35,6 +36,7 @@ from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 __all__ = [
     "Backoff",
     "CaughtUp",
+    "CheckpointStored",
     "Client",
     "ClientOptions",
     "ClientProtocol",

@@ -39,6 +39,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from client_sdk.events import (
     CaughtUp,
+    CheckpointStored,
     GroupEvent,
     Message,
     Outcome,
@@ -245,6 +246,8 @@ class Client:
         self._pending: dict[str, _Pending] = {}
         self._joins: dict[str, tuple[str, asyncio.Future[ViewInstalled]]] = {}
         self._leaves: dict[str, tuple[str, asyncio.Future[None]]] = {}
+        #: checkpoint uploads waiting for `checkpoint_stored`, by request id
+        self._checkpoints: dict[str, asyncio.Future[CheckpointStored]] = {}
         self._reqs = itertools.count(1)
         self._listeners: list[Callable[[ConnectionState, ConnectionState], None]] = []
         self._wake_writer = asyncio.Event()
@@ -286,6 +289,8 @@ class Client:
                 waiting.append(p.outcome)
         waiting.extend(fut for _, fut in self._joins.values())
         waiting.extend(fut for _, fut in self._leaves.values())
+        waiting.extend(self._checkpoints.values())
+        self._checkpoints.clear()
         self._pending.clear()
         self._joins.clear()
         self._leaves.clear()
@@ -346,6 +351,11 @@ class Client:
         self._set_state(ConnectionState.RECONNECTING)
         for p in self._pending.values():
             p.sent = False  # unanswered: sent again, with the same id, after the resume
+        for fut in self._checkpoints.values():  # part of it may be lost with the connection
+            if not fut.done():
+                fut.set_exception(NotifyError("connection lost during the checkpoint; "
+                                              "take it again"))
+        self._checkpoints.clear()
         self._log("client.disconnect", reason=reason)
 
     async def _reconnect(self) -> bool:
@@ -472,11 +482,20 @@ class Client:
             p.published.set_exception(PublishRejected(r.code))
             if p.outcome is not None:
                 p.outcome.cancel()
+        elif isinstance(r, CheckpointStored):
+            fut = self._checkpoints.pop(r.req, None)
+            if fut is not None and not fut.done():
+                fut.set_result(r)
         elif isinstance(r, ServerError):
             self._on_error(r)
 
     def _on_error(self, r: ServerError) -> None:
         if r.code in ("offset_unavailable", "bad_resume") and self._fresh_join(r.req):
+            return
+        refused = self._checkpoints.pop(r.req, None) if r.req else None
+        if refused is not None:
+            if not refused.done():
+                refused.set_exception(ServerRefused(r.code, r.message))
             return
         tables: tuple[dict[str, tuple[str, Any]], ...] = (self._joins, self._leaves)
         for table in tables:
@@ -502,6 +521,7 @@ class Client:
             self._joins[handle.name] = (again, waiting[1])
         self.protocol.join(again, handle.name, accept_from=handle.accept_from,
                            want_state=handle._state is not None)
+        handle._awaiting_state = handle._state is not None
         self._kick()
         return True
 
@@ -523,6 +543,7 @@ class Client:
         if name in self._groups and not self._groups[name]._left:
             raise ServerRefused("already_member", f"already joined {name}")
         group = Group(self, name, accept_from, state)
+        group._awaiting_state = want_state
         self._groups[name] = group
         req = f"j{next(self._reqs)}"
         fut: asyncio.Future[ViewInstalled] = asyncio.get_running_loop().create_future()
@@ -598,6 +619,33 @@ class Client:
                   bytes=len(snapshot))
         self._kick()
 
+    async def _checkpoint(self, group: Group) -> CheckpointStored:
+        if group._left:
+            raise GroupLeftError(f"left {group.name}")
+        if group._state is None:
+            raise ValueError("a checkpoint needs the group's StateProvider (join(state=...))")
+        if group._awaiting_state:
+            raise NotifyError(f"{group.name}: the state has not arrived yet")
+        if self.state is not ConnectionState.CONNECTED:
+            raise NotifyError(f"not connected ({self.state.value})")
+        # The snapshot and the position it claims are taken at the same point of the events
+        # handed to the application.
+        snapshot = group._state.snapshot()
+        position = {"epoch": self.protocol.groups[group.name].epoch, "offset": group._base,
+                    "view": group.view.version if group.view is not None else 0,
+                    "streams": dict(group._delivered)}
+        chunks = (await asyncio.to_thread(encode, snapshot)) if len(snapshot) > _THREAD_ENCODE \
+            else encode(snapshot)
+        req = f"c{next(self._reqs)}"
+        fut: asyncio.Future[CheckpointStored] = asyncio.get_running_loop().create_future()
+        self._checkpoints[req] = fut
+        self.protocol.checkpoint(req, group.name, chunks, position)
+        self._kick()
+        stored = await fut
+        self._log("client.checkpoint", group=group.name, offset=stored.offset,
+                  bytes=len(snapshot))
+        return stored
+
     def _log(self, event: str, **fields: Any) -> None:
         if self._events_log is not None:
             self._events_log.write(event, time.time(), member=self.member,
@@ -616,8 +664,12 @@ class Group:
         self._state = state
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self._left = False
-        #: last seq handed to the application, per stream (what a snapshot taken now covers)
+        #: last seq handed to the application, per stream (what a snapshot taken now covers),
+        #: and the offset at or below which it has been handed every message
         self._delivered: dict[str, int] = {}
+        self._base = 0
+        #: joined with want_state and the StateReceived is not handed over yet
+        self._awaiting_state = False
 
     async def publish(self, payload: Any, *, order: str = "fifo", atomic: bool = False,
                       same_view: bool = False, publish_id: str | None = None) -> PublishResult:
@@ -632,6 +684,15 @@ class Group:
 
     async def leave(self) -> None:
         await self._client._leave(self)
+
+    async def checkpoint(self) -> CheckpointStored:
+        """Store this member's state (its `StateProvider.snapshot()`, taken now, between the
+        events already handed over and the next) as the group's checkpoint. Joiners get it,
+        completed from the log, when no member can give them the state: in an empty group,
+        or when a donor fails with nobody to replace it. Call it between events, e.g. every few
+        thousand messages; the server keeps the latest. Raises `ServerRefused` (`forbidden`,
+        `state_too_large`, `bad_checkpoint`) or `NotifyError` (connection lost: call again)."""
+        return await self._client._checkpoint(self)
 
     def resume_point(self) -> dict[str, Any]:
         """Where this member's knowledge of the group ends; save it to come back later with
@@ -669,11 +730,21 @@ class Group:
             if isinstance(e, StateRequested):
                 await self._client._serve_state(self, e)
                 continue
-            if isinstance(e, StateReceived) and e.snapshot is not None and \
-                    self._state is not None:
-                self._state.restore(e.snapshot)
+            if isinstance(e, StateReceived):
+                if e.snapshot is not None and self._state is not None:
+                    self._state.restore(e.snapshot)
+                for stream, seq in e.streams.items():
+                    self._delivered[stream] = max(seq, self._delivered.get(stream, 0))
+                self._awaiting_state = False
             if isinstance(e, Message):
                 self._delivered[e.stream] = e.seq
+            elif isinstance(e, ViewInstalled):
+                if self._client.member in e.joined:  # (re)joined: its knowledge starts here
+                    self._delivered, self._base = {}, e.offset
+                else:  # every message up to the install was handed over before it
+                    self._base = max(self._base, e.offset)
+            elif isinstance(e, CaughtUp):
+                self._base = max(self._base, e.offset)
             assert isinstance(e, (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp,
                                   Removed, StateReceived))
             return e

@@ -19,6 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from client_sdk.client import ClientOptions, PublishRejected, ServerRefused, handshake
 from client_sdk.events import (
+    CheckpointStored,
     GroupEvent,
     Outcome,
     Published,
@@ -30,6 +31,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase
+from state_transfer import encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,20 @@ class Connection:
             raise PublishRejected(reply.code)
         assert isinstance(reply, Published)
         return PublishResult(pid, reply.offset)
+
+    async def checkpoint(self, group: str, snapshot: bytes,
+                         position: dict[str, Any] | None = None) -> CheckpointStored:
+        """Store `snapshot` as the group's checkpoint; by default it claims to include every
+        message this connection has received (`saved_point()`)."""
+        req = self._req()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._req_waiters[req] = (group, fut)
+        point = position if position is not None else self.protocol.groups[group].saved_point()
+        self.protocol.checkpoint(req, group, encode(snapshot), point)
+        await self._flush()
+        stored = await fut
+        assert isinstance(stored, CheckpointStored)
+        return stored
 
     async def outcome(self, publish_id: str) -> Outcome:
         return await self._outcomes[publish_id]
@@ -211,6 +227,10 @@ class Connection:
             of = self._outcomes.get(r.id)
             if of is not None and not of.done():
                 of.set_result(r)
+        elif isinstance(r, CheckpointStored):
+            waiter = self._req_waiters.pop(r.req, None)
+            if waiter is not None and not waiter[1].done():
+                waiter[1].set_result(r)
         else:
             self.errors.append(r)
             waiter = self._req_waiters.pop(r.req, None) if r.req else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -56,12 +56,28 @@ class CaughtUp:
 class StateReceived:
     """The group's state for this joiner (G9): `snapshot` is the donor's bytes, verified, or
     None when no member could give it (`reason` says why); the SDK has already passed it to the
-    `StateProvider.restore`. Every later event is one the snapshot does not include."""
+    `StateProvider.restore`. Every later event is one the snapshot does not include.
+
+    A state served from the group's stored checkpoint (no member could give it) is followed by
+    the messages between the checkpoint and the view boundary, as ordinary `Message` events
+    (their `view` is older than the current one): apply them like any other. `streams` is, per
+    stream, the last seq the snapshot includes."""
 
     group: str
     offset: int
     snapshot: bytes | None
     reason: str | None = None
+    streams: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStored:
+    """The server stored a checkpoint this member sent (reply to `Group.checkpoint()`)."""
+
+    req: str
+    group: str
+    offset: int
+    bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,4 +135,4 @@ class ServerError:
     req: str | None
 
 
-Reply = Published | Rejected | Outcome | ServerError
+Reply = Published | Rejected | Outcome | ServerError | CheckpointStored

@@ -20,6 +20,7 @@ from typing import Any
 
 from client_sdk.events import (
     CaughtUp,
+    CheckpointStored,
     GroupEvent,
     Message,
     Outcome,
@@ -34,7 +35,7 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
-from state_transfer import Assembler, ChunkError
+from state_transfer import Assembler, Chunk, ChunkError
 
 Frame = dict[str, Any]
 
@@ -74,6 +75,10 @@ class GroupProtocol:
     join_req: str = ""
     #: while a joiner waits for its snapshot: the events that come after it (None: not waiting)
     state_buffer: list[GroupEvent] | None = None
+    #: ... and, for a state served from a checkpoint, the messages that complete it: those at or
+    #: below the view boundary (`state_boundary`), keyed by (stream, seq)
+    state_replay: dict[tuple[str, int], Message] = field(default_factory=dict)
+    state_boundary: int = 0
     assembler: Assembler | None = None
     transfer: str = ""
 
@@ -149,6 +154,17 @@ class ClientProtocol:
         return {"type": "publish", "req": req, "group": group, "id": publish_id, "view": stamp,
                 "order": order, "atomic": atomic, "same_view": same_view, "payload": payload}
 
+    def checkpoint(self, req: str, group: str, chunks: list[Chunk],
+                   position: dict[str, Any]) -> None:
+        """Queue a checkpoint: an encoded snapshot that includes exactly the messages
+        `position` (a resume point) covers."""
+        for c in chunks:
+            frame: Frame = {"type": "checkpoint", "req": req, "group": group, "index": c.index,
+                            "last": c.last, "data": c.data}
+            if c.last:
+                frame["sha256"], frame["position"] = c.sha256, position
+            self._out.append(frame)
+
     def send(self, frame: Frame) -> None:
         self._out.append(frame)
 
@@ -218,6 +234,8 @@ class ClientProtocol:
             events.append(StateRequested(f["group"], f["transfer"], f["joiner"], f["offset"]))
         elif t == "state_chunk":
             self._state_chunk(f, events)
+        elif t == "checkpoint_stored":
+            replies.append(CheckpointStored(f["req"], f["group"], f["offset"], f["bytes"]))
         elif t == "error":
             g = self.group_of_join(f.get("req"))
             if g is not None and f["code"] in ("state_unavailable", "state_too_large"):
@@ -228,6 +246,13 @@ class ClientProtocol:
     def _deliver(self, f: Frame, events: list[GroupEvent]) -> None:
         g = self.groups.get(f["group"])
         if g is None or g.phase is GroupPhase.LEFT:
+            return
+        if g.state_buffer is not None and f["offset"] <= g.state_boundary:
+            # Not news: part of the state (a checkpoint's completion, all resolved); it is
+            # ordered and handed over with the snapshot, outside the stream bookkeeping.
+            m = Message(g.name, f["offset"], f["stream"], f["seq"], f["sender"], f["view"],
+                        f["atomic"], f.get("payload"), f["ts"])
+            g.state_replay[(m.stream, m.seq)] = m
             return
         s = g.streams.get(f["stream"])
         if s is None:
@@ -295,13 +320,19 @@ class ClientProtocol:
             return
         if g.phase is GroupPhase.JOINING and g.want_state:
             g.state_buffer = []  # everything after this install waits for the snapshot
+            g.state_replay, g.state_boundary = {}, f["offset"]
         if g.phase is GroupPhase.JOINING:
-            if not g.epoch or g.epoch != f["epoch"]:  # a fresh start: knowledge begins here
+            if not g.epoch or g.epoch != f["epoch"] or g.want_state:
+                # A fresh start: knowledge begins here
                 g.streams.clear()
                 g.atomic.clear()
                 g.base = f["offset"]
             g.epoch = f["epoch"]
             self._reack(g)
+        elif g.state_buffer is None:
+            # A member of the view before: every message up to the install has reached it, so
+            # a later resume point may start here (keeps it inside retention, G8).
+            g.base = max(g.base, f["offset"])
         g.phase, g.members = GroupPhase.ACTIVE, members
         events.append(ViewInstalled(g.name, f["view"], members, tuple(f["joined"]),
                                     tuple(f["left"]), f["offset"]))
@@ -328,17 +359,27 @@ class ClientProtocol:
                              events)
             return
         if snapshot is not None:
-            covered = f.get("streams") or {}
+            covered = dict(f.get("streams") or {})
+            # The replayed messages a checkpoint lacks, in log order (aborted ones were never
+            # delivered, so a stream may skip their seqs, as it does live).
+            completion = sorted((m for m in g.state_replay.values()
+                                 if m.seq > covered.get(m.stream, 0)), key=lambda m: m.offset)
             if g.state_buffer:
                 # What the donor had applied when it took the snapshot is in it already.
                 g.state_buffer = [e for e in g.state_buffer if not (
                     isinstance(e, Message) and e.seq <= covered.get(e.stream, 0))]
-            self._state_done(g, StateReceived(g.name, f["offset"], snapshot), events)
+            g.state_buffer[:0] = completion
+            for m in completion:
+                covered[m.stream] = m.seq
+            self._state_done(g, StateReceived(g.name, f["offset"], snapshot, None, covered),
+                             events)
+
 
     @staticmethod
     def _state_done(g: GroupProtocol, received: StateReceived, events: list[GroupEvent]) -> None:
         buffered = g.state_buffer or []
         g.state_buffer, g.assembler, g.want_state = None, None, False
+        g.state_replay = {}
         events.append(received)
         events.extend(buffered)
 

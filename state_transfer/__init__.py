@@ -7,6 +7,8 @@ from state_transfer.codec import (
     Chunk,
     ChunkError,
     encode,
+    verify,
 )
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_MAX_SNAPSHOT", "Assembler", "Chunk", "ChunkError", "encode"]
+__all__ = ["CHUNK_BYTES", "DEFAULT_MAX_SNAPSHOT", "Assembler", "Chunk", "ChunkError", "encode",
+           "verify"]

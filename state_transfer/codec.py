@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 #: bytes of compressed snapshot per chunk (DESIGN §5: ≤ 256 KiB)
@@ -86,3 +87,39 @@ class Assembler:
         if hashlib.sha256(snapshot).hexdigest() != sha256:
             raise ChunkError("sha256 mismatch: the snapshot is not the donor's")
         return snapshot
+
+
+def verify(chunks: Iterable[str], sha256: str, *, max_bytes: int = DEFAULT_MAX_SNAPSHOT) -> int:
+    """Check a stored snapshot without holding it: base64, compression, size and sha256, one
+    chunk at a time (the server checks a checkpoint before it serves anyone from it). Returns
+    the snapshot's size; raises `ChunkError`."""
+    d = zlib.decompressobj()
+    digest = hashlib.sha256()
+    size = 0
+    for index, data in enumerate(chunks):
+        try:
+            part = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as e:
+            raise ChunkError(f"chunk {index} is not base64: {e}") from None
+        while part:
+            try:
+                out = d.decompress(part, 1 << 20)
+            except zlib.error as e:
+                raise ChunkError(f"corrupt snapshot: {e}") from None
+            size += len(out)
+            if size > max_bytes:
+                raise ChunkError(f"snapshot over the {max_bytes}-byte limit")
+            digest.update(out)
+            part = d.unconsumed_tail
+            if d.eof:
+                break
+    tail = d.flush()
+    size += len(tail)
+    if size > max_bytes:
+        raise ChunkError(f"snapshot over the {max_bytes}-byte limit")
+    digest.update(tail)
+    if not d.eof or d.unused_data:
+        raise ChunkError("truncated snapshot" if not d.eof else "bytes after the snapshot")
+    if digest.hexdigest() != sha256:
+        raise ChunkError("sha256 mismatch")
+    return size

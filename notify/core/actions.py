@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from notify.core.checkpoint import Checkpoint
 from notify.core.view import MemberId
 
 ConnId = int
@@ -176,9 +177,21 @@ class StateChunkOut:
     type: str = field(default="state_chunk", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointStored:
+    """To the member that sent a checkpoint: it is durable and now the group's latest."""
+
+    req: str
+    group: str
+    offset: int
+    bytes: int
+    type: str = field(default="checkpoint_stored", init=False)
+
+
 OutFrame = (
     Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
     | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
+    | CheckpointStored
 )
 
 # --- actions -----------------------------------------------------------------------------------
@@ -207,13 +220,28 @@ class Fanout:
 
 
 @dataclass(frozen=True, slots=True)
+class ServeCheckpoint:
+    """Stream the stored `checkpoint` to `conn` as the `state_chunk`s of `transfer` (the
+    snapshot's `offset` is the view boundary). The adapter reads it from storage chunk by chunk,
+    off the event loop; the log replay that completes it was sent by the core."""
+
+    conn: ConnId
+    group: str
+    transfer: str
+    offset: int
+    checkpoint: Checkpoint
+    #: the joiner's join request (an error about its state carries it)
+    req: str
+
+
+@dataclass(frozen=True, slots=True)
 class AfterStreams:
     """Send `sends` in order once every stream of `group` has handed over all messages accepted
     before this action, and only then let the streams go on (DESIGN §4: `view_install` goes out
     behind all old-view messages, and no new-view message overtakes it)."""
 
     group: str
-    sends: tuple[Send, ...]
+    sends: tuple[Send | ServeCheckpoint, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,4 +280,37 @@ class LogEvent:
     fields: dict[str, Any]
 
 
-Action = Send | Fanout | AfterStreams | Close | StoreView | StoreOutcomes | LogEvent
+@dataclass(frozen=True, slots=True)
+class StoreCheckpointChunk:
+    """Stage one chunk of checkpoint upload `upload` (not the group's checkpoint yet)."""
+
+    group: str
+    upload: str
+    index: int
+    data: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommitCheckpoint:
+    """Every chunk of `checkpoint` is staged: check the snapshot (sha256, compression), make it
+    the group's latest, drop the one before, then feed `Hub.checkpoint_committed` (or answer
+    `bad_checkpoint` to `conn`)."""
+
+    group: str
+    checkpoint: Checkpoint
+    conn: ConnId
+    req: str
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardCheckpoint:
+    """Drop the staged chunks of an upload that will not complete."""
+
+    group: str
+    upload: str
+
+
+Action = (
+    Send | Fanout | AfterStreams | Close | StoreView | StoreOutcomes | LogEvent
+    | ServeCheckpoint | StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint
+)

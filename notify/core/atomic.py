@@ -10,6 +10,7 @@ that is leaving.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from notify.core.actions import Message
@@ -66,9 +67,13 @@ class AtomicTracker:
         p = self._pending.get(offset)
         return p is not None and member in p.waiting
 
-    def oldest_since(self) -> float | None:
+    def next_deadline(self, ack_timeout: float,
+                      excused: Callable[[MemberId], bool]) -> float | None:
+        """When `overdue` will next name a member that is not `excused` (e.g. already on its
+        way out): a deadline nobody acts on would make the timer spin until the install."""
         for p in self._pending.values():
-            return p.since
+            if any(not excused(m) for m in p.waiting):
+                return p.since + ack_timeout
         return None
 
     def overdue(self, now: float, ack_timeout: float) -> set[MemberId]:

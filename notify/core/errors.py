@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     BAD_CHUNK = "bad_chunk"  # state_chunk out of order
     STATE_UNAVAILABLE = "state_unavailable"  # no member (left) can give a joiner the state
     STATE_TOO_LARGE = "state_too_large"  # a snapshot over Limits.max_state_bytes
+    BAD_CHECKPOINT = "bad_checkpoint"  # position not in this log, bad sha256 or compression
     INTERNAL = "internal"  # a server bug; the frame was dropped, the connection stays up
     # -- authentication and authorisation (docs/security.md); the first three close with 4004
     TOKEN_REQUIRED = "token_required"  # hello without a token on a server that requires one

@@ -100,4 +100,20 @@ class StateChunk:
     streams: dict[str, int] | None = None
 
 
-ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk
+@dataclass(frozen=True, slots=True)
+class CheckpointChunk:
+    """A piece of a member's checkpoint: its state after exactly the messages `position` covers,
+    kept by the server so that a joiner still gets the state when no member can give it (an
+    empty group, or a donor lost with nobody to replace it). The last chunk carries the sha256
+    of the snapshot and the position."""
+
+    req: str
+    group: str
+    index: int
+    last: bool
+    data: str
+    sha256: str | None = None
+    position: ResumePoint | None = None
+
+
+ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk | CheckpointChunk

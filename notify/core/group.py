@@ -28,9 +28,12 @@ from notify.core.actions import (
     Action,
     AfterStreams,
     CatchupDone,
+    CheckpointStored,
+    CommitCheckpoint,
     Confirm,
     ConnId,
     Deliver,
+    DiscardCheckpoint,
     Error,
     Fanout,
     LogEvent,
@@ -39,8 +42,10 @@ from notify.core.actions import (
     Published,
     Rejected,
     Send,
+    ServeCheckpoint,
     StateChunkOut,
     StateRequest,
+    StoreCheckpointChunk,
     StoreOutcomes,
     StoreView,
     ViewChange,
@@ -48,9 +53,18 @@ from notify.core.actions import (
     ViewResume,
 )
 from notify.core.atomic import AtomicTracker
+from notify.core.checkpoint import Checkpoint, Upload
 from notify.core.config import CoreConfig
 from notify.core.errors import ErrorCode, RejectCode
-from notify.core.events import AcceptFrom, Join, Order, Publish, ResumePoint, StateChunk
+from notify.core.events import (
+    AcceptFrom,
+    CheckpointChunk,
+    Join,
+    Order,
+    Publish,
+    ResumePoint,
+    StateChunk,
+)
 from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
 from notify.core.topic import Topic
 from notify.core.view import MemberId, View
@@ -127,17 +141,22 @@ class Group:
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
         self._transfers: dict[str, Transfer] = {}
+        #: the latest stored checkpoint (its bytes are in storage), and uploads under way
+        self.checkpoint: Checkpoint | None = None
+        self._uploads: dict[MemberId, Upload] = {}
+        self._upload_count = 0
 
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
                  seqs: dict[str, int], recent: list[Message],
-                 outcomes: dict[int, bool]) -> Group:
+                 outcomes: dict[int, bool], checkpoint: Checkpoint | None = None) -> Group:
         """A group brought back after a restart: its view version, log head, stream positions
         and recent messages come from storage; it has no members (no connection survives a
         restart), so the next install is `view + 1` (G1). An atomic message whose outcome was
         not stored was never aborted (aborts are stored before they are sent): committed."""
         g = cls(name, config, epoch=epoch, view=view, head=head)
         g.topic.restore(seqs, recent)
+        g.checkpoint = checkpoint
         for m in recent:
             if m.atomic:
                 g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
@@ -203,7 +222,7 @@ class Group:
                                         join.req)))
             return out
         if join.resume is not None:
-            err = self._check_resume_point(join.resume)
+            err = self._check_resume_point(join.resume, join.accept_from)
             if err is not None:
                 out.append(Send(conn, Error(err[0], err[1], join.req)))
                 return out
@@ -237,7 +256,8 @@ class Group:
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
-        replaced: list[Send] = []
+        self._drop_upload(out, member)
+        replaced: list[Send | ServeCheckpoint] = []
         self._transfer_party_lost(replaced, member, now)
         out.extend(replaced)
         self._request_removal(out, member, reason, now)
@@ -268,7 +288,8 @@ class Group:
             return out
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
-        replaced: list[Send] = []
+        self._drop_upload(out, member)
+        replaced: list[Send | ServeCheckpoint] = []
         self._transfer_party_lost(replaced, member, now)
         out.extend(replaced)
         slot.suspect_deadline = now + self._cfg.timeouts.suspect_timeout
@@ -281,7 +302,7 @@ class Group:
                 now: float) -> list[Action]:
         out: list[Action] = []
         assert join.resume is not None
-        err = self._check_resume_point(join.resume)
+        err = self._check_resume_point(join.resume, join.accept_from)
         if err is not None:
             out.append(Send(conn, Error(err[0], err[1], join.req)))
             return out
@@ -330,12 +351,14 @@ class Group:
                                           if m.proposal is not None else None)
         return reason == "suspect"
 
-    def _check_resume_point(self, rp: ResumePoint) -> tuple[ErrorCode, str] | None:
+    def _check_resume_point(self, rp: ResumePoint,
+                            accept_from: AcceptFrom) -> tuple[ErrorCode, str] | None:
         if rp.epoch != self.epoch:
             return ErrorCode.OFFSET_UNAVAILABLE, f"log epoch is {self.epoch}, not {rp.epoch}"
         if rp.offset > self.topic.head or any(s < 0 for s in rp.streams.values()):
             return ErrorCode.BAD_RESUME, f"offset {rp.offset} is past the head {self.topic.head}"
-        if not self.topic.can_replay_after(rp.offset):
+        if not self.topic.can_replay(rp.offset, rp.streams,
+                                     external=accept_from is AcceptFrom.ANY):
             return ErrorCode.OFFSET_UNAVAILABLE, (
                 f"offset {rp.offset} is older than the oldest retained {self.topic.first_retained}")
         return None
@@ -548,7 +571,7 @@ class Group:
         if aborted:
             out.append(StoreOutcomes(self.name, tuple(x.offset for x in aborted), False))
         out.append(StoreView(self.name, self.epoch, view.version, view.members))
-        sends: list[Send] = []
+        sends: list[Send | ServeCheckpoint] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]
         for msgs, ok in ((committed, True), (aborted, False)):
@@ -593,6 +616,7 @@ class Group:
                 sends.append(Send(c, install))
         for mem in p.leaving:
             self._transfer_party_lost(sends, mem, now)
+            self._drop_upload(logs, mem)
         for mem, joined in p.joining.items():
             if joined.want_state:
                 # Behind the donor's own install: it snapshots exactly the old view's state.
@@ -608,9 +632,10 @@ class Group:
     # -- state transfer (G9) ----------------------------------------------------------------------
 
     def _request_state(self, t: Transfer, exclude: frozenset[MemberId] = frozenset(),
-                       ) -> list[Send]:
+                       ) -> list[Send | ServeCheckpoint]:
         """Ask the longest-standing member that has the state for a snapshot for `t.joiner`;
-        if there is none, tell the joiner (it starts without state)."""
+        if there is none, serve the stored checkpoint; failing that, tell the joiner (it
+        starts without state)."""
         waiting = {x.joiner for x in self._transfers.values()}
         donor = next((m for m in self.view.members
                       if m != t.joiner and m not in exclude and m not in waiting
@@ -620,16 +645,42 @@ class Group:
             self._transfers.pop(t.id, None)
             if joiner_conn is None:
                 return []
-            return [Send(joiner_conn, Error(ErrorCode.STATE_UNAVAILABLE,
-                                            f"no member of {self.name} can give the state",
-                                            t.req))]
+            served = self._from_checkpoint(t, joiner_conn)
+            if served is not None:
+                return served
+            return [Send(joiner_conn, Error(
+                ErrorCode.STATE_UNAVAILABLE,
+                f"no member of {self.name} can give the state, and no usable checkpoint",
+                t.req))]
         t.donor, t.progress = donor, t.started
         self._transfers[t.id] = t
         donor_conn = self.slots[donor].conn
         assert donor_conn is not None
         return [Send(donor_conn, StateRequest(self.name, t.id, t.joiner, t.offset))]
 
-    def _transfer_party_lost(self, out: list[Send], member: MemberId, now: float) -> None:
+    def _from_checkpoint(self, t: Transfer, conn: ConnId) -> list[Send | ServeCheckpoint] | None:
+        """The checkpoint, completed by the log up to the view boundary `t.offset`: the messages
+        it lacks, as the member that took it received them (aborted ones never were), then the
+        snapshot itself. None if there is no checkpoint or the log no longer holds the gap."""
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        rp = cp.position
+        if rp.epoch != self.epoch or not self.topic.can_replay(rp.offset, rp.streams,
+                                                               external=cp.accept_any):
+            return None
+        out: list[Send | ServeCheckpoint] = []
+        for m in self.topic.replay(rp.offset):
+            if m.offset > t.offset:
+                break
+            if m.seq > rp.streams.get(m.stream, 0) and (m.from_member or cp.accept_any) and (
+                    not m.atomic or self.topic.outcome(m.offset) is not False):
+                out.append(Send(conn, Deliver.of(m), replay=True))
+        out.append(ServeCheckpoint(conn, self.name, t.id, t.offset, cp, t.req))
+        return out
+
+    def _transfer_party_lost(self, out: list[Send | ServeCheckpoint], member: MemberId,
+                             now: float) -> None:
         """A joiner that goes away needs no state; a donor that goes away is replaced."""
         for t in list(self._transfers.values()):
             if t.joiner == member:
@@ -637,7 +688,7 @@ class Group:
             elif t.donor == member:
                 self._replace_donor(out, t, now)
 
-    def _replace_donor(self, out: list[Send], t: Transfer, now: float) -> None:
+    def _replace_donor(self, out: list[Send | ServeCheckpoint], t: Transfer, now: float) -> None:
         """Ask the next member; the joiner drops the partial snapshot when chunks of the new
         transfer arrive (the new donor's snapshot carries its own stream positions)."""
         del self._transfers[t.id]
@@ -677,6 +728,83 @@ class Group:
                       duration_ms=round((now - t.started) * 1000, 3), source=t.donor)
         return out
 
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def checkpoint_chunk(self, member: MemberId, conn: ConnId, f: CheckpointChunk,
+                         now: float) -> list[Action]:
+        """Take a member's checkpoint in, chunk by chunk, into storage (staged until the last
+        chunk checks out; the group's current checkpoint is untouched until then)."""
+        out: list[Action] = []
+        slot = self.slots.get(member)
+        if slot is None or slot.conn != conn:
+            out.append(Send(conn, Error(ErrorCode.NOT_MEMBER,
+                                        f"only members of {self.name} send its checkpoint",
+                                        f.req)))
+            return out
+        if f.index == 0:  # a new upload replaces an unfinished one
+            self._drop_upload(out, member)
+            self._upload_count += 1
+            self._uploads[member] = Upload(f"{member}.{self._upload_count}", f.req)
+        up = self._uploads.get(member)
+        if up is None or f.index != up.next_index:
+            self._drop_upload(out, member)
+            expected = 0 if up is None else up.next_index
+            out.append(Send(conn, Error(ErrorCode.BAD_CHUNK,
+                                        f"checkpoint chunk {f.index} where {expected} was "
+                                        "expected; start again at 0", f.req)))
+            return out
+        up.next_index += 1
+        up.bytes += len(f.data)
+        if up.bytes > self._cfg.limits.max_state_bytes:
+            self._drop_upload(out, member)
+            out.append(Send(conn, Error(
+                ErrorCode.STATE_TOO_LARGE,
+                f"checkpoint over {self._cfg.limits.max_state_bytes} bytes", f.req)))
+            return out
+        out.append(StoreCheckpointChunk(self.name, up.id, f.index, f.data))
+        if not f.last:
+            return out
+        problem = self._check_position(f.position) if f.sha256 else "the last chunk has no sha256"
+        if problem is not None:
+            self._drop_upload(out, member)
+            out.append(Send(conn, Error(ErrorCode.BAD_CHECKPOINT, problem, f.req)))
+            return out
+        del self._uploads[member]
+        assert f.position is not None and f.sha256 is not None
+        cp = Checkpoint(up.id, member, f.position, slot.accept_from is AcceptFrom.ANY, up.bytes,
+                        up.next_index, f.sha256, now)
+        out.append(CommitCheckpoint(self.name, cp, conn, f.req))
+        return out
+
+    def _check_position(self, rp: ResumePoint | None) -> str | None:
+        """A checkpoint's position must name messages this log has had (never a wrong state)."""
+        if rp is None:
+            return "the last chunk has no position"
+        if rp.epoch != self.epoch:
+            return f"log epoch is {self.epoch}, not {rp.epoch}"
+        if rp.offset > self.topic.head:
+            return f"offset {rp.offset} is past the head {self.topic.head}"
+        for stream, seq in rp.streams.items():
+            if not 0 <= seq <= self.topic.seq(stream):
+                return f"{stream} has no seq {seq}"
+        return None
+
+    def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: str,
+                             now: float) -> list[Action]:
+        """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on."""
+        out: list[Action] = []
+        if self.checkpoint is None or cp.ts >= self.checkpoint.ts:
+            self.checkpoint = cp
+        out.append(Send(conn, CheckpointStored(req, self.name, cp.position.offset, cp.bytes)))
+        self._log(out, "checkpoint.stored", now, member=cp.member, bytes=cp.bytes,
+                  offset=cp.position.offset)
+        return out
+
+    def _drop_upload(self, out: list[Action], member: MemberId) -> None:
+        up = self._uploads.pop(member, None)
+        if up is not None:
+            out.append(DiscardCheckpoint(self.name, up.id))
+
     # -- time ------------------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
@@ -685,9 +813,11 @@ class Group:
         d = self.membership.next_deadline()
         if d is not None:
             candidates.append(d)
-        oldest = self.atomics.oldest_since()
-        if oldest is not None:
-            candidates.append(oldest + self._cfg.timeouts.ack_timeout)
+        m = self.membership
+        ack = self.atomics.next_deadline(self._cfg.timeouts.ack_timeout,
+                                         lambda x: x not in self.slots or m.is_leaving(x))
+        if ack is not None:
+            candidates.append(ack)
         candidates.extend(t.progress + self._cfg.timeouts.flush_timeout
                           for t in self._transfers.values())
         return min(candidates) if candidates else None
@@ -710,7 +840,7 @@ class Group:
         stalled = [t for t in self._transfers.values()
                    if now - t.progress >= self._cfg.timeouts.flush_timeout]
         for t in stalled:  # a donor that does not send (e.g. its application stopped reading)
-            replaced: list[Send] = []
+            replaced: list[Send | ServeCheckpoint] = []
             self._replace_donor(replaced, t, now)
             out.extend(replaced)
         for mem in sorted(self.atomics.overdue(now, self._cfg.timeouts.ack_timeout)):

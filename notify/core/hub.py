@@ -30,9 +30,20 @@ from dataclasses import dataclass, field
 
 from notify.core.actions import Action, Close, ConnId, Error, LogEvent, Rejected, Send, Welcome
 from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
+from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
-from notify.core.events import Ack, ClientFrame, FlushOk, Hello, Join, Leave, Publish, StateChunk
+from notify.core.events import (
+    Ack,
+    CheckpointChunk,
+    ClientFrame,
+    FlushOk,
+    Hello,
+    Join,
+    Leave,
+    Publish,
+    StateChunk,
+)
 from notify.core.group import Group
 from notify.core.view import MemberId
 
@@ -143,6 +154,12 @@ class Hub:
         if isinstance(frame, StateChunk):
             return self._member_call(conn, frame.group, None,
                                      lambda g: g.state_chunk(member, conn, frame, now))
+        if isinstance(frame, CheckpointChunk):
+            if not session.grants.allows(frame.group, Perm.PUBLISH):
+                return [Send(conn, Error(ErrorCode.FORBIDDEN, "a checkpoint needs the publish "
+                                         f"grant for {frame.group!r}", frame.req))]
+            return self._member_call(conn, frame.group, frame.req,
+                                     lambda g: g.checkpoint_chunk(member, conn, frame, now))
         assert isinstance(frame, Leave)
         out = self._member_call(conn, frame.group, frame.req,
                                 lambda g: g.leave(member, conn, frame.req, now))
@@ -312,6 +329,11 @@ class Hub:
         if g.next_deadline() is not None:
             self._armed.add(name)
         return out
+
+    def checkpoint_committed(self, group: str, cp: Checkpoint, conn: ConnId, req: str,
+                             now: float) -> list[Action]:
+        """Storage made `cp` durable (see `CommitCheckpoint`)."""
+        return self._group_call(group, lambda g: g.checkpoint_committed(cp, conn, req, now))
 
     # -- time ------------------------------------------------------------------------------------
 

@@ -35,14 +35,17 @@ def external_stream(sender: MemberId) -> str:
 
 
 class Topic:
-    __slots__ = ("_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window", "group",
-                 "head")
+    __slots__ = ("_last", "_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window",
+                 "group", "head")
 
     def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0) -> None:
         self.group = group
         #: offset of the last accepted message (0 = none yet)
         self.head = head
         self._seqs: dict[str, int] = {}
+        #: offset of each stream's latest message, where known (not for streams whose every
+        #: message was deleted before a restart)
+        self._last: dict[str, int] = {}
         self._log: deque[Message] = deque(maxlen=retain)
         self._retain = retain
         self._outcomes: dict[int, bool] = {}
@@ -75,6 +78,7 @@ class Topic:
         seq = self._seqs.get(stream, 0) + 1
         self._seqs[stream] = seq
         self.head += 1
+        self._last[stream] = self.head
         msg = Message(
             self.group, self.head, stream, seq, sender, view, atomic, payload, now, publish_id,
             from_member,
@@ -94,10 +98,15 @@ class Topic:
         self._seqs.update(seqs)
         for m in recent[-self._retain:]:
             self._log.append(m)
+            self._last[m.stream] = m.offset
             ids = self._publish_ids.setdefault(m.sender, OrderedDict())
             ids[m.id] = m.offset
             if len(ids) > self._window:
                 ids.popitem(last=False)
+
+    def seq(self, stream: str) -> int:
+        """The last seq given in `stream` (0: none)."""
+        return self._seqs.get(stream, 0)
 
     # -- atomic outcomes -------------------------------------------------------------------------
 
@@ -120,8 +129,29 @@ class Topic:
             return None
         return self._log[offset - self._log[0].offset]
 
-    def can_replay_after(self, offset: int) -> bool:
-        return offset + 1 >= self.first_retained
+    def can_replay(self, after: int, streams: dict[str, int], *, external: bool) -> bool:
+        """Whether every message a point (`after`, `streams`) lacks is still retained (G8).
+
+        The oldest retained offset alone would refuse a member whose `after` is old but whose
+        streams are up to date (a long stable view): what matters is, per stream, whether the
+        next message it lacks is in the window. `external`: the point also wants `ext:`
+        streams (its member accepts messages from non-members)."""
+        if after + 1 >= self.first_retained:
+            return True
+        first_seq: dict[str, int] = {}
+        for m in self._log:
+            if m.stream not in first_seq:
+                first_seq[m.stream] = m.seq
+        unknown = self.first_retained - 1  # a stream with nothing retained ended before this
+        for stream, seq in self._seqs.items():
+            have = streams.get(stream, 0)
+            if have >= seq or self._last.get(stream, unknown) <= after:
+                continue  # it has them all, or the stream has nothing after `after`
+            if not external and stream.startswith("ext:"):
+                continue
+            if first_seq.get(stream, seq + 1) > have + 1:
+                return False  # the next one it lacks was deleted
+        return True
 
     def replay(self, after: int) -> Iterable[Message]:
         """The retained messages after offset `after`, in offset order."""

@@ -44,10 +44,19 @@ from notify.core import (
     StoreOutcomes,
     StoreView,
 )
-from notify.core.actions import Error, Rejected
+from notify.core.actions import (
+    CommitCheckpoint,
+    DiscardCheckpoint,
+    Error,
+    Rejected,
+    ServeCheckpoint,
+    StoreCheckpointChunk,
+)
+from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
 from notify.eventlog import EventLog
 from notify.server.auth import AuthFailure, TokenVerifier
+from notify.server.checkpoints import CheckpointIO
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats, bump
 from notify.server.outbox import Outbox
 from notify.server.streams import GroupStreams
@@ -85,6 +94,9 @@ class NotifyServer:
         self.hub = Hub(self.config, new_token=lambda: secrets.token_urlsafe(18),
                        epoch=int(time.time() * 1000))
         self.store: MessageLog = store or MemoryLog(self.config.limits.retain_messages)
+        self.checkpoints = CheckpointIO(self.store, self._push, self._checkpoint_committed,
+                                        self._checkpoint_served,
+                                        max_snapshot=self.config.limits.max_state_bytes)
         self.events = event_log
         self.stats = ServerStats()
         self._clock = clock
@@ -104,7 +116,7 @@ class NotifyServer:
             self.hub.restore(Group.restored(
                 sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
                 seqs=sg.seqs, recent=sg.recent,
-                outcomes={o: False for o in sg.aborted}))
+                outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint))
         if restored:
             log.info("restored", groups=len(restored),
                      messages=sum(sg.head for sg in restored))
@@ -175,6 +187,7 @@ class NotifyServer:
             await s.stop()
         for o in list(self._outboxes.values()):
             await o.stop()
+        await self.checkpoints.stop()
         if self._pruning is not None:  # the store must not close under a running prune
             with contextlib.suppress(Exception):
                 await self._pruning
@@ -341,6 +354,26 @@ class NotifyServer:
                 self._observe(a)
                 if self.events is not None and self.config.event_log:
                     self.events.write(a.event, a.ts, **a.fields)
+            elif isinstance(a, StoreCheckpointChunk):
+                self.checkpoints.stage(a)
+            elif isinstance(a, CommitCheckpoint):
+                self.checkpoints.commit(a)
+            elif isinstance(a, DiscardCheckpoint):
+                self.checkpoints.discard(a)
+            elif isinstance(a, ServeCheckpoint):
+                self.checkpoints.serve(a)
+
+    def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: str) -> None:
+        self._apply(self.hub.checkpoint_committed(group, cp, conn, req, self._clock()))
+
+    def _checkpoint_served(self, group: str, transfer: str, conn: int, size: int,
+                           seconds: float) -> None:
+        session = self.hub.session_of(conn)
+        g = self.hub.groups.get(group)
+        self._apply([LogEvent("state.transfer", self._clock(), {
+            "group": group, "view": g.view.version if g is not None else None,
+            "member": session.member if session is not None else None, "transfer": transfer,
+            "bytes": size, "duration_ms": round(seconds * 1000, 3), "source": "checkpoint"})])
 
     def _observe(self, e: LogEvent) -> None:
         """Metrics from the core's group events (CoreConfig.metrics)."""
@@ -362,7 +395,8 @@ class NotifyServer:
     def _group_streams(self, group: str) -> GroupStreams:
         s = self._streams.get(group)
         if s is None:
-            s = self._streams[group] = GroupStreams(group, self.store, self._push)
+            s = self._streams[group] = GroupStreams(group, self.store, self._push,
+                                                    self.checkpoints.serve)
         return s
 
     async def _run_timer(self) -> None:

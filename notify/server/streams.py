@@ -14,11 +14,11 @@ frames and releases them all. Streams created while a barrier is pending wait fo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from notify.core.actions import Deliver, Fanout, Send
+from notify.core.actions import Deliver, Fanout, Send, ServeCheckpoint
 from notify.server.mailbox import Mailbox
 from notify.server.wire import dumps
 from notify.storage.base import MessageLog
@@ -27,7 +27,7 @@ from notify.storage.base import MessageLog
 @dataclass(slots=True)
 class _Barrier:
     remaining: int
-    sends: tuple[Send, ...]
+    sends: tuple[Send | ServeCheckpoint, ...]
     released: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -38,10 +38,12 @@ class Push(Protocol):
 class GroupStreams:
     """The stream workers of one group."""
 
-    def __init__(self, group: str, log: MessageLog, push: Push) -> None:
+    def __init__(self, group: str, log: MessageLog, push: Push,
+                 serve: Callable[[ServeCheckpoint], None]) -> None:
         self.group = group
         self._log = log
         self._push = push
+        self._serve = serve
         self._workers: dict[str, Mailbox[Fanout | _Barrier]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._gate: _Barrier | None = None
@@ -53,7 +55,7 @@ class GroupStreams:
             self._tasks.append(asyncio.get_running_loop().create_task(self._run(box, self._gate)))
         box.put(item)
 
-    def barrier(self, sends: tuple[Send, ...]) -> None:
+    def barrier(self, sends: tuple[Send | ServeCheckpoint, ...]) -> None:
         if not self._workers:
             self._send_all(sends)
             return
@@ -62,10 +64,13 @@ class GroupStreams:
         for box in self._workers.values():
             box.put(b)
 
-    def _send_all(self, sends: tuple[Send, ...]) -> None:
+    def _send_all(self, sends: tuple[Send | ServeCheckpoint, ...]) -> None:
         last: object = None
         data = b""
         for s in sends:
+            if isinstance(s, ServeCheckpoint):
+                self._serve(s)
+                continue
             if s.frame is not last:  # one view_install object goes to every member
                 last, data = s.frame, dumps(s.frame)
             self._push(s.conn, data, bounded=not s.replay)

@@ -134,6 +134,25 @@ class StateChunkFrame(_Frame):
                              self.sha256, None if self.streams is None else dict(self.streams))
 
 
+class CheckpointFrame(_Frame):
+    type: Literal["checkpoint"]
+    req: Str
+    group: Str
+    index: Annotated[int, Field(ge=0)]
+    last: bool
+    data: Annotated[str, Field(max_length=350_000)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
+    #: on the last chunk: the messages the snapshot includes (resume-point rule)
+    position: ResumeModel | None = None
+
+    def to_core(self) -> ev.CheckpointChunk:
+        p = self.position
+        position = None if p is None else ev.ResumePoint(p.epoch, p.offset, dict(p.streams),
+                                                          p.view)
+        return ev.CheckpointChunk(self.req, self.group, self.index, self.last, self.data,
+                                  self.sha256, position)
+
+
 class FlushOkFrame(_Frame):
     type: Literal["flush_ok"]
     group: Str
@@ -145,11 +164,12 @@ class FlushOkFrame(_Frame):
 
 ClientFrameModel = Annotated[
     HelloFrame | JoinFrame | LeaveFrame | PublishFrame | AckFrame | FlushOkFrame
-    | StateChunkFrame | RefreshFrame,
+    | StateChunkFrame | CheckpointFrame | RefreshFrame,
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Any] = TypeAdapter(ClientFrameModel)
-CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "refresh")
+CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "checkpoint",
+                "refresh")
 
 Parsed = ev.ClientFrame | Authenticate | Refresh | Error
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from notify.core.actions import Message
+from notify.core.checkpoint import Checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,7 @@ class StoredGroup:
     seqs: dict[str, int] = field(default_factory=dict)
     recent: list[Message] = field(default_factory=list)
     aborted: frozenset[int] = frozenset()
+    checkpoint: Checkpoint | None = None
 
 
 class MessageLog(Protocol):
@@ -44,6 +46,22 @@ class MessageLog(Protocol):
     def load(self, recent: int) -> list[StoredGroup]: ...
 
     def read_after(self, group: str, offset: int) -> Iterator[Message]: ...
+
+    # Checkpoints (blocking: the adapter calls these off the event loop, one at a time). An
+    # upload is staged under `key` chunk by chunk and becomes the group's checkpoint only at
+    # `commit_checkpoint`, which also drops the previous one's chunks.
+
+    def stage_checkpoint_chunk(self, group: str, key: str, index: int, data: str) -> None: ...
+
+    def staged_chunks(self, group: str, key: str) -> Iterator[str]: ...
+
+    def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None: ...
+
+    def discard_checkpoint(self, group: str, key: str) -> None: ...
+
+    def checkpoint_chunk(self, group: str, key: str, index: int) -> str | None:
+        """One chunk of a committed checkpoint (None: it is gone, e.g. replaced since)."""
+        ...
 
     def prune(self, now: float) -> int:
         """Apply retention (count and age); returns how many messages were deleted. Blocking:

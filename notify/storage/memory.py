@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Awaitable, Iterator
 
 from notify.core.actions import Message
+from notify.core.checkpoint import Checkpoint
 from notify.storage.base import StoredGroup
 
 
@@ -13,6 +14,9 @@ class MemoryLog:
     def __init__(self, retain: int = 100_000) -> None:
         self._retain = retain
         self._groups: dict[str, deque[Message]] = {}
+        #: (group, key) -> chunks, staged or committed; group -> committed key
+        self._chunks: dict[tuple[str, str], list[str]] = {}
+        self._committed: dict[str, str] = {}
 
     def append(self, message: Message) -> Awaitable[None] | None:
         log = self._groups.get(message.group)
@@ -30,6 +34,31 @@ class MemoryLog:
     def load(self, recent: int) -> list[StoredGroup]:
         return []
 
+    def stage_checkpoint_chunk(self, group: str, key: str, index: int, data: str) -> None:
+        chunks = self._chunks.setdefault((group, key), [])
+        if index != len(chunks):
+            raise ValueError(f"chunk {index} staged after {len(chunks)}")
+        chunks.append(data)
+
+    def staged_chunks(self, group: str, key: str) -> Iterator[str]:
+        return iter(list(self._chunks.get((group, key), ())))
+
+    def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
+        old = self._committed.get(group)
+        self._committed[group] = checkpoint.id
+        if old is not None and old != checkpoint.id:
+            self._chunks.pop((group, old), None)
+
+    def discard_checkpoint(self, group: str, key: str) -> None:
+        if self._committed.get(group) != key:
+            self._chunks.pop((group, key), None)
+
+    def checkpoint_chunk(self, group: str, key: str, index: int) -> str | None:
+        if self._committed.get(group) != key:
+            return None
+        chunks = self._chunks.get((group, key), [])
+        return chunks[index] if index < len(chunks) else None
+
     def prune(self, now: float) -> int:
         return 0  # bounded by count already (deque maxlen); gone at restart anyway
 
@@ -38,3 +67,4 @@ class MemoryLog:
 
     async def close(self) -> None:
         self._groups.clear()
+        self._chunks.clear()

@@ -23,6 +23,8 @@ from typing import Literal
 import orjson
 
 from notify.core.actions import Message
+from notify.core.checkpoint import Checkpoint
+from notify.core.events import ResumePoint
 from notify.storage.base import StoredGroup
 
 _SCHEMA = """
@@ -41,6 +43,16 @@ CREATE TABLE IF NOT EXISTS floors (
 CREATE TABLE IF NOT EXISTS aborts (
     grp TEXT NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (grp, "offset")
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint_chunks (
+    grp TEXT NOT NULL, key TEXT NOT NULL, idx INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (grp, key, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    grp TEXT PRIMARY KEY, key TEXT NOT NULL, member TEXT NOT NULL, epoch INTEGER NOT NULL,
+    "offset" INTEGER NOT NULL, view INTEGER NOT NULL, streams TEXT NOT NULL,
+    accept_any INTEGER NOT NULL, bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
+    sha256 TEXT NOT NULL, ts REAL NOT NULL
+);
 """
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
@@ -57,6 +69,10 @@ class SqliteLog:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={durability.upper()}")
         self._db.executescript(_SCHEMA)
+        # Uploads a crash cut short are never completed: their staged chunks go.
+        self._db.execute(
+            "DELETE FROM checkpoint_chunks WHERE NOT EXISTS (SELECT 1 FROM checkpoints c "
+            "WHERE c.grp = checkpoint_chunks.grp AND c.key = checkpoint_chunks.key)")
         self._lock = threading.Lock()  # one statement at a time on the shared connection
         # The batch being filled: its rows and the future they all resolve with. The writer
         # swaps both out under `_pending` so no row can join a batch after it was taken.
@@ -157,6 +173,60 @@ class SqliteLog:
             self._db.execute("COMMIT")
         return deleted
 
+    # -- checkpoints (blocking; called off the event loop) -----------------------------------------
+
+    def stage_checkpoint_chunk(self, group: str, key: str, index: int, data: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO checkpoint_chunks VALUES (?,?,?,?)",
+                             (group, key, index, data))
+
+    def staged_chunks(self, group: str, key: str) -> Iterator[str]:
+        index = 0
+        while (data := self._chunk(group, key, index)) is not None:
+            yield data
+            index += 1
+
+    def _chunk(self, group: str, key: str, index: int) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT data FROM checkpoint_chunks WHERE grp=? AND key=? AND idx=?",
+                (group, key, index)).fetchone()
+        return None if row is None else str(row[0])
+
+    def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
+        cp, rp = checkpoint, checkpoint.position
+        with self._lock:
+            self._db.execute("BEGIN")
+            old = self._db.execute("SELECT key FROM checkpoints WHERE grp=?", (group,)).fetchone()
+            self._db.execute(
+                "INSERT OR REPLACE INTO checkpoints VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (group, cp.id, cp.member, rp.epoch, rp.offset, rp.view,
+                 orjson.dumps(rp.streams).decode(), int(cp.accept_any), cp.bytes, cp.chunks,
+                 cp.sha256, cp.ts))
+            if old is not None and old[0] != cp.id:
+                self._db.execute("DELETE FROM checkpoint_chunks WHERE grp=? AND key=?",
+                                 (group, old[0]))
+            self._db.execute("COMMIT")
+
+    def discard_checkpoint(self, group: str, key: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "DELETE FROM checkpoint_chunks WHERE grp=? AND key=? AND NOT EXISTS "
+                "(SELECT 1 FROM checkpoints WHERE grp=? AND key=?)", (group, key, group, key))
+
+    def checkpoint_chunk(self, group: str, key: str, index: int) -> str | None:
+        return self._chunk(group, key, index)
+
+    def _checkpoint(self, group: str) -> Checkpoint | None:
+        row = self._db.execute(
+            'SELECT key, member, epoch, "offset", view, streams, accept_any, bytes, chunks, '
+            "sha256, ts FROM checkpoints WHERE grp=?", (group,)).fetchone()
+        if row is None:
+            return None
+        key, member, epoch, offset, view, streams, accept_any, size, chunks, sha, ts = row
+        return Checkpoint(key, member, ResumePoint(epoch, offset, orjson.loads(streams), view),
+                          bool(accept_any), size, chunks, sha, ts)
+
     def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
@@ -191,7 +261,8 @@ class SqliteLog:
                 aborted = frozenset(o for (o,) in self._db.execute(
                     'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
                 out.append(StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
-                                       [_message(r) for r in reversed(rows)], aborted))
+                                       [_message(r) for r in reversed(rows)], aborted,
+                                       self._checkpoint(g)))
         return out
 
 

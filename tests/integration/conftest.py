@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import random
 import socket
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,10 +22,20 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from client_sdk import Connection, GroupEvent, Message
+from client_sdk import (
+    Backoff,
+    Client,
+    ClientOptions,
+    Connection,
+    Group,
+    GroupEvent,
+    Message,
+)
+from client_sdk import connect as sdk_connect
 from notify.core import CoreConfig, Timeouts
 from notify.core.config import Limits
 from notify.server import NotifyServer
+from notify.storage import MessageLog
 
 #: generous bound for anything that should happen "soon"; never a performance assertion
 TIMEOUT = 10.0
@@ -48,9 +60,10 @@ async def make_server() -> AsyncIterator[MakeServer]:
     """`await make_server(suspect_timeout=..., limits=Limits(...))` → a started server."""
     servers: list[NotifyServer] = []
 
-    async def make(*, limits: Limits | None = None, **timeouts: float) -> NotifyServer:
+    async def make(*, limits: Limits | None = None, store: MessageLog | None = None,
+                   **timeouts: float) -> NotifyServer:
         t = {"suspect_timeout": 0.4, "flush_timeout": 1.0, **timeouts}
-        srv = NotifyServer(CoreConfig(Timeouts(**t), limits or Limits()), port=0)
+        srv = NotifyServer(CoreConfig(Timeouts(**t), limits or Limits()), port=0, store=store)
         await srv.start()
         servers.append(srv)
         return srv
@@ -86,6 +99,56 @@ async def connect_client(make_server: MakeServer) -> AsyncIterator[Connect]:
             await asyncio.wait_for(c.close(), TIMEOUT)
         except (TimeoutError, OSError):
             await c.drop()
+
+
+# -- SDK applications (state transfer) -------------------------------------------------------------
+
+FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
+
+
+class Replica:
+    """An application's replicated state: the list of payloads applied so far (+ ballast)."""
+
+    def __init__(self, ballast: int = 0) -> None:
+        self.items: list[Any] = []
+        self.ballast = os.urandom(ballast)  # incompressible: a snapshot of many chunks
+        self.restored = 0
+
+    def snapshot(self) -> bytes:
+        return orjson.dumps({"items": self.items, "ballast": self.ballast.hex()})
+
+    def restore(self, data: bytes) -> None:
+        state = orjson.loads(data)
+        self.items, self.ballast = state["items"], bytes.fromhex(state["ballast"])
+        self.restored += 1
+
+
+@pytest.fixture
+async def sdk() -> AsyncIterator[Callable[..., Any]]:
+    clients: list[Client] = []
+
+    async def make(url: str, member: str) -> Client:
+        c = await asyncio.wait_for(sdk_connect(url, member=member, options=FAST,
+                                           rng=random.Random(2)), TIMEOUT)
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+async def apply_until(group: Group, replica: Replica, last: str) -> list[Any]:
+    """Run the application loop: apply every message until the one carrying `last`."""
+    events: list[Any] = []
+    while True:
+        e = await group.next_event(TIMEOUT)
+        events.append(e)
+        if isinstance(e, Message):
+            replica.items.append(e.payload)
+            if e.payload == last:
+                return events
+
 
 
 async def next_event(c: Connection, group: str, timeout: float = TIMEOUT) -> GroupEvent:

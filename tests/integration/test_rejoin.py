@@ -154,3 +154,31 @@ async def test_G8_member_back_after_removal_rejoins_new_view_with_only_what_it_m
     for c in (a, m):
         await events_until(c, "g", is_msg("together"))
         assert c.errors == []
+
+
+async def test_G8_long_stable_view_catch_up_needs_only_the_missed_messages_retained(
+        make_server, connect_client: Connect) -> None:
+    """The resume point's offset is where the member's view began, long before retention's
+    start; what must still be in the log is only what it lacks, per stream."""
+    from notify.core.config import Limits
+
+    server = await make_server(suspect_timeout=0.3, limits=Limits(retain_messages=6))
+    a = await connect_client(server, "a")
+    m = await connect_client(server, "m")
+    await a.join("g")
+    await m.join("g")
+    await events_until(a, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    for i in range(10):  # retention keeps the last 6: offsets 1-4 are gone
+        await a.publish("g", f"seen-{i}")
+    await events_until(m, "g", is_msg("seen-9"))
+    assert m.protocol.groups["g"].base == 0  # its view began before every message
+
+    await m.drop()
+    await events_until(a, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 3)
+    missed = [f"missed-{i}" for i in range(3)]
+    for p in missed:
+        await a.publish("g", p)
+    await m.reconnect()
+    evs = await events_until(m, "g", lambda e: isinstance(e, CaughtUp))
+    assert [x.payload for x in _msgs(evs)] == missed
+    assert m.errors == []  # no offset_unavailable: no fallback to a full state transfer

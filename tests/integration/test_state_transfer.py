@@ -7,71 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
-import random
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import orjson
-import pytest
-
 from client_sdk import (
-    Backoff,
-    Client,
-    ClientOptions,
-    Group,
-    Message,
     StateReceived,
-    connect,
 )
-from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw
+from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw, Replica, apply_until
 from tests.integration.proxy import FaultyProxy
-
-FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
-
-
-class Replica:
-    """An application's replicated state: the list of payloads applied so far (+ ballast)."""
-
-    def __init__(self, ballast: int = 0) -> None:
-        self.items: list[Any] = []
-        self.ballast = os.urandom(ballast)  # incompressible: a snapshot of many chunks
-        self.restored = 0
-
-    def snapshot(self) -> bytes:
-        return orjson.dumps({"items": self.items, "ballast": self.ballast.hex()})
-
-    def restore(self, data: bytes) -> None:
-        state = orjson.loads(data)
-        self.items, self.ballast = state["items"], bytes.fromhex(state["ballast"])
-        self.restored += 1
-
-
-@pytest.fixture
-async def sdk() -> AsyncIterator[Callable[..., Any]]:
-    clients: list[Client] = []
-
-    async def make(url: str, member: str) -> Client:
-        c = await asyncio.wait_for(connect(url, member=member, options=FAST,
-                                           rng=random.Random(2)), TIMEOUT)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await asyncio.wait_for(c.close(), TIMEOUT)
-
-
-async def apply_until(group: Group, replica: Replica, last: str) -> list[Any]:
-    """Run the application loop: apply every message until the one carrying `last`."""
-    events: list[Any] = []
-    while True:
-        e = await group.next_event(TIMEOUT)
-        events.append(e)
-        if isinstance(e, Message):
-            replica.items.append(e.payload)
-            if e.payload == last:
-                return events
 
 
 async def test_G9_joiner_restored_mid_stream_equals_every_member(

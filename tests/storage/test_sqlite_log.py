@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 
 from notify.core.actions import Message
+from notify.core.checkpoint import Checkpoint
+from notify.core.events import ResumePoint
 from notify.storage.sqlite import SqliteLog
 
 
@@ -81,3 +83,36 @@ async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path:
     assert g.head == 201 and [m.offset for m in g.recent] == [201]
     assert g.seqs == {"fifo:a": 200, "total": 7}  # fifo:a has no row left, its seq stays
     await again.close()
+
+
+def _checkpoint(key: str, chunks: int) -> Checkpoint:
+    return Checkpoint(key, "a", ResumePoint(7, 3, {"fifo:a": 3}, 2), False, 10 * chunks, chunks,
+                      "ab" * 32, 1.0)
+
+
+async def test_checkpoint_staged_committed_replaced_and_orphans_dropped_at_reopen(
+        tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    log = SqliteLog(db)
+    await log.append(msg(1))
+    log.store_view("g", 7, 2, ("a",))
+    for i in range(3):
+        log.stage_checkpoint_chunk("g", "p:a.1", i, f"one-{i}")
+    assert list(log.staged_chunks("g", "p:a.1")) == ["one-0", "one-1", "one-2"]
+    log.commit_checkpoint("g", _checkpoint("p:a.1", 3))
+    log.stage_checkpoint_chunk("g", "p:a.2", 0, "two-0")  # a second upload, cut by a crash
+    log.discard_checkpoint("g", "p:a.1")  # never drops the committed one
+    assert log.checkpoint_chunk("g", "p:a.1", 2) == "one-2"
+    await log.close()
+
+    log = SqliteLog(db)
+    (sg,) = log.load(recent=10)
+    assert sg.checkpoint == _checkpoint("p:a.1", 3)
+    assert list(log.staged_chunks("g", "p:a.2")) == []  # the orphan upload is gone
+    log.stage_checkpoint_chunk("g", "q:a.1", 0, "three-0")
+    log.commit_checkpoint("g", _checkpoint("q:a.1", 1))
+    assert log.checkpoint_chunk("g", "p:a.1", 0) is None  # the replaced one's chunks are deleted
+    assert log.checkpoint_chunk("g", "q:a.1", 0) == "three-0"
+    (sg,) = log.load(recent=10)
+    assert sg.checkpoint is not None and sg.checkpoint.id == "q:a.1"
+    await log.close()

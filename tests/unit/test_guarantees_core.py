@@ -377,6 +377,22 @@ def test_G7_ack_timeout_removes_a_member_holding_up_an_atomic_and_aborts_it() ->
     assert view(net) == (3, ("a",))
 
 
+def test_ack_timeout_deadline_is_not_reported_once_the_late_member_is_on_its_way_out() -> None:
+    """Its removal is proposed; the install will abort the message. A deadline in the past that
+    no tick acts on would make the server's timer spin until then (found by sim seed 1018)."""
+    net = Net()
+    a, _b, c = form(net, "a", "b", "c")
+    net.publish(a, "at", atomic=True)
+    net.send(a, Ack(G, (1,)))
+    net.send(c, Ack(G, (1,)))  # b never acks
+    net.advance(10.1)  # b is removed for ack_timeout; c is slow to flush
+    net.flush(a)
+    g = net.hub.groups[G]
+    assert g.membership.proposal is not None and "b" in g.membership.proposal.leaving
+    deadline = net.hub.next_deadline()
+    assert deadline is not None and deadline > net.now  # the flush timeout, not the ACK one
+
+
 def test_G1_concurrent_joins_merge_into_one_view_change() -> None:
     net = Net(install_hold=0.5)
     a = net.connect("a")

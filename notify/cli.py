@@ -46,6 +46,8 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--flush-timeout", "timeouts", float, "default 5 s"),
     ("--ack-timeout", "timeouts", float, "default 10 s"),
     ("--hello-timeout", "timeouts", float, "close connections with no hello by then (10 s)"),
+    ("--recovery-window", "timeouts", float,
+     "after a restart, members may resume without a view change for this long (10 s)"),
     ("--max-frame-bytes", "limits", int, "default 1 MiB; larger frames close with 1009"),
     ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
     ("--retain-messages", "limits", int,

@@ -69,6 +69,7 @@ class TimeoutSettings(_Section):
     flush_timeout: float = Field(default=_D.flush_timeout, gt=0)
     ack_timeout: float = Field(default=_D.ack_timeout, gt=0)
     hello_timeout: float = Field(default=_D.hello_timeout, gt=0)
+    recovery_window: float = Field(default=_D.recovery_window, ge=0)
 
     @model_validator(mode="after")
     def _heartbeat(self) -> TimeoutSettings:
@@ -165,7 +166,8 @@ class Settings(BaseSettings):
         t, lim = self.timeouts, self.limits
         return CoreConfig(
             Timeouts(t.heartbeat_interval, t.heartbeat_timeout, t.suspect_timeout,
-                     t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout),
+                     t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout,
+                     t.recovery_window),
             Limits(max_frame_bytes=lim.max_frame_bytes,
                    max_outbound_frames=lim.max_outbound_frames,
                    retain_messages=lim.retain_messages,

@@ -259,6 +259,10 @@ class StoreView:
     epoch: int
     view: int
     members: tuple[MemberId, ...]
+    #: the rest of the install, so a restart can resend it to a member that missed it
+    joined: tuple[MemberId, ...] = ()
+    left: tuple[MemberId, ...] = ()
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

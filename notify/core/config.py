@@ -22,6 +22,9 @@ class Timeouts:
     ack_timeout: float = 10.0
     #: a connection that has not said a successful `hello` by then is closed (4006)
     hello_timeout: float = 10.0
+    #: after a restart, the stored view's members may resume (no view change) for this long;
+    #: the ones that do not are removed like any suspect
+    recovery_window: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -149,14 +149,25 @@ class Group:
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
                  seqs: dict[str, int], recent: list[Message],
-                 outcomes: dict[int, bool], checkpoint: Checkpoint | None = None) -> Group:
-        """A group brought back after a restart: its view version, log head, stream positions
-        and recent messages come from storage; it has no members (no connection survives a
-        restart), so the next install is `view + 1` (G1). An atomic message whose outcome was
-        not stored was never aborted (aborts are stored before they are sent): committed."""
+                 outcomes: dict[int, bool], checkpoint: Checkpoint | None = None,
+                 install: ViewInstall | None = None, now: float = 0.0) -> Group:
+        """A group brought back after a restart: its view, log head, stream positions and
+        recent messages come from storage (G1: the next install is `view + 1`). No connection
+        survives a restart, so the view's members (`install.members`) come back SUSPECT: one
+        that returns within `recovery_window` resumes like after any lost connection (G7, no
+        view change; the install is replayed to it if it missed it), the others are removed.
+        An atomic message whose outcome was not stored was never aborted (aborts are stored
+        before they are sent): committed."""
         g = cls(name, config, epoch=epoch, view=view, head=head)
         g.topic.restore(seqs, recent)
         g.checkpoint = checkpoint
+        if install is not None:
+            g.membership.view = View(name, view, install.members)
+            g._installs.append(install)
+            deadline = now + config.timeouts.recovery_window
+            for member in install.members:
+                g.slots[member] = Slot(None, AcceptFrom.MEMBERS, MemberState.SUSPECT, deadline,
+                                       now)
         for m in recent:
             if m.atomic:
                 g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
@@ -570,7 +581,8 @@ class Group:
             out.append(StoreOutcomes(self.name, tuple(x.offset for x in committed), True))
         if aborted:
             out.append(StoreOutcomes(self.name, tuple(x.offset for x in aborted), False))
-        out.append(StoreView(self.name, self.epoch, view.version, view.members))
+        out.append(StoreView(self.name, self.epoch, view.version, view.members,
+                             tuple(p.joining), tuple(p.leaving), self.topic.head))
         sends: list[Send | ServeCheckpoint] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]

@@ -102,6 +102,8 @@ class Hub:
     def restore(self, group: Group) -> None:
         """Adopt a group brought back from storage (before any connection is served)."""
         self.groups[group.name] = group
+        if group.next_deadline() is not None:  # its members' recovery window
+            self._armed.add(group.name)
 
     # -- connections -----------------------------------------------------------------------------
 

@@ -116,7 +116,8 @@ class NotifyServer:
             self.hub.restore(Group.restored(
                 sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
                 seqs=sg.seqs, recent=sg.recent,
-                outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint))
+                outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint,
+                install=sg.install, now=self._clock()))
         if restored:
             log.info("restored", groups=len(restored),
                      messages=sum(sg.head for sg in restored))
@@ -347,7 +348,8 @@ class NotifyServer:
                     # the frames queued before (the `error` that says why) go out first
                     outbox.close(a.code, a.reason, drain=a.code != CloseCode.SLOW_CONSUMER)
             elif isinstance(a, StoreView):  # durable before the install that follows (G1)
-                self.store.store_view(a.group, a.epoch, a.view, a.members)
+                self.store.store_view(a.group, a.epoch, a.view, a.members, a.joined, a.left,
+                                      a.offset)
             elif isinstance(a, StoreOutcomes):  # an abort: durable before its frames (G5)
                 self.store.store_outcomes(a.group, a.offsets, a.committed)
             elif isinstance(a, LogEvent):

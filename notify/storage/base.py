@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from notify.core.actions import Message
+from notify.core.actions import Message, ViewInstall
 from notify.core.checkpoint import Checkpoint
 
 
@@ -34,12 +34,16 @@ class StoredGroup:
     recent: list[Message] = field(default_factory=list)
     aborted: frozenset[int] = frozenset()
     checkpoint: Checkpoint | None = None
+    #: the install of `view` (members, joined, left, offset), when stored
+    install: ViewInstall | None = None
 
 
 class MessageLog(Protocol):
     def append(self, message: Message) -> Awaitable[None] | None: ...
 
-    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None: ...
+    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...],
+                   joined: tuple[str, ...] = (), left: tuple[str, ...] = (),
+                   offset: int = 0) -> None: ...
 
     def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None: ...
 

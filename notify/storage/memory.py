@@ -25,7 +25,9 @@ class MemoryLog:
         log.append(message)
         return None
 
-    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
+    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...],
+                   joined: tuple[str, ...] = (), left: tuple[str, ...] = (),
+                   offset: int = 0) -> None:
         pass  # nothing survives a restart, so there is nothing to keep consistent across one
 
     def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:

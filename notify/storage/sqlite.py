@@ -22,7 +22,7 @@ from typing import Literal
 
 import orjson
 
-from notify.core.actions import Message
+from notify.core.actions import Message, ViewInstall
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.storage.base import StoredGroup
@@ -36,6 +36,9 @@ CREATE TABLE IF NOT EXISTS messages (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS groups (
     grp TEXT PRIMARY KEY, epoch INTEGER NOT NULL, view INTEGER NOT NULL, members TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS installs (
+    grp TEXT PRIMARY KEY, joined TEXT NOT NULL, "left" TEXT NOT NULL, "offset" INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS floors (
     grp TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, stream)
@@ -227,10 +230,17 @@ class SqliteLog:
         return Checkpoint(key, member, ResumePoint(epoch, offset, orjson.loads(streams), view),
                           bool(accept_any), size, chunks, sha, ts)
 
-    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...]) -> None:
+    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...],
+                   joined: tuple[str, ...] = (), left: tuple[str, ...] = (),
+                   offset: int = 0) -> None:
         with self._lock:
+            self._db.execute("BEGIN")
             self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
                              (group, epoch, view, orjson.dumps(list(members)).decode()))
+            self._db.execute("INSERT OR REPLACE INTO installs VALUES (?,?,?,?)",
+                             (group, orjson.dumps(list(joined)).decode(),
+                              orjson.dumps(list(left)).decode(), offset))
+            self._db.execute("COMMIT")
 
     def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
         if committed:
@@ -260,9 +270,14 @@ class SqliteLog:
                                             (g,)).fetchone()[0] or 0, floors.get("", 0))
                 aborted = frozenset(o for (o,) in self._db.execute(
                     'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
+                installed = self._db.execute(
+                    'SELECT joined, "left", "offset" FROM installs WHERE grp=?', (g,)).fetchone()
+                install = None if installed is None else ViewInstall(
+                    g, view, tuple(orjson.loads(members)), tuple(orjson.loads(installed[0])),
+                    tuple(orjson.loads(installed[1])), epoch, installed[2])
                 out.append(StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
                                        [_message(r) for r in reversed(rows)], aborted,
-                                       self._checkpoint(g)))
+                                       self._checkpoint(g), install))
         return out
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from client_sdk import CaughtUp, Connection, Message, ViewInstalled
+from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
 from tests.integration.conftest import TIMEOUT, events_until, pending_events
 
 
@@ -29,8 +29,8 @@ def _free_port() -> int:
 class ServerProcess:
     """`notify serve` as its own process, so that SIGKILL is a real crash."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.data_dir, self.port = data_dir, port
+    def __init__(self, data_dir: Path, port: int, *extra: str) -> None:
+        self.data_dir, self.port, self.extra = data_dir, port, list(extra)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,7 +41,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "notify.cli", "serve", "--port", str(self.port),
              "--data-dir", str(self.data_dir), "--suspect-timeout", "0.5",
-             "--log-level", "warning"],
+             "--log-level", "warning", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
@@ -113,10 +113,12 @@ async def test_G10_G1_sigkill_mid_stream_loses_no_published_message(
         before = [e for e in pending_events(b, "g") if isinstance(e, Message)]
 
         server_process.start()  # same data directory
-        await b.reconnect()  # its session is gone: it rejoins with its resume point (G8)
+        # Back within the recovery window: b resumes its place in view 2 with its resume point,
+        # like after any lost connection (no view change), and gets exactly what it lacks.
+        await b.reconnect()
         evs = await events_until(b, "g", lambda e: isinstance(e, CaughtUp))
-        rejoin = [e for e in evs if isinstance(e, ViewInstalled)]
-        assert rejoin and rejoin[0].view == 3  # G1: versions go on from the stored view 2
+        assert [e for e in evs if isinstance(e, ViewInstalled)] == []
+        assert any(isinstance(e, ViewResumed) and e.view == 2 for e in evs)
         seen = before + [e for e in evs if isinstance(e, Message)]
         offsets = [m.offset for m in seen]
         assert len(offsets) == len(set(offsets)), "a message was delivered twice"
@@ -137,7 +139,46 @@ async def test_G10_G1_sigkill_mid_stream_loses_no_published_message(
         assert fresh.offset == head + 1
         evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == head + 1)
         assert [e.offset for e in evs if isinstance(e, Message)] == [head + 1]
+        await b.leave("g")  # G1: the next view is the stored version + 1
+        evs = await events_until(a, "g", lambda e: isinstance(e, ViewInstalled))
+        assert (evs[-1].view, evs[-1].members) == (3, ("a",))
     finally:
         for c in (a, b):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+async def test_G7_after_a_crash_members_back_within_the_recovery_window_resume_others_go(
+        tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", _free_port(), "--recovery-window", "1.5")
+    server.start()
+    clients = [await Connection.connect(server.url, m) for m in "abc"]
+    a, b, _c = clients
+    try:
+        for x in clients:
+            await x.join("g")
+        await events_until(a, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 3)
+        await a.publish("g", "before")
+        for x in clients:
+            await events_until(x, "g", lambda e: isinstance(e, Message))
+        server.kill()
+        for x in clients:
+            await x.drop()
+        server.start()
+        started = time.monotonic()
+        for x in (a, b):  # c never comes back
+            await x.reconnect()
+            evs = await events_until(x, "g", lambda e: isinstance(e, CaughtUp))
+            assert [e for e in evs if isinstance(e, ViewInstalled)] == []
+            assert any(isinstance(e, ViewResumed) and e.view == 3 for e in evs)
+        await a.publish("g", "resumed")
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message))
+        assert [e.payload for e in evs if isinstance(e, Message)] == ["resumed"]
+        evs = await events_until(b, "g", lambda e: isinstance(e, ViewInstalled))
+        assert time.monotonic() - started >= 1.0  # not before the window closed
+        assert (evs[-1].view, evs[-1].members, evs[-1].left) == (4, ("a", "b"), ("c",))
+    finally:
+        for x in clients:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(x.close(), TIMEOUT)
+        server.stop()

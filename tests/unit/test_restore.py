@@ -59,3 +59,40 @@ def test_publish_ids_and_stream_positions_survive() -> None:
     new = hub.handle(1, Publish("r", "g", "fresh", 6, Order.FIFO, "new"), 0.0)
     (fan,) = [a for a in new if isinstance(a, Fanout)]
     assert (fan.message.offset, fan.message.stream, fan.message.seq) == (15, "fifo:a", 5)
+
+
+def hub_with_members() -> Hub:
+    """View 5 = (a, b), installed at offset 12 with b joining; messages 11-14 retained."""
+    from notify.core.actions import ViewInstall
+
+    cfg = CoreConfig()
+    recent = [Message("g", o, "fifo:a", o - 10, "a", 5, False, {"n": o}, 1.0, f"id{o}")
+              for o in range(11, 15)]
+    install = ViewInstall("g", 5, ("a", "b"), ("b",), (), 7, 12)
+    hub = Hub(cfg, new_token=lambda: "s", epoch=99)
+    hub.restore(Group.restored("g", cfg, epoch=7, view=5, head=14, seqs={"fifo:a": 4},
+                               recent=recent, outcomes={}, install=install, now=0.0))
+    return hub
+
+
+def test_a_member_back_within_the_recovery_window_resumes_and_gets_a_missed_install() -> None:
+    """b's last install was 4: the crash came between storing install 5 and sending it."""
+    hub = hub_with_members()
+    hub.opened(1, 1.0)
+    hub.handle(1, Hello(1, "b"), 1.0)
+    got = frames(hub.handle(1, Join("j", "g", resume=ResumePoint(7, 10, {"fifo:a": 1}, 4)), 1.0))
+    kinds = [(f["type"], f["offset"] if "offset" in f and f["type"] != "view_install" else
+              f.get("view")) for f in got]
+    assert kinds == [("view_resume", 5), ("deliver", 12), ("view_install", 5), ("deliver", 13),
+                     ("deliver", 14), ("catchup_done", 14)]
+    assert hub.groups["g"].view.members == ("a", "b")
+
+
+def test_members_not_back_within_the_recovery_window_are_removed() -> None:
+    hub = hub_with_members()
+    hub.opened(1, 1.0)
+    hub.handle(1, Hello(1, "a"), 1.0)
+    hub.handle(1, Join("j", "g", resume=ResumePoint(7, 14, {"fifo:a": 4}, 5)), 1.0)
+    assert hub.tick(9.9) == [] and hub.groups["g"].view.version == 5
+    change = [f for f in frames(hub.tick(10.1)) if f["type"] == "view_change"]
+    assert [(f["proposed"], f["leaving"]) for f in change] == [(6, ["b"])]

@@ -8,6 +8,10 @@ resume point and the time from its join to `CaughtUp` gives messages replayed pe
 state transfer: member `a` holds a snapshot of S MB (half random, half repetitive JSON-like
 text, so compression does some work); `c` joins with `want_state=True`; the time from its join
 to `StateReceived` (restored, sha256-checked) is the transfer time.
+checkpoint: on the SQLite log, member `d` stores an S MB checkpoint (upload, server-side check,
+commit: timed), publishes 100 more messages and leaves; `c` joins the empty group with
+`want_state=True` and gets the checkpoint from storage plus those 100 messages (timed to
+`StateReceived`; the state and the 100 messages are checked).
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
-from client_sdk import CaughtUp, StateReceived, connect
+from client_sdk import CaughtUp, Message, StateReceived, connect
 
 
 def free_port() -> int:
@@ -34,8 +39,9 @@ def free_port() -> int:
 @contextlib.contextmanager
 def server(*args: str) -> Any:
     port = free_port()
+    store = list(args) or ["--store", "memory"]
     proc = subprocess.Popen([sys.executable, "-m", "notify.cli", "serve", "--port", str(port),
-                             "--store", "memory", "--log-level", "warning", *args],
+                             "--log-level", "warning", *store],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
@@ -121,6 +127,30 @@ async def transfer(url: str, mb: int) -> dict[str, float]:
     return {"mb": mb, "seconds": dt, "mb_per_s": mb / dt}
 
 
+async def checkpoint(url: str, mb: int) -> dict[str, float]:
+    size = mb * 1_000_000
+    state = Blob(size)
+    async with connect(url, member=f"d{mb}") as d:
+        gd = await d.join(f"k{mb}", state=state)
+        t0 = time.perf_counter()
+        stored = await gd.checkpoint()
+        store_s = time.perf_counter() - t0
+        await asyncio.gather(*(gd.publish(i) for i in range(100)))
+        await gd.leave()
+    joiner = Blob(0)
+    async with connect(url, member=f"c{mb}") as c:
+        t0 = time.perf_counter()
+        gc = await c.join(f"k{mb}", want_state=True, state=joiner)
+        e = await gc.next_event(300)
+        while not isinstance(e, StateReceived):
+            e = await gc.next_event(300)
+        serve_s = time.perf_counter() - t0
+        completion = [(await gc.next_event(60)) for _ in range(100)]
+    assert joiner.data == state.data, "restored state differs"
+    assert sorted(m.payload for m in completion if isinstance(m, Message)) == list(range(100))
+    return {"mb": mb, "store_s": store_s, "serve_s": serve_s, "bytes": stored.bytes}
+
+
 async def main_async(a: argparse.Namespace) -> None:
     with server() as url:
         r = await catchup(url, a.messages)
@@ -130,6 +160,13 @@ async def main_async(a: argparse.Namespace) -> None:
             t = await transfer(url, mb)
             print(f"state transfer: {t['mb']} MB snapshot restored in {t['seconds']:.2f} s "
                   f"= {t['mb_per_s']:.1f} MB/s")
+    with tempfile.TemporaryDirectory() as data, \
+            server("--store", "sqlite", "--data-dir", data) as url:
+        for mb in (int(x) for x in a.sizes.split(",")):
+            k = await checkpoint(url, mb)
+            print(f"checkpoint: {k['mb']} MB stored in {k['store_s']:.2f} s ({k['bytes']:,} "
+                  f"bytes on the wire); served to a joiner of the empty group, plus 100 "
+                  f"messages, in {k['serve_s']:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,11 +61,14 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "atomic.commit": ("group", "offset"),
     "atomic.abort": ("group", "offset"),
     "state.transfer": ("group",),
+    "checkpoint.stored": ("group", "member"),
     "catchup": ("group", "member"),
     "client.deliver": ("group", "member", "offset", "stream", "seq", "sender", "recv_ts"),
     "client.view": ("group", "member", "view"),
     "client.disconnect": ("member",),
     "client.reconnect": ("member", "gap_ms"),
+    "client.state_served": ("group", "member"),
+    "client.checkpoint": ("group", "member"),
 }
 
 EVENT_SCHEMA = T.StructType([T.StructField(k, v, True) for k, v in COLUMNS.items()])

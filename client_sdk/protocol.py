@@ -109,6 +109,11 @@ class GroupProtocol:
         return self.phase is GroupPhase.ACTIVE
 
 
+def _message(group: str, f: Frame) -> Message:
+    return Message(group, f["offset"], f["stream"], f["seq"], f["sender"], f["view"], f["atomic"],
+                   f.get("payload"), f["ts"])
+
+
 class ClientProtocol:
     """All groups of one client connection."""
 
@@ -250,8 +255,7 @@ class ClientProtocol:
         if g.state_buffer is not None and f["offset"] <= g.state_boundary:
             # Not news: part of the state (a checkpoint's completion, all resolved); it is
             # ordered and handed over with the snapshot, outside the stream bookkeeping.
-            m = Message(g.name, f["offset"], f["stream"], f["seq"], f["sender"], f["view"],
-                        f["atomic"], f.get("payload"), f["ts"])
+            m = _message(g.name, f)
             g.state_replay[(m.stream, m.seq)] = m
             return
         s = g.streams.get(f["stream"])
@@ -264,8 +268,7 @@ class ClientProtocol:
         if s.received and seq != s.received + 1:
             raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
         s.received = seq
-        m = Message(g.name, f["offset"], f["stream"], seq, f["sender"], f["view"], f["atomic"],
-                    f.get("payload"), f["ts"])
+        m = _message(g.name, f)
         if m.atomic:
             g.atomic[m.offset] = None
             self._acks.setdefault(g.name, []).append(m.offset)

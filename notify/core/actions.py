@@ -253,16 +253,10 @@ class Close:
 
 @dataclass(frozen=True, slots=True)
 class StoreView:
-    """Make this view durable before anyone hears of it (G1 across restarts)."""
+    """Make this view durable before anyone hears of it (G1 across restarts). The whole
+    install is kept, so that a restart can resend it to a member that missed it."""
 
-    group: str
-    epoch: int
-    view: int
-    members: tuple[MemberId, ...]
-    #: the rest of the install, so a restart can resend it to a member that missed it
-    joined: tuple[MemberId, ...] = ()
-    left: tuple[MemberId, ...] = ()
-    offset: int = 0
+    install: ViewInstall
 
 
 @dataclass(frozen=True, slots=True)

@@ -581,8 +581,9 @@ class Group:
             out.append(StoreOutcomes(self.name, tuple(x.offset for x in committed), True))
         if aborted:
             out.append(StoreOutcomes(self.name, tuple(x.offset for x in aborted), False))
-        out.append(StoreView(self.name, self.epoch, view.version, view.members,
-                             tuple(p.joining), tuple(p.leaving), self.topic.head))
+        install = ViewInstall(self.name, view.version, view.members, tuple(p.joining),
+                              tuple(p.leaving), self.epoch, self.topic.head)
+        out.append(StoreView(install))
         sends: list[Send | ServeCheckpoint] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]
@@ -606,8 +607,6 @@ class Group:
             self.slots[mem] = Slot(self._joiner_conns.pop(mem), join.accept_from)
         self._slots_changed()
 
-        install = ViewInstall(self.name, view.version, view.members, tuple(p.joining),
-                              tuple(p.leaving), self.epoch, self.topic.head)
         self._installs.append(install)
         for mem, s in self.slots.items():
             if s.conn is not None:
@@ -803,10 +802,10 @@ class Group:
 
     def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: str,
                              now: float) -> list[Action]:
-        """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on."""
+        """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on
+        (storage commits in the order the core asked, so the last one committed is the latest)."""
         out: list[Action] = []
-        if self.checkpoint is None or cp.ts >= self.checkpoint.ts:
-            self.checkpoint = cp
+        self.checkpoint = cp
         out.append(Send(conn, CheckpointStored(req, self.name, cp.position.offset, cp.bytes)))
         self._log(out, "checkpoint.stored", now, member=cp.member, bytes=cp.bytes,
                   offset=cp.position.offset)

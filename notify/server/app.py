@@ -348,8 +348,7 @@ class NotifyServer:
                     # the frames queued before (the `error` that says why) go out first
                     outbox.close(a.code, a.reason, drain=a.code != CloseCode.SLOW_CONSUMER)
             elif isinstance(a, StoreView):  # durable before the install that follows (G1)
-                self.store.store_view(a.group, a.epoch, a.view, a.members, a.joined, a.left,
-                                      a.offset)
+                self.store.store_view(a.install)
             elif isinstance(a, StoreOutcomes):  # an abort: durable before its frames (G5)
                 self.store.store_outcomes(a.group, a.offsets, a.committed)
             elif isinstance(a, LogEvent):

@@ -30,13 +30,13 @@ from notify.core.actions import (
 from notify.core.actions import ServeCheckpoint as Serve
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
+from notify.server.streams import Push
 from notify.server.wire import dumps
 from notify.storage.base import MessageLog
 from state_transfer import ChunkError, verify
 
 log = structlog.get_logger("notify.server")
 
-Push = Callable[..., None]
 #: (group, stored checkpoint, conn, req) once a checkpoint is durable and checked
 Committed = Callable[[str, Checkpoint, int, str], None]
 #: (group, transfer, joiner, bytes, seconds) once a joiner got a checkpoint
@@ -75,7 +75,7 @@ class CheckpointIO:
 
         def job() -> None:
             try:
-                verify(self._store.staged_chunks(a.group, stored.id), stored.sha256,
+                verify(self._store.checkpoint_chunks(a.group, stored.id), stored.sha256,
                        max_bytes=self._max_snapshot)
             except ChunkError as e:
                 self._store.discard_checkpoint(a.group, stored.id)
@@ -110,8 +110,9 @@ class CheckpointIO:
     async def _serve(self, a: Serve) -> None:
         cp = a.checkpoint
         started = asyncio.get_running_loop().time()
+        chunks = self._store.checkpoint_chunks(a.group, cp.id)
         for index in range(cp.chunks):
-            data = await asyncio.to_thread(self._store.checkpoint_chunk, a.group, cp.id, index)
+            data = await asyncio.to_thread(next, chunks, None)
             if data is None:  # replaced (and deleted) since the core chose it
                 frame = Error(ErrorCode.STATE_UNAVAILABLE,
                               "the checkpoint was replaced during the transfer; join again",

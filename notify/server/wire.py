@@ -69,6 +69,9 @@ class ResumeModel(_Frame):
                                                            max_length=100_000)
     view: Annotated[int, Field(ge=0)] = 0
 
+    def to_core(self) -> ev.ResumePoint:
+        return ev.ResumePoint(self.epoch, self.offset, dict(self.streams), self.view)
+
 
 class JoinFrame(_Frame):
     type: Literal["join"]
@@ -79,8 +82,7 @@ class JoinFrame(_Frame):
     accept_from: ev.AcceptFrom = ev.AcceptFrom.MEMBERS
 
     def to_core(self) -> ev.Join:
-        r = self.resume
-        resume = None if r is None else ev.ResumePoint(r.epoch, r.offset, dict(r.streams), r.view)
+        resume = None if self.resume is None else self.resume.to_core()
         return ev.Join(self.req, self.group, self.want_state, resume, self.accept_from)
 
 
@@ -146,9 +148,7 @@ class CheckpointFrame(_Frame):
     position: ResumeModel | None = None
 
     def to_core(self) -> ev.CheckpointChunk:
-        p = self.position
-        position = None if p is None else ev.ResumePoint(p.epoch, p.offset, dict(p.streams),
-                                                          p.view)
+        position = None if self.position is None else self.position.to_core()
         return ev.CheckpointChunk(self.req, self.group, self.index, self.last, self.data,
                                   self.sha256, position)
 

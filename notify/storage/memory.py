@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Awaitable, Iterator
 
-from notify.core.actions import Message
+from notify.core.actions import Message, ViewInstall
 from notify.core.checkpoint import Checkpoint
 from notify.storage.base import StoredGroup
 
@@ -25,9 +25,7 @@ class MemoryLog:
         log.append(message)
         return None
 
-    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...],
-                   joined: tuple[str, ...] = (), left: tuple[str, ...] = (),
-                   offset: int = 0) -> None:
+    def store_view(self, install: ViewInstall) -> None:
         pass  # nothing survives a restart, so there is nothing to keep consistent across one
 
     def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
@@ -42,7 +40,7 @@ class MemoryLog:
             raise ValueError(f"chunk {index} staged after {len(chunks)}")
         chunks.append(data)
 
-    def staged_chunks(self, group: str, key: str) -> Iterator[str]:
+    def checkpoint_chunks(self, group: str, key: str) -> Iterator[str]:
         return iter(list(self._chunks.get((group, key), ())))
 
     def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
@@ -54,12 +52,6 @@ class MemoryLog:
     def discard_checkpoint(self, group: str, key: str) -> None:
         if self._committed.get(group) != key:
             self._chunks.pop((group, key), None)
-
-    def checkpoint_chunk(self, group: str, key: str, index: int) -> str | None:
-        if self._committed.get(group) != key:
-            return None
-        chunks = self._chunks.get((group, key), [])
-        return chunks[index] if index < len(chunks) else None
 
     def prune(self, now: float) -> int:
         return 0  # bounded by count already (deque maxlen); gone at restart anyway

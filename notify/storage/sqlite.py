@@ -183,18 +183,17 @@ class SqliteLog:
             self._db.execute("INSERT INTO checkpoint_chunks VALUES (?,?,?,?)",
                              (group, key, index, data))
 
-    def staged_chunks(self, group: str, key: str) -> Iterator[str]:
+    def checkpoint_chunks(self, group: str, key: str) -> Iterator[str]:
         index = 0
-        while (data := self._chunk(group, key, index)) is not None:
-            yield data
+        while True:  # one row per step: a checkpoint is never all in memory
+            with self._lock:
+                row = self._db.execute(
+                    "SELECT data FROM checkpoint_chunks WHERE grp=? AND key=? AND idx=?",
+                    (group, key, index)).fetchone()
+            if row is None:
+                return
+            yield str(row[0])
             index += 1
-
-    def _chunk(self, group: str, key: str, index: int) -> str | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT data FROM checkpoint_chunks WHERE grp=? AND key=? AND idx=?",
-                (group, key, index)).fetchone()
-        return None if row is None else str(row[0])
 
     def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
         cp, rp = checkpoint, checkpoint.position
@@ -217,9 +216,6 @@ class SqliteLog:
                 "DELETE FROM checkpoint_chunks WHERE grp=? AND key=? AND NOT EXISTS "
                 "(SELECT 1 FROM checkpoints WHERE grp=? AND key=?)", (group, key, group, key))
 
-    def checkpoint_chunk(self, group: str, key: str, index: int) -> str | None:
-        return self._chunk(group, key, index)
-
     def _checkpoint(self, group: str) -> Checkpoint | None:
         row = self._db.execute(
             'SELECT key, member, epoch, "offset", view, streams, accept_any, bytes, chunks, '
@@ -230,16 +226,15 @@ class SqliteLog:
         return Checkpoint(key, member, ResumePoint(epoch, offset, orjson.loads(streams), view),
                           bool(accept_any), size, chunks, sha, ts)
 
-    def store_view(self, group: str, epoch: int, view: int, members: tuple[str, ...],
-                   joined: tuple[str, ...] = (), left: tuple[str, ...] = (),
-                   offset: int = 0) -> None:
+    def store_view(self, install: ViewInstall) -> None:
+        i = install
         with self._lock:
             self._db.execute("BEGIN")
             self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
-                             (group, epoch, view, orjson.dumps(list(members)).decode()))
+                             (i.group, i.epoch, i.view, orjson.dumps(list(i.members)).decode()))
             self._db.execute("INSERT OR REPLACE INTO installs VALUES (?,?,?,?)",
-                             (group, orjson.dumps(list(joined)).decode(),
-                              orjson.dumps(list(left)).decode(), offset))
+                             (i.group, orjson.dumps(list(i.joined)).decode(),
+                              orjson.dumps(list(i.left)).decode(), i.offset))
             self._db.execute("COMMIT")
 
     def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:

@@ -30,6 +30,7 @@ from client_sdk import (
     Group,
     GroupEvent,
     Message,
+    StateReceived,
 )
 from client_sdk import connect as sdk_connect
 from notify.core import CoreConfig, Timeouts
@@ -136,6 +137,14 @@ async def sdk() -> AsyncIterator[Callable[..., Any]]:
     yield make
     for c in clients:
         await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+async def until_state(group: Group) -> StateReceived:
+    """The application loop of a joiner, up to its `StateReceived`."""
+    e = await group.next_event(TIMEOUT)
+    while not isinstance(e, StateReceived):
+        e = await group.next_event(TIMEOUT)
+    return e
 
 
 async def apply_until(group: Group, replica: Replica, last: str) -> list[Any]:

@@ -20,7 +20,14 @@ import pytest
 from client_sdk import Group, Message, StateReceived
 from notify.core.config import Limits
 from notify.storage import SqliteLog
-from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw, Replica, apply_until
+from tests.integration.conftest import (
+    TIMEOUT,
+    MakeServer,
+    OpenRaw,
+    Replica,
+    apply_until,
+    until_state,
+)
 from tests.integration.proxy import FaultyProxy
 from tests.integration.test_durability import ServerProcess, _free_port
 
@@ -36,10 +43,8 @@ async def apply_n(group: Group, replica: Replica, n: int) -> None:
 
 async def state_then(group: Group, replica: Replica, last: str) -> tuple[StateReceived, list[Any]]:
     """A joiner's application: wait for the state, then apply messages up to `last`."""
-    e = await group.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await group.next_event(TIMEOUT)
-    return e, await apply_until(group, replica, last)
+    received = await until_state(group)
+    return received, await apply_until(group, replica, last)
 
 
 def total_part(items: list[Any]) -> list[Any]:
@@ -163,9 +168,9 @@ async def test_G9_checkpoint_restored_by_an_in_process_restart_on_sqlite(
         (sg,) = log.load(recent=100)
         assert sg.checkpoint is not None and sg.checkpoint.member == "a"
         assert sg.checkpoint.chunks >= 3 and sg.checkpoint.position.streams == {"fifo:a": 1}
-        chunks = [log.checkpoint_chunk("g", sg.checkpoint.id, i)
-                  for i in range(sg.checkpoint.chunks)]
-        packed = b"".join(base64.b64decode(c or "") for c in chunks)
+        chunks = list(log.checkpoint_chunks("g", sg.checkpoint.id))
+        assert len(chunks) == sg.checkpoint.chunks
+        packed = b"".join(base64.b64decode(c) for c in chunks)
         assert zlib.decompress(packed) == ra.snapshot()
     finally:
         await log.close()
@@ -187,9 +192,7 @@ async def test_G9_checkpoint_whose_gap_left_retention_is_not_served(
     c = await sdk(srv.url, "c")
     rc = Replica()
     gc = await c.join("g", want_state=True, state=rc)
-    e = await gc.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gc.next_event(TIMEOUT)
+    e = await until_state(gc)
     assert e.snapshot is None and e.reason == "state_unavailable" and rc.restored == 0
 
 
@@ -266,9 +269,7 @@ async def test_checkpoint_refused_without_state_or_while_it_is_arriving(
     gb = await b.join("h", want_state=True, state=Replica())
     with pytest.raises(Exception, match="not arrived"):
         await gb.checkpoint()
-    e = await gb.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gb.next_event(TIMEOUT)
+    e = await until_state(gb)
     assert e.reason == "state_unavailable"
     stored = await gb.checkpoint()  # its (empty) state is the group's now
     assert stored.offset == 0

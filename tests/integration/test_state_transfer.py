@@ -12,7 +12,14 @@ from typing import Any
 from client_sdk import (
     StateReceived,
 )
-from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw, Replica, apply_until
+from tests.integration.conftest import (
+    TIMEOUT,
+    MakeServer,
+    OpenRaw,
+    Replica,
+    apply_until,
+    until_state,
+)
 from tests.integration.proxy import FaultyProxy
 
 
@@ -117,9 +124,7 @@ async def test_G9_corrupt_transfer_restores_nothing_and_bad_chunks_are_refused(
     await donor.send({"type": "state_chunk", "group": "g", "transfer": request["transfer"],
                       "index": 0, "last": True, "data": base64.b64encode(good).decode(),
                       "sha256": "0" * 64, "streams": {}})
-    e = await gc.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gc.next_event(TIMEOUT)
+    e = await until_state(gc)
     assert e.snapshot is None and e.reason is not None and "sha256" in e.reason
     assert rc.restored == 0 and rc.items == []
 
@@ -129,9 +134,7 @@ async def test_G9_no_member_to_give_state(make_server: MakeServer, sdk: Any) -> 
     c = await sdk(srv.url, "c")
     rc = Replica()
     gc = await c.join("g", want_state=True, state=rc)
-    e = await gc.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gc.next_event(TIMEOUT)
+    e = await until_state(gc)
     assert e.snapshot is None and e.reason == "state_unavailable" and rc.restored == 0
 
 
@@ -148,9 +151,7 @@ async def test_G8_G9_unusable_resume_point_falls_back_to_state_transfer(
     rc = Replica()
     stale = {"epoch": 12345, "offset": 2, "view": 1, "streams": {"fifo:a": 2}}  # another epoch
     gc = await c.join("g", resume_from=stale, state=rc)
-    e = await gc.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gc.next_event(TIMEOUT)
+    e = await until_state(gc)
     app_a.cancel()
     assert e.snapshot is not None and rc.items == ["m0", "m1", "m2"]
 
@@ -167,9 +168,7 @@ async def test_G9_snapshot_over_the_limit_is_refused_and_nothing_restored(
     c = await sdk(srv.url, "c")
     rc = Replica()
     gc = await c.join("g", want_state=True, state=rc)
-    e = await gc.next_event(TIMEOUT)
-    while not isinstance(e, StateReceived):
-        e = await gc.next_event(TIMEOUT)
+    e = await until_state(gc)
     app_a.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await app_a

@@ -6,7 +6,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from notify.core.actions import Message
+from notify.core.actions import Message, ViewInstall
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.storage.sqlite import SqliteLog
@@ -25,7 +25,7 @@ async def test_batches_commit_together_and_survive_reopen(tmp_path: Path) -> Non
     assert 1 <= log.commits < 50
     log.append(msg(1, group="other"))
     await log.append(msg(2, group="other"))
-    log.store_view("g", epoch=5, view=3, members=("a", "b"))
+    log.store_view(ViewInstall("g", 3, ("a", "b"), (), (), 5, 0))
     log.store_outcomes("g", (7, 14), committed=False)
     log.store_outcomes("g", (21,), committed=True)
     await log.close()
@@ -72,7 +72,7 @@ async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path:
     await asyncio.gather(*(log.append(msg(i)) for i in range(1, 201)))  # ts 1001..1200
     other = Message("g", 201, "total", 7, "b", 1, False, None, 1201.0, "t7")
     await log.append(other)
-    log.store_view("g", epoch=5, view=3, members=("a",))
+    log.store_view(ViewInstall("g", 3, ("a",), (), (), 5, 0))
     assert log.prune(now=1200.0) == 151  # count: keep 152..201 (the 1100 age cutoff is older)
     assert [m.offset for m in log.read_after("g", 0)][:2] == [152, 153]
     assert log.prune(now=1290.0) == 38  # age: only ts >= 1190 stay (offsets 190..201)
@@ -95,24 +95,24 @@ async def test_checkpoint_staged_committed_replaced_and_orphans_dropped_at_reope
     db = tmp_path / "log.db"
     log = SqliteLog(db)
     await log.append(msg(1))
-    log.store_view("g", 7, 2, ("a",))
+    log.store_view(ViewInstall("g", 2, ("a",), ("a",), (), 7, 0))
     for i in range(3):
         log.stage_checkpoint_chunk("g", "p:a.1", i, f"one-{i}")
-    assert list(log.staged_chunks("g", "p:a.1")) == ["one-0", "one-1", "one-2"]
+    assert list(log.checkpoint_chunks("g", "p:a.1")) == ["one-0", "one-1", "one-2"]
     log.commit_checkpoint("g", _checkpoint("p:a.1", 3))
     log.stage_checkpoint_chunk("g", "p:a.2", 0, "two-0")  # a second upload, cut by a crash
     log.discard_checkpoint("g", "p:a.1")  # never drops the committed one
-    assert log.checkpoint_chunk("g", "p:a.1", 2) == "one-2"
+    assert list(log.checkpoint_chunks("g", "p:a.1"))[2] == "one-2"
     await log.close()
 
     log = SqliteLog(db)
     (sg,) = log.load(recent=10)
     assert sg.checkpoint == _checkpoint("p:a.1", 3)
-    assert list(log.staged_chunks("g", "p:a.2")) == []  # the orphan upload is gone
+    assert list(log.checkpoint_chunks("g", "p:a.2")) == []  # the orphan upload is gone
     log.stage_checkpoint_chunk("g", "q:a.1", 0, "three-0")
     log.commit_checkpoint("g", _checkpoint("q:a.1", 1))
-    assert log.checkpoint_chunk("g", "p:a.1", 0) is None  # the replaced one's chunks are deleted
-    assert log.checkpoint_chunk("g", "q:a.1", 0) == "three-0"
+    assert list(log.checkpoint_chunks("g", "p:a.1")) == []  # the replaced one's are deleted
+    assert list(log.checkpoint_chunks("g", "q:a.1")) == ["three-0"]
     (sg,) = log.load(recent=10)
     assert sg.checkpoint is not None and sg.checkpoint.id == "q:a.1"
     await log.close()

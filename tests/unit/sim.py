@@ -397,10 +397,11 @@ class Simulation:
                         m.conn = None
             elif isinstance(a, StoreView):
                 # G1 across restarts rests on this: each stored view is the next version
-                last = self.stored_views.get(a.group, 0)
-                if a.view != last + 1:
-                    self.obs.fail(f"G1: stored view {a.view} of {a.group} after {last}")
-                self.stored_views[a.group] = a.view
+                i = a.install
+                last = self.stored_views.get(i.group, 0)
+                if i.view != last + 1:
+                    self.obs.fail(f"G1: stored view {i.view} of {i.group} after {last}")
+                self.stored_views[i.group] = i.view
             elif isinstance(a, StoreOutcomes):
                 if not a.committed:
                     self.stored_aborts.update((a.group, o) for o in a.offsets)

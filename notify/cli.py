@@ -29,7 +29,7 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--port", "server", int, "port (default 8765; 0 = any free port)"),
     ("--data-dir", "server", str, "where the log and event logs live (default ./data)"),
     ("--durability", "server", str,
-     "normal (default) survives a killed server; full also a power loss (fsync)"),
+     "full (default): published after fsync, survives power loss; normal: a killed server"),
     ("--log-level", "server", str, "debug, info (default), warning, error"),
     ("--log-format", "server", str, "console (default) or json (one JSON object per line)"),
     ("--tls-cert", "server", str, "PEM certificate chain: serve wss:// (with --tls-key)"),
@@ -143,10 +143,22 @@ async def _serve(a: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    halted = asyncio.ensure_future(server.halted.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({halted, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if server.halt_reason is not None:
+        # Fail-stop (G13): nothing more is sent or stored; a restart recovers from the log.
+        log.critical("fail_stop", reason=server.halt_reason,
+                     detail="the server stopped rather than break a promise; restart it")
+        raise SystemExit(EXIT_HALTED)
+    halted.cancel()
     log.info("shutting_down", connections=server.connection_count)
     await server.stop()
     log.info("stopped")
+
+
+#: exit status of `notify serve` after a fail-stop (EX_SOFTWARE)
+EXIT_HALTED = 70
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:

@@ -36,7 +36,7 @@ class ServerSettings(_Section):
     port: int = Field(default=8765, ge=0, le=65535)
     data_dir: Path = Path("./data")
     store: Literal["sqlite", "memory"] = "sqlite"
-    durability: Literal["normal", "full"] = "normal"
+    durability: Literal["normal", "full"] = "full"
     #: delete stored messages older than this many seconds (None: keep them; the count bound
     #: `limits.retain_messages` applies in any case)
     retain_age: float | None = Field(default=None, gt=0)

@@ -5,15 +5,16 @@ Nothing here imports asyncio, websockets or sqlite3 (checked by tests/unit/test_
 
 from notify.core.actions import (
     Action,
-    AfterStreams,
+    Append,
     Close,
     ConnId,
     Fanout,
+    Halt,
     LogEvent,
     Message,
     Send,
-    StoreOutcomes,
     StoreView,
+    Write,
 )
 from notify.core.config import CoreConfig, Limits, Timeouts
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
@@ -38,7 +39,7 @@ __all__ = [
     "AcceptFrom",
     "Ack",
     "Action",
-    "AfterStreams",
+    "Append",
     "ClientFrame",
     "Close",
     "CloseCode",
@@ -48,6 +49,7 @@ __all__ = [
     "Fanout",
     "FlushOk",
     "Group",
+    "Halt",
     "Hello",
     "Hub",
     "Join",
@@ -61,8 +63,8 @@ __all__ = [
     "RejectCode",
     "ResumePoint",
     "Send",
-    "StoreOutcomes",
     "StoreView",
     "Timeouts",
     "View",
+    "Write",
 ]

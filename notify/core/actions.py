@@ -208,11 +208,9 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Fanout:
-    """Hand `message` to its stream's worker, which delivers it to `conns` (sender included).
-
-    `reply` goes to the publisher once the message is safely stored (G10), before or with the
-    fan-out; it is None for replays.
-    """
+    """Deliver `message` to `conns` (the sender's own connection included), then answer the
+    publisher with `reply`. The core emits it only once the message is durable (G10), so the
+    adapter sends it as it is, serialising the `deliver` frame once for every recipient."""
 
     message: Message
     conns: tuple[ConnId, ...]
@@ -235,16 +233,6 @@ class ServeCheckpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class AfterStreams:
-    """Send `sends` in order once every stream of `group` has handed over all messages accepted
-    before this action, and only then let the streams go on (DESIGN §4: `view_install` goes out
-    behind all old-view messages, and no new-view message overtakes it)."""
-
-    group: str
-    sends: tuple[Send | ServeCheckpoint, ...]
-
-
-@dataclass(frozen=True, slots=True)
 class Close:
     conn: ConnId
     code: int
@@ -252,21 +240,43 @@ class Close:
 
 
 @dataclass(frozen=True, slots=True)
-class StoreView:
-    """Make this view durable before anyone hears of it (G1 across restarts). The whole
-    install is kept, so that a restart can resend it to a member that missed it."""
+class Append:
+    """Store `messages` (consecutive offsets of one group) in one transaction, then feed
+    `Hub.written(group, ticket, error)`. Until then the group holds every frame it decides
+    (see notify/core/writes.py); a failed append is retracted, its publishers refused."""
 
-    install: ViewInstall
+    group: str
+    ticket: int
+    messages: tuple[Message, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class StoreOutcomes:
-    """Record how atomic messages ended. An abort must be durable before the frames that follow
-    this action leave (after a crash, an atomic with no stored outcome counts as committed)."""
+class StoreView:
+    """Make a view install durable, with the atomic messages it aborted, before anyone hears
+    of it (G1 across restarts: a version is never reused; G5: after a crash an atomic message
+    with no stored abort counts as committed, so an abort is stored before it is sent). The
+    whole install is kept so a restart can resend it to a member that missed it. A failure
+    is fatal: the core answers it with `Halt`."""
 
-    group: str
-    offsets: tuple[int, ...]
-    committed: bool
+    ticket: int
+    install: ViewInstall
+    aborted: tuple[int, ...] = ()
+
+    @property
+    def group(self) -> str:
+        return self.install.group
+
+
+Write = Append | StoreView
+
+
+@dataclass(frozen=True, slots=True)
+class Halt:
+    """Stop the process (fail-stop, G13): the server can no longer keep a promise (a view or
+    an abort it cannot store, storage that stopped answering). A restart recovers from the
+    log with nothing published lost (G10)."""
+
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +319,6 @@ class DiscardCheckpoint:
 
 
 Action = (
-    Send | Fanout | AfterStreams | Close | StoreView | StoreOutcomes | LogEvent
+    Send | Fanout | Close | Append | StoreView | Halt | LogEvent
     | ServeCheckpoint | StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint
 )

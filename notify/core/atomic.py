@@ -63,6 +63,12 @@ class AtomicTracker:
         self._done(p.message)
         return p.message
 
+    def discard(self, offset: int) -> None:
+        """Forget a message that was never delivered (its append failed)."""
+        p = self._pending.pop(offset, None)
+        if p is not None:
+            self._done(p.message)
+
     def is_waiting_for(self, member: MemberId, offset: int) -> bool:
         p = self._pending.get(offset)
         return p is not None and member in p.waiting

@@ -25,6 +25,9 @@ class Timeouts:
     #: after a restart, the stored view's members may resume (no view change) for this long;
     #: the ones that do not are removed like any suspect
     recovery_window: float = 10.0
+    #: a write (a batch of messages, a view) storage has not finished by then means storage
+    #: stopped answering: the server stops (fail-stop, G13) rather than hold the group forever
+    write_timeout: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,9 @@ class RejectCode(StrEnum):
     FORBIDDEN = "forbidden"  # no `publish` (or `publish_atomic`) grant for this group
     RATE_LIMITED = "rate_limited"  # over `publish_rate` (token bucket per connection)
     TOO_MANY_PENDING = "too_many_pending"  # over `max_pending_atomic` unresolved atomics
+    #: the log could not store it (e.g. a full disk); nothing of it was delivered, and the
+    #: same id may be published again
+    STORAGE_FAILED = "storage_failed"
 
 
 class CloseCode(IntEnum):

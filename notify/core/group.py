@@ -3,10 +3,11 @@
 Theory of operation. A `Group` is fed client frames (already checked at the edge), connection
 losses and the clock; it returns actions. Members of the current view have a `Slot`: their
 connection (None while SUSPECT) and their `accept_from`. Messages get their place from the
-`Topic`, fan out through the adapter's stream workers (`Fanout`), and atomic ones wait in the
-`AtomicTracker`. Membership changes go through `Membership`; their install is emitted as one
-`AfterStreams` action so that `view_install` reaches every member behind every old-view message
-(G2) and before any new-view one.
+`Topic` in batches, are stored (`Append`) and fanned out once stored (`Fanout`), and atomic
+ones wait in the `AtomicTracker`. Membership changes go through `Membership`; an install waits
+until the log holds every old-view message, is stored (`StoreView`), and only then reaches the
+members, behind every old-view message and before any new-view one (G2). `Writes`
+(notify/core/writes.py) holds every frame the group decides while a write is under way.
 
 Failure detection (DESIGN §4): a lost connection makes the member SUSPECT; if it is not back
 within `suspect_timeout` its removal is requested. A member that does not `flush_ok` within
@@ -26,7 +27,7 @@ from typing import Any
 from notify.core.actions import (
     Abort,
     Action,
-    AfterStreams,
+    Append,
     CatchupDone,
     CheckpointStored,
     CommitCheckpoint,
@@ -36,6 +37,7 @@ from notify.core.actions import (
     DiscardCheckpoint,
     Error,
     Fanout,
+    Halt,
     LogEvent,
     Message,
     Outcome,
@@ -46,7 +48,6 @@ from notify.core.actions import (
     StateChunkOut,
     StateRequest,
     StoreCheckpointChunk,
-    StoreOutcomes,
     StoreView,
     ViewChange,
     ViewInstall,
@@ -68,6 +69,7 @@ from notify.core.events import (
 from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
 from notify.core.topic import Topic
 from notify.core.view import MemberId, View
+from notify.core.writes import Writes
 
 #: view installs remembered for members that resume across one (see `_replay`)
 _INSTALL_HISTORY = 64
@@ -100,6 +102,19 @@ class Slot:
 
     def on(self, event: MemberEvent) -> None:
         self.state = MEMBER_TRANSITIONS[self.state][event]
+
+
+@dataclass(slots=True)
+class Intake:
+    """A publish that passed every check and waits for the group's next batch, not yet
+    numbered (see notify/core/writes.py). Retries of its id while it waits are answered with
+    it."""
+
+    sender: MemberId
+    conn: ConnId
+    publish: Publish
+    from_member: bool
+    retries: list[tuple[ConnId, str]]
 
 
 @dataclass(slots=True)
@@ -145,6 +160,17 @@ class Group:
         self.checkpoint: Checkpoint | None = None
         self._uploads: dict[MemberId, Upload] = {}
         self._upload_count = 0
+        #: the write under way and what waits for it (G10, G2)
+        self.writes = Writes()
+        #: checked publishes waiting for the next batch, and the same by (sender, id)
+        self._intake: list[Intake] = []
+        self._intake_ids: dict[tuple[MemberId, str], Intake] = {}
+        #: atomic publishes per sender among them (the `max_pending_atomic` limit)
+        self._intake_atomic: dict[MemberId, int] = {}
+        #: the streams' last offsets before the batch under way (to retract it if it fails)
+        self._last_before: dict[str, int | None] = {}
+        #: set once the group asked the process to stop: it decides nothing more
+        self.halted = False
 
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
@@ -351,9 +377,8 @@ class Group:
             # Table 1 ③: cancel v(i+1) and resume v(i) at everyone who was told of the change.
             self._log(out, "view.resume", now, member=skip, cancelled=self.view.version + 1)
             frame = ViewResume(self.name, self.view.version)
-            out.append(AfterStreams(self.name, tuple(
-                Send(s.conn, frame) for other, s in self.slots.items()
-                if s.conn is not None and other != skip)))
+            out.extend(Send(s.conn, frame) for other, s in self.slots.items()
+                       if s.conn is not None and other != skip)
 
     def _leaving_for_failure(self, member: MemberId) -> bool:
         """Removal requested only because the member went quiet: a resume may cancel it."""
@@ -419,8 +444,14 @@ class Group:
     # -- messaging -------------------------------------------------------------------------------
 
     def publish(self, member: MemberId, conn: ConnId, p: Publish, now: float) -> list[Action]:
+        waiting = self._intake_ids.get((member, p.id))
+        if waiting is not None:  # a retry of a publish still waiting: answered with it
+            waiting.retries.append((conn, p.req))
+            return []
         prior = self.topic.known_offset(member, p.id)
-        if prior is not None:  # an idempotent retry: answer as the first time, deliver nothing
+        if prior is not None:
+            # An idempotent retry: answered as the first time, delivering nothing. The answer
+            # is held behind the write under way, which may be the one storing `prior` (G10).
             out: list[Action] = [Send(conn, Published(p.req, p.id, prior))]
             committed = self.topic.outcome(prior)
             if committed is not None:
@@ -431,21 +462,82 @@ class Group:
             out = [Send(conn, Rejected(p.req, p.id, code))]
             self._log(out, "msg.reject", now, member=member, code=code.value)
             return out
-        is_member = member in self.slots
-        msg = self.topic.accept(sender=member, publish_id=p.id, order=p.order, view=p.view,
-                                atomic=p.atomic, payload=p.payload, now=now,
-                                from_member=is_member)
+        item = Intake(member, conn, p, member in self.slots, [])
+        self._intake.append(item)
+        self._intake_ids[(member, p.id)] = item
         if p.atomic:
-            self.atomics.add(msg, self.view.members, now)
-        out = [Fanout(msg, self._recipients(is_member), Send(conn, Published(p.req, p.id,
-                                                                              msg.offset)))]
-        if self._cfg.event_log:
-            self._log(out, "msg.accept", now, member=member, offset=msg.offset, stream=msg.stream,
-                      seq=msg.seq, sender=member, order=p.order.value, atomic=p.atomic)
+            self._intake_atomic[member] = self._intake_atomic.get(member, 0) + 1
+        out = []
+        self._advance(out, now)
+        return out
+
+    def _append_intake(self, out: list[Action], now: float) -> None:
+        """Number what waits in the intake and store it as one batch; its fan-out and answers
+        are held until the batch is stored (G10)."""
+        topic, items = self.topic, self._intake
+        self._intake, self._intake_ids, self._intake_atomic = [], {}, {}
+        last_before: dict[str, int | None] = {}
+        msgs: list[Message] = []
+        for x in items:
+            p = x.publish
+            stream = topic.stream_of(p.order, x.sender, x.from_member)
+            if stream not in last_before:
+                last_before[stream] = topic.last_offset(stream)
+            msg = topic.accept(sender=x.sender, publish_id=p.id, order=p.order, view=p.view,
+                               atomic=p.atomic, payload=p.payload, now=now,
+                               from_member=x.from_member)
+            if p.atomic:
+                self.atomics.add(msg, self.view.members, now)
+            msgs.append(msg)
+        self._last_before = last_before
+        out.append(self.writes.start(
+            Append(self.name, self.writes.next_ticket(), tuple(msgs)), now))
+        log = self._cfg.event_log
+        for x, msg in zip(items, msgs, strict=True):
+            p = x.publish
+            out.append(Fanout(msg, self._recipients(x.from_member),
+                              Send(x.conn, Published(p.req, p.id, msg.offset))))
+            out.extend(Send(c, Published(req, p.id, msg.offset)) for c, req in x.retries)
+            if log:
+                self._log(out, "msg.accept", now, member=x.sender, offset=msg.offset,
+                          stream=msg.stream, seq=msg.seq, sender=x.sender,
+                          order=p.order.value, atomic=p.atomic)
+
+    def written(self, ticket: int, error: str | None, now: float) -> list[Action]:
+        """Storage finished the write under way (`error` None) or could not do it. Returns the
+        frames held behind it, then whatever the group can do next (the next batch, an
+        install); the hub sends them as they are (see `Writes.route`)."""
+        write, held = self.writes.done(ticket)
+        out: list[Action] = []
+        if error is None:
+            out.extend(held)
+        elif isinstance(write, Append):
+            # Nothing after this batch has an offset yet: undo exactly it (G13), and refuse it.
+            self.topic.retract(write.messages, self._last_before)
+            for m in write.messages:
+                if m.atomic:
+                    self.atomics.discard(m.offset)
+                self._log(out, "msg.reject", now, member=m.sender,
+                          code=RejectCode.STORAGE_FAILED.value, offset=m.offset)
+            retracted = {m.offset: m.id for m in write.messages}
+            out.extend(Writes.fail(held, retracted, self.topic.head))
+        else:
+            # Members may already act on this view (they flushed for it): it cannot be undone,
+            # and it must not be installed unstored (G1). Stop; a restart recovers (G13).
+            self.halted = True
+            self.writes.start(write, now)  # nothing more leaves this group
+            return [Halt(f"could not store view {write.install.view} of {self.name}: {error}")]
+        rest: list[Action] = []
+        self._advance(rest, now)
+        out.extend(self.writes.route(rest, busy=False))
         return out
 
     def _refusal(self, member: MemberId, p: Publish) -> RejectCode | None:
         m = self.membership
+        if m.proposal is not None and m.proposal.complete:
+            # Everyone flushed and the install waits only for the log to catch up: nothing
+            # more may join the old view, or a steady sender could hold the install off.
+            return RejectCode.VIEW_CHANGING
         if member not in self.slots:
             # G6: a non-member may only send plain FIFO messages, and only receivers with
             # accept_from "any" get them.
@@ -461,7 +553,8 @@ class Group:
             return RejectCode.FUTURE_VIEW
         if p.same_view and p.view != self.view.version:
             return RejectCode.STALE_VIEW
-        if p.atomic and self.atomics.pending_from(member) >= self._cfg.limits.max_pending_atomic:
+        if p.atomic and self.atomics.pending_from(member) + self._intake_atomic.get(member, 0) \
+                >= self._cfg.limits.max_pending_atomic:
             return RejectCode.TOO_MANY_PENDING
         return None
 
@@ -487,9 +580,8 @@ class Group:
         if unknown:
             out.append(Send(conn, Error(ErrorCode.UNKNOWN_OFFSET,
                                         f"no pending atomic message at {unknown[:10]}")))
-        if committed:
+        if committed:  # only aborts are stored (see StoreView)
             offs = tuple(m.offset for m in committed)
-            out.append(StoreOutcomes(self.name, offs, True))
             frame = self._outcome_frame(offs, True)
             for s in self.slots.values():
                 if s.conn is not None:
@@ -552,38 +644,37 @@ class Group:
         p = self.membership.proposal
         assert p is not None
         frame = self._view_change(p)
-        out.append(AfterStreams(self.name, tuple(
-            Send(s.conn, frame) for member in p.flush_set
-            if (s := self.slots[member]).conn is not None)))
+        out.extend(Send(s.conn, frame) for member in p.flush_set
+                   if (s := self.slots[member]).conn is not None)
         self._log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
                   members=list(frame.members))
 
     def _advance(self, out: list[Action], now: float) -> None:
-        """Propose what is queued, install what is flushed; repeat while something moves."""
+        """Propose what is queued, install what is flushed once the log holds every old-view
+        message, store what waits in the intake; repeat while something moves."""
+        if self.halted:
+            return
         m = self.membership
         while True:
-            if m.state is GroupState.STABLE:
-                if m.propose(now) is None:
-                    return
+            if m.state is GroupState.STABLE and m.propose(now) is not None:
                 self._flush_started = now
                 self._announce(out, now)
             p = m.proposal
-            assert p is not None
-            if not p.complete:
-                return
+            if p is None or not p.complete or self._intake or self.writes.busy:
+                break
             self._install(out, now)
+        if self._intake and not self.writes.busy:
+            self._append_intake(out, now)
 
     def _install(self, out: list[Action], now: float) -> None:
         old = self.view
         committed, aborted = self.atomics.resolve_all()
         view, p = self.membership.install()
-        if committed:
-            out.append(StoreOutcomes(self.name, tuple(x.offset for x in committed), True))
-        if aborted:
-            out.append(StoreOutcomes(self.name, tuple(x.offset for x in aborted), False))
         install = ViewInstall(self.name, view.version, view.members, tuple(p.joining),
                               tuple(p.leaving), self.epoch, self.topic.head)
-        out.append(StoreView(install))
+        # Everything below is held until the view (and its aborts) is stored (writes.py).
+        out.append(self.writes.start(StoreView(self.writes.next_ticket(), install,
+                                               tuple(x.offset for x in aborted)), now))
         sends: list[Send | ServeCheckpoint] = []
         staying = [s.conn for mem, s in self.slots.items()
                    if mem not in p.leaving and s.conn is not None]
@@ -634,7 +725,7 @@ class Group:
                 t = Transfer(f"{view.version}.{mem}.0", mem, "", self.topic.head, now,
                              joined.req)
                 sends.extend(self._request_state(t, exclude=frozenset(p.joining)))
-        out.append(AfterStreams(self.name, tuple(sends)))
+        out.extend(sends)
         out.extend(logs)
         self._log(out, "view.install", now, members=list(view.members),
                   duration_ms=round((now - self._flush_started) * 1000, 3),
@@ -831,10 +922,20 @@ class Group:
             candidates.append(ack)
         candidates.extend(t.progress + self._cfg.timeouts.flush_timeout
                           for t in self._transfers.values())
+        w = self.writes.in_flight
+        if w is not None and not self.halted:
+            candidates.append(w.since + self._cfg.timeouts.write_timeout)
         return min(candidates) if candidates else None
 
     def tick(self, now: float) -> list[Action]:
         out: list[Action] = []
+        w = self.writes.in_flight
+        if w is not None and not self.halted and now >= w.since + self._cfg.timeouts.write_timeout:
+            self.halted = True  # storage stopped answering: nothing this group says is safe
+            return [Halt(f"storage did not finish a write of {self.name} in "
+                         f"{self._cfg.timeouts.write_timeout} s")]
+        if self.halted:
+            return out
         m = self.membership
         for mem, s in list(self.slots.items()):
             if s.suspect_deadline is not None and now >= s.suspect_deadline:

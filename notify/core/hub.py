@@ -327,9 +327,19 @@ class Hub:
 
     def _group_call(self, name: str, call: Callable[[Group], list[Action]]) -> list[Action]:
         g = self.groups[name]
-        out = call(g)
+        busy = g.writes.busy
+        out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
         if g.next_deadline() is not None:
             self._armed.add(name)
+        return out
+
+    def written(self, group: str, ticket: int, error: str | None, now: float) -> list[Action]:
+        """Storage finished (or failed) the write `ticket` of `group` (an `Append` or a
+        `StoreView`): the frames that waited for it, and what the group does next."""
+        g = self.groups[group]
+        out = g.written(ticket, error, now)
+        if g.next_deadline() is not None:
+            self._armed.add(group)
         return out
 
     def checkpoint_committed(self, group: str, cp: Checkpoint, conn: ConnId, req: str,

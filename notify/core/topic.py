@@ -71,10 +71,7 @@ class Topic:
         now: float,
         from_member: bool,
     ) -> Message:
-        if order is Order.TOTAL:
-            stream = TOTAL_STREAM
-        else:
-            stream = fifo_stream(sender) if from_member else external_stream(sender)
+        stream = self.stream_of(order, sender, from_member)
         seq = self._seqs.get(stream, 0) + 1
         self._seqs[stream] = seq
         self.head += 1
@@ -91,6 +88,38 @@ class Topic:
         if len(ids) > self._window:
             ids.popitem(last=False)
         return msg
+
+    @staticmethod
+    def stream_of(order: Order, sender: MemberId, from_member: bool) -> str:
+        if order is Order.TOTAL:
+            return TOTAL_STREAM
+        return fifo_stream(sender) if from_member else external_stream(sender)
+
+    def last_offset(self, stream: str) -> int | None:
+        """Offset of `stream`'s latest message, where known."""
+        return self._last.get(stream)
+
+    def retract(self, messages: tuple[Message, ...], last_before: dict[str, int | None]) -> None:
+        """Undo the acceptance of `messages`, the latest ones accepted (their append failed):
+        their offsets and seqs go to the next messages, their ids may be published again.
+        `last_before` is `last_offset()` of their streams before they were accepted."""
+        for m in reversed(messages):
+            gone = self._log.pop()
+            assert gone is m, "only the latest messages can be retracted"
+            if m.seq > 1:
+                self._seqs[m.stream] = m.seq - 1
+            else:
+                self._seqs.pop(m.stream, None)
+            ids = self._publish_ids.get(m.sender)
+            if ids is not None:
+                ids.pop(m.id, None)
+            self._outcomes.pop(m.offset, None)
+            self.head = m.offset - 1
+        for stream, last in last_before.items():
+            if last is None:
+                self._last.pop(stream, None)
+            else:
+                self._last[stream] = last
 
     def restore(self, seqs: dict[str, int], recent: list[Message]) -> None:
         """Refill from storage after a restart: stream positions, and the retained tail of the

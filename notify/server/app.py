@@ -1,9 +1,10 @@
 """The WebSocket adapter: pumps frames and time between `websockets` and the sans-I/O `Hub`.
 
 Everything that decides anything is in `notify.core`; this file owns the sockets, the tasks, the
-clock and the serialisation. Each connection has an `Outbox` (its sender worker); each stream of
-each group has a worker in `GroupStreams`. Heartbeats are WebSocket pings: `websockets` closes a
-connection whose pong is late, and the hub treats that as any other lost connection.
+clock, storage and the outboxes; the core's actions are applied by the `Interpreter` it shares
+with the simulator. Each connection has an `Outbox` (its sender worker). Heartbeats are
+WebSocket pings: `websockets` closes a connection whose pong is late, and the hub treats that as
+any other lost connection.
 
 Security and operations at the edge (docs/security.md, docs/operations.md): tokens in `hello` and
 `refresh` are verified here by a `TokenVerifier` (none configured = development mode, every
@@ -31,25 +32,11 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from notify.core import (
-    Action,
-    AfterStreams,
-    Close,
-    CoreConfig,
-    Fanout,
-    Group,
-    Hub,
-    LogEvent,
-    Send,
-    StoreOutcomes,
-    StoreView,
-)
+from notify.core import Action, CoreConfig, Group, Hub, LogEvent, Send, Write
 from notify.core.actions import (
     CommitCheckpoint,
     DiscardCheckpoint,
     Error,
-    Rejected,
-    ServeCheckpoint,
     StoreCheckpointChunk,
 )
 from notify.core.checkpoint import Checkpoint
@@ -57,9 +44,9 @@ from notify.core.errors import CloseCode, ErrorCode
 from notify.eventlog import EventLog
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
+from notify.server.interpreter import CheckpointAction, Done, Interpreter
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats, bump
 from notify.server.outbox import Outbox
-from notify.server.streams import GroupStreams
 from notify.server.wire import Authenticate, Refresh, dumps, parse_any
 from notify.storage import MemoryLog, MessageLog
 
@@ -70,12 +57,13 @@ class NotifyServer:
     def __init__(self, config: CoreConfig | None = None, *, host: str = "127.0.0.1",
                  port: int = 8765, store: MessageLog | None = None,
                  event_log: EventLog | None = None,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] | None = None,
                  verifier: TokenVerifier | None = None,
                  origins: Sequence[str] | None = None,
                  ssl: ssl_module.SSLContext | None = None,
                  max_connections: int = 0, max_connections_per_ip: int = 0,
-                 shutdown_grace: float = 5.0, drain_delay: float = 0.0) -> None:
+                 shutdown_grace: float = 5.0, drain_delay: float = 0.0,
+                 on_halt: Callable[[str], None] | None = None) -> None:
         config = config or CoreConfig(event_log=event_log is not None)
         self.config = replace(config, metrics=True)
         self.host, self.port = host, port
@@ -99,10 +87,14 @@ class NotifyServer:
                                         max_snapshot=self.config.limits.max_state_bytes)
         self.events = event_log
         self.stats = ServerStats()
-        self._clock = clock
+        self._clock = clock if clock is not None else steady_clock()
         self._ids = itertools.count(1)
         self._outboxes: dict[int, Outbox] = {}
-        self._streams: dict[str, GroupStreams] = {}
+        self._interpreter = Interpreter(self.hub, self, self._clock, self.stats)
+        #: set with the reason when the core halted (fail-stop, G13); see `halt`
+        self.halted: asyncio.Event = asyncio.Event()
+        self.halt_reason: str | None = None
+        self._on_halt = on_halt
         self._server: Server | None = None
         self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
@@ -184,8 +176,6 @@ class NotifyServer:
             self._timer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
-        for s in self._streams.values():
-            await s.stop()
         for o in list(self._outboxes.values()):
             await o.stop()
         await self.checkpoints.stop()
@@ -321,48 +311,53 @@ class NotifyServer:
             outbox.push(data, bounded=bounded)
 
     def _apply(self, actions: list[Action]) -> None:
-        # The core sends one frame object to many members (confirm, view_change): serialise
-        # it once per run of sends, not once per member.
-        last_frame: object = None
-        data = b""
-        for a in actions:
-            if isinstance(a, Fanout):
-                if a.reply is not None:
-                    self.stats.messages += 1
-                self.stats.deliveries += len(a.conns)
-                self._group_streams(a.message.group).submit(a)
-            elif isinstance(a, Send):
-                if a.frame is not last_frame:
-                    last_frame, data = a.frame, dumps(a.frame)
-                    if isinstance(a.frame, Error):
-                        self._count_error(a.frame.code)
-                    elif isinstance(a.frame, Rejected):
-                        bump(self.stats.rejected, a.frame.code)
-                self._push(a.conn, data, bounded=not a.replay)
-            elif isinstance(a, AfterStreams):
-                self._group_streams(a.group).barrier(a.sends)
-            elif isinstance(a, Close):
-                outbox = self._outboxes.get(a.conn)
-                if outbox is not None:
-                    bump(self.stats.closes, int(a.code))
-                    # the frames queued before (the `error` that says why) go out first
-                    outbox.close(a.code, a.reason, drain=a.code != CloseCode.SLOW_CONSUMER)
-            elif isinstance(a, StoreView):  # durable before the install that follows (G1)
-                self.store.store_view(a.install)
-            elif isinstance(a, StoreOutcomes):  # an abort: durable before its frames (G5)
-                self.store.store_outcomes(a.group, a.offsets, a.committed)
-            elif isinstance(a, LogEvent):
-                self._observe(a)
-                if self.events is not None and self.config.event_log:
-                    self.events.write(a.event, a.ts, **a.fields)
-            elif isinstance(a, StoreCheckpointChunk):
-                self.checkpoints.stage(a)
-            elif isinstance(a, CommitCheckpoint):
-                self.checkpoints.commit(a)
-            elif isinstance(a, DiscardCheckpoint):
-                self.checkpoints.discard(a)
-            elif isinstance(a, ServeCheckpoint):
-                self.checkpoints.serve(a)
+        self._interpreter.run(actions)
+
+    # -- Effects: what the interpreter asks of this server ---------------------------------------
+
+    push = _push
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        outbox = self._outboxes.get(conn)
+        if outbox is not None:
+            # with `drain`, the frames queued before (the `error` that says why) go out first
+            outbox.close(code, reason, drain=drain)
+
+    def write(self, write: Write, done: Done) -> None:
+        self.store.write(write, done)
+
+    def event(self, e: LogEvent) -> None:
+        self._observe(e)
+        if self.events is not None and self.config.event_log:
+            self.events.write(e.event, e.ts, **e.fields)
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        if isinstance(a, StoreCheckpointChunk):
+            self.checkpoints.stage(a)
+        elif isinstance(a, CommitCheckpoint):
+            self.checkpoints.commit(a)
+        elif isinstance(a, DiscardCheckpoint):
+            self.checkpoints.discard(a)
+        else:
+            self.checkpoints.serve(a)
+
+    def halt(self, reason: str) -> None:
+        """Fail-stop (G13): the core can no longer keep a promise (a view it cannot store,
+        storage that stopped answering). Nothing more leaves: every connection is dropped
+        without a goodbye (clients reconnect to the restarted server and resume), the listener
+        closes, and `halted` is set; `notify serve` then exits non-zero. A restart recovers
+        from the log with nothing published lost (G10)."""
+        if self.halt_reason is not None:
+            return
+        self.halt_reason = reason
+        self.draining = True
+        if self._server is not None:
+            self._server.close(close_connections=False)
+        for outbox in self._outboxes.values():
+            outbox.abort()
+        self.halted.set()
+        if self._on_halt is not None:
+            self._on_halt(reason)
 
     def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: str) -> None:
         self._apply(self.hub.checkpoint_committed(group, cp, conn, req, self._clock()))
@@ -392,13 +387,6 @@ class NotifyServer:
             self.metrics.commit_seconds.observe(float(f.get("duration_ms", 0.0)) / 1000)
         elif e.event == "atomic.abort":
             bump(st.atomic, "abort")
-
-    def _group_streams(self, group: str) -> GroupStreams:
-        s = self._streams.get(group)
-        if s is None:
-            s = self._streams[group] = GroupStreams(group, self.store, self._push,
-                                                    self.checkpoints.serve)
-        return s
 
     async def _run_timer(self) -> None:
         next_prune = self._clock() + PRUNE_INTERVAL
@@ -430,6 +418,14 @@ def _log_prune(task: asyncio.Task[int]) -> None:
         log.error("prune_failed", error=repr(task.exception()))
     elif task.result():
         log.info("pruned", messages=task.result())
+
+
+def steady_clock() -> Callable[[], float]:
+    """Unix time that never jumps: the wall clock at start-up plus the monotonic time since.
+    Deadlines (suspect, flush, ACK, write) must not all fire when the system clock is stepped
+    forward, nor wait for hours when it is stepped back; timestamps stay close to wall time."""
+    wall, mono = time.time(), time.monotonic()
+    return lambda: wall + (time.monotonic() - mono)
 
 
 def _ip(ws: ServerConnection) -> str:

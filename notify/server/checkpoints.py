@@ -30,7 +30,7 @@ from notify.core.actions import (
 from notify.core.actions import ServeCheckpoint as Serve
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
-from notify.server.streams import Push
+from notify.server.interpreter import Push
 from notify.server.wire import dumps
 from notify.storage.base import MessageLog
 from state_transfer import ChunkError, verify

@@ -76,6 +76,12 @@ class Outbox:
         self._task.cancel()
         asyncio.get_running_loop().create_task(self._ws.close(code, reason))
 
+    def abort(self) -> None:
+        """Drop the connection at once, sending nothing more (fail-stop: see NotifyServer.halt)."""
+        self._closing = True
+        self._task.cancel()
+        self._ws.transport.abort()
+
     async def _close_after_drain(self, code: int, reason: str) -> None:
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self._task), _DRAIN_SECONDS)

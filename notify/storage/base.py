@@ -1,23 +1,25 @@
 """The storage seam: where accepted messages, views and aborts are made durable (G1, G5, G10).
 
-The core gives every message its offset; a `MessageLog` stores it. `append` returns None when the
-message is already as durable as this store makes it (memory), or an awaitable that completes
-when it is (a group commit). Stream workers await it before fan-out and before the publisher
-hears `published`, so a `published` reply means stored (DESIGN §5).
+The core decides what to store and when (notify/core/writes.py): each group has at most one
+write under way, an `Append` (a batch of consecutive messages) or a `StoreView` (an install and
+the atomic messages it aborted). `write(w, done)` makes it durable and then calls `done(None)`,
+or `done(reason)` if it could not; `done` is called exactly once, either inside `write` (a store
+with nothing to wait for) or later on the event loop (a group commit). Until then the group
+holds every frame it decides, so a `published`, a `deliver`, a replay or a `view_install` never
+speaks of something the log does not hold (DESIGN §5).
 
-Views and aborts are rare and must be durable *before* anyone hears of them, so their calls are
-synchronous: a view version is never reused after a crash (G1), and an abort is never followed,
-after a crash, by the same message counted as committed (G5). An atomic message with no stored
-outcome is committed: it was never aborted, so no member can have been told otherwise.
+A failed `Append` is retracted by the core and its publishers refused; a failed `StoreView` stops
+the server (fail-stop, G13). An atomic message with no stored outcome is committed: it was never
+aborted, so no member can have been told otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from notify.core.actions import Message, ViewInstall
+from notify.core.actions import Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 
 
@@ -38,12 +40,12 @@ class StoredGroup:
     install: ViewInstall | None = None
 
 
+#: storage's answer to a write: None when it is durable, else what went wrong
+Done = Callable[[str | None], None]
+
+
 class MessageLog(Protocol):
-    def append(self, message: Message) -> Awaitable[None] | None: ...
-
-    def store_view(self, install: ViewInstall) -> None: ...
-
-    def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None: ...
+    def write(self, write: Write, done: Done) -> None: ...
 
     def load(self, recent: int) -> list[StoredGroup]: ...
 

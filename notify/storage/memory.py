@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 
-from notify.core.actions import Message, ViewInstall
+from notify.core.actions import Append, Message, Write
 from notify.core.checkpoint import Checkpoint
-from notify.storage.base import StoredGroup
+from notify.storage.base import Done, StoredGroup
 
 
 class MemoryLog:
@@ -18,18 +18,14 @@ class MemoryLog:
         self._chunks: dict[tuple[str, str], list[str]] = {}
         self._committed: dict[str, str] = {}
 
-    def append(self, message: Message) -> Awaitable[None] | None:
-        log = self._groups.get(message.group)
-        if log is None:
-            log = self._groups[message.group] = deque(maxlen=self._retain)
-        log.append(message)
-        return None
-
-    def store_view(self, install: ViewInstall) -> None:
-        pass  # nothing survives a restart, so there is nothing to keep consistent across one
-
-    def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
-        pass
+    def write(self, write: Write, done: Done) -> None:
+        if isinstance(write, Append):
+            log = self._groups.get(write.group)
+            if log is None:
+                log = self._groups[write.group] = deque(maxlen=self._retain)
+            log.extend(write.messages)
+        # Views: nothing survives a restart, so there is nothing to keep consistent across one.
+        done(None)
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []

@@ -1,19 +1,29 @@
 """The embedded durable log: SQLite in WAL mode with group commit (DESIGN §5, G10).
 
-Theory of operation. `append()` is called on the event loop for each accepted message and returns
-the future of the *current batch*; a writer thread takes everything queued, writes it in one
-transaction, commits, and resolves that one future with one `call_soon_threadsafe`. So a burst
-of N messages costs one commit, and the event loop never blocks on disk. Stream workers store a
-run of messages, then await once (see notify/server/streams.py), so `published` is sent only
-after the commit that holds the message.
+Theory of operation. The core hands over writes (`Append`: a batch of one group's messages;
+`StoreView`: an install and its aborts), at most one per group at a time. `write()` queues it; a
+writer thread takes everything queued, from every group, writes it in one transaction, commits,
+and answers each write's `done` on the event loop. So a burst costs one commit, and the event
+loop never touches the disk for a message or a view.
 
-`synchronous=NORMAL` in WAL mode survives a killed process (the data is in the OS before the
-commit returns); `durability="full"` also survives power loss, at the cost of an fsync per batch.
+Failure containment (G13). If the shared transaction fails, the writer tries each write in a
+transaction of its own, so a failure is pinned on exactly the write that caused it and the others
+still commit; each failed write is answered with the reason (the core retracts a failed append
+and refuses its publishers, and stops on a failed view). Nothing the writer meets kills it: an
+unexpected exception fails the writes at hand and the thread goes on. The core also puts a
+deadline on every write (`Timeouts.write_timeout`), in case storage stops answering at all.
+
+Durability: `durability="full"` (the default) is `synchronous=FULL`: a write is answered after
+its commit is on disk (fsync), so `published` survives power loss; group commit amortises the
+fsync over the batch. `"normal"` survives a killed process (the data is in the OS before the
+commit returns) but not power loss; docs/operations.md has the trade-off and docs/benchmarks.md
+its cost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -21,11 +31,14 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
+import structlog
 
-from notify.core.actions import Message, ViewInstall
+from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
-from notify.storage.base import StoredGroup
+from notify.storage.base import Done, StoredGroup
+
+log = structlog.get_logger("notify.storage")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -63,7 +76,7 @@ _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
 class SqliteLog:
     def __init__(self, path: str | Path,
-                 durability: Literal["normal", "full"] = "normal", *,
+                 durability: Literal["normal", "full"] = "full", *,
                  retain_messages: int | None = None, retain_age: float | None = None) -> None:
         self.path = Path(path)
         self.retain_messages, self.retain_age = retain_messages, retain_age
@@ -77,12 +90,9 @@ class SqliteLog:
             "DELETE FROM checkpoint_chunks WHERE NOT EXISTS (SELECT 1 FROM checkpoints c "
             "WHERE c.grp = checkpoint_chunks.grp AND c.key = checkpoint_chunks.key)")
         self._lock = threading.Lock()  # one statement at a time on the shared connection
-        # The batch being filled: its rows and the future they all resolve with. The writer
-        # swaps both out under `_pending` so no row can join a batch after it was taken.
+        # Writes queued for the writer thread, with whom to answer and on which loop.
         self._pending = threading.Condition()
-        self._rows: list[tuple[object, ...]] = []
-        self._batch: asyncio.Future[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: list[tuple[Write, Done, asyncio.AbstractEventLoop]] = []
         self._stopping = False
         self._writer = threading.Thread(target=self._write_loop, name="sqlite-log", daemon=True)
         self._writer.start()
@@ -90,17 +100,13 @@ class SqliteLog:
 
     # -- event-loop side -------------------------------------------------------------------------
 
-    def append(self, message: Message) -> asyncio.Future[None]:
-        m = message
-        row = (m.group, m.offset, m.stream, m.seq, m.sender, m.view, int(m.atomic),
-               orjson.dumps(m.payload), m.ts, m.id, int(m.from_member))
+    def write(self, write: Write, done: Done) -> None:
+        loop = asyncio.get_running_loop()
         with self._pending:
-            if self._batch is None:
-                self._loop = asyncio.get_running_loop()
-                self._batch = self._loop.create_future()
-                self._pending.notify()
-            self._rows.append(row)
-            return self._batch
+            if self._stopping:
+                raise RuntimeError("the log is closed")
+            self._queue.append((write, done, loop))
+            self._pending.notify()
 
     async def close(self) -> None:
         with self._pending:
@@ -114,27 +120,61 @@ class SqliteLog:
     def _write_loop(self) -> None:
         while True:
             with self._pending:
-                while self._batch is None and not self._stopping:
+                while not self._queue and not self._stopping:
                     self._pending.wait()
-                rows, batch, loop = self._rows, self._batch, self._loop
-                self._rows, self._batch = [], None
-                stopping = self._stopping
-            if batch is not None and loop is not None:
-                error: BaseException | None = None
-                try:
-                    with self._lock:
-                        self._db.execute("BEGIN")
-                        self._db.executemany(_INSERT, rows)
-                        self._db.execute("COMMIT")
-                    self.commits += 1
-                except sqlite3.Error as e:  # disk full, I/O error: fail the batch, loudly
-                    error = e
-                    with self._lock:
-                        if self._db.in_transaction:
-                            self._db.execute("ROLLBACK")
-                loop.call_soon_threadsafe(_resolve, batch, error)
-            if stopping:
-                return
+                batch, self._queue = self._queue, []
+            if not batch:
+                return  # stopping, and everything queued before was answered
+            errors = self._commit([w for w, _, _ in batch])
+            for (_, done, loop), error in zip(batch, errors, strict=True):
+                # a closed loop has nobody waiting any more
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(done, error)
+
+    def _commit(self, writes: list[Write]) -> list[str | None]:
+        """Write everything in one transaction; if that fails, each write alone, so that a
+        failure is answered to exactly the write that caused it."""
+        try:
+            self._transaction(writes)
+            return [None] * len(writes)
+        except Exception as e:
+            if len(writes) == 1:
+                return [_reason(e)]
+        errors: list[str | None] = []
+        for w in writes:
+            try:
+                self._transaction([w])
+                errors.append(None)
+            except Exception as e:
+                errors.append(_reason(e))
+        return errors
+
+    def _transaction(self, writes: list[Write]) -> None:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                for w in writes:
+                    if isinstance(w, Append):
+                        self._db.executemany(_INSERT, [_row(m) for m in w.messages])
+                    else:
+                        self._store_view(w)
+                self._db.execute("COMMIT")
+                self.commits += 1
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def _store_view(self, w: StoreView) -> None:
+        i = w.install
+        self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
+                         (i.group, i.epoch, i.view, orjson.dumps(list(i.members)).decode()))
+        self._db.execute("INSERT OR REPLACE INTO installs VALUES (?,?,?,?)",
+                         (i.group, orjson.dumps(list(i.joined)).decode(),
+                          orjson.dumps(list(i.left)).decode(), i.offset))
+        if w.aborted:
+            self._db.executemany("INSERT OR IGNORE INTO aborts VALUES (?,?)",
+                                 [(i.group, o) for o in w.aborted])
 
     # -- reading (recovery, catch-up) ------------------------------------------------------------
 
@@ -151,29 +191,37 @@ class SqliteLog:
         seconds. Before deleting, the highest seq of each stream and the log head are kept in
         `floors`, so offsets and seqs go on where they were after a restart. A member whose
         resume point falls in what was deleted gets `offset_unavailable` and falls back to
-        state transfer (G8 → G9)."""
+        state transfer (G8 → G9). One short transaction per group, so the writer (and so
+        every publish) waits at most for one group's deletes, never for the whole pass."""
         deleted = 0
         with self._lock:
-            self._db.execute("BEGIN")
-            for group, head in self._db.execute(
-                    'SELECT grp, MAX("offset") FROM messages GROUP BY grp').fetchall():
-                below = head - self.retain_messages if self.retain_messages is not None else 0
-                cutoff = now - self.retain_age if self.retain_age is not None else float("-inf")
-                where = 'grp=? AND "offset"<? AND ("offset"<=? OR ts<?)'
-                args = (group, head, below, cutoff)  # the head row always stays
-                self._db.execute(
-                    "INSERT INTO floors SELECT grp, stream, MAX(seq) FROM messages WHERE "
-                    + where + " GROUP BY grp, stream ON CONFLICT (grp, stream) "
-                    "DO UPDATE SET seq = MAX(seq, excluded.seq)", args)
-                self._db.execute(
-                    "INSERT INTO floors VALUES (?, '', ?) ON CONFLICT (grp, stream) "
-                    "DO UPDATE SET seq = MAX(seq, excluded.seq)", (group, head))
-                deleted += self._db.execute("DELETE FROM messages WHERE " + where,
-                                            args).rowcount
-            self._db.execute(
-                'DELETE FROM aborts WHERE NOT EXISTS (SELECT 1 FROM messages m '
-                'WHERE m.grp=aborts.grp AND m."offset"=aborts."offset")')
-            self._db.execute("COMMIT")
+            heads = self._db.execute(
+                'SELECT grp, MAX("offset") FROM messages GROUP BY grp').fetchall()
+        for group, head in heads:
+            below = head - self.retain_messages if self.retain_messages is not None else 0
+            cutoff = now - self.retain_age if self.retain_age is not None else float("-inf")
+            where = 'grp=? AND "offset"<? AND ("offset"<=? OR ts<?)'
+            args = (group, head, below, cutoff)  # the head row always stays
+            with self._lock:
+                try:
+                    self._db.execute("BEGIN")
+                    self._db.execute(
+                        "INSERT INTO floors SELECT grp, stream, MAX(seq) FROM messages WHERE "
+                        + where + " GROUP BY grp, stream ON CONFLICT (grp, stream) "
+                        "DO UPDATE SET seq = MAX(seq, excluded.seq)", args)
+                    self._db.execute(
+                        "INSERT INTO floors VALUES (?, '', ?) ON CONFLICT (grp, stream) "
+                        "DO UPDATE SET seq = MAX(seq, excluded.seq)", (group, head))
+                    deleted += self._db.execute("DELETE FROM messages WHERE " + where,
+                                                args).rowcount
+                    self._db.execute(
+                        'DELETE FROM aborts WHERE grp=? AND NOT EXISTS (SELECT 1 FROM messages m '
+                        'WHERE m.grp=aborts.grp AND m."offset"=aborts."offset")', (group,))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
         return deleted
 
     # -- checkpoints (blocking; called off the event loop) -----------------------------------------
@@ -226,26 +274,6 @@ class SqliteLog:
         return Checkpoint(key, member, ResumePoint(epoch, offset, orjson.loads(streams), view),
                           bool(accept_any), size, chunks, sha, ts)
 
-    def store_view(self, install: ViewInstall) -> None:
-        i = install
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
-                             (i.group, i.epoch, i.view, orjson.dumps(list(i.members)).decode()))
-            self._db.execute("INSERT OR REPLACE INTO installs VALUES (?,?,?,?)",
-                             (i.group, orjson.dumps(list(i.joined)).decode(),
-                              orjson.dumps(list(i.left)).decode(), i.offset))
-            self._db.execute("COMMIT")
-
-    def store_outcomes(self, group: str, offsets: tuple[int, ...], committed: bool) -> None:
-        if committed:
-            return  # the default after a restart: only aborts need a record (see base.py)
-        with self._lock:
-            self._db.execute("BEGIN")
-            self._db.executemany('INSERT OR IGNORE INTO aborts VALUES (?,?)',
-                                 [(group, o) for o in offsets])
-            self._db.execute("COMMIT")
-
     def load(self, recent: int) -> list[StoredGroup]:
         out: list[StoredGroup] = []
         with self._lock:
@@ -281,10 +309,10 @@ def _message(r: tuple[object, ...]) -> Message:
                    orjson.loads(r[7]), r[8], r[9], bool(r[10]))  # type: ignore[arg-type]
 
 
-def _resolve(batch: asyncio.Future[None], error: BaseException | None) -> None:
-    if batch.done():
-        return
-    if error is None:
-        batch.set_result(None)
-    else:
-        batch.set_exception(error)
+def _row(m: Message) -> tuple[object, ...]:
+    return (m.group, m.offset, m.stream, m.seq, m.sender, m.view, int(m.atomic),
+            orjson.dumps(m.payload), m.ts, m.id, int(m.from_member))
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"

@@ -41,7 +41,7 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 async def test_metrics_after_a_scripted_scenario(make_server: MakeServer,
                                                  open_raw: OpenRaw) -> None:
-    srv = await make_server(limits=Limits(publish_rate=1000, publish_burst=5))
+    srv = await make_server(limits=Limits(publish_rate=1, publish_burst=5))  # 1/s: no refill
     before = await scrape(srv)
     assert value(before, "notify_view_installs_total") == 0
     assert value(before, "notify_up") == 1

@@ -1,33 +1,53 @@
-"""The SQLite log: group commit, published-after-commit ordering, reopen (G10 building block)."""
+"""The SQLite log: group commit, answered-after-commit ordering, failures pinned on the write
+that caused them, reopen (G10, G13 building blocks)."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 from pathlib import Path
+from typing import Any
 
-from notify.core.actions import Message, ViewInstall
+from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.storage.sqlite import SqliteLog
 
+_tickets = itertools.count(1)
 
-def msg(offset: int, group: str = "g") -> Message:
-    return Message(group, offset, "fifo:a", offset, "a", 1, offset % 7 == 0, {"n": offset},
-                   1000.0 + offset, f"id{offset}")
+
+def msg(offset: int, group: str = "g", payload: Any = None) -> Message:
+    return Message(group, offset, "fifo:a", offset, "a", 1, offset % 7 == 0,
+                   {"n": offset} if payload is None else payload, 1000.0 + offset, f"id{offset}")
+
+
+def append(log: SqliteLog, *messages: Message) -> asyncio.Future[str | None]:
+    """Hand one write to the log; the future is its answer (None: stored)."""
+    return write(log, Append(messages[0].group, next(_tickets), messages))
+
+
+def write(log: SqliteLog, w: Write) -> asyncio.Future[str | None]:
+    fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    log.write(w, fut.set_result)
+    return fut
+
+
+def view(group: str, version: int, members: tuple[str, ...], epoch: int = 5,
+         aborted: tuple[int, ...] = ()) -> StoreView:
+    return StoreView(next(_tickets), ViewInstall(group, version, members, (), (), epoch, 0),
+                     aborted)
 
 
 async def test_batches_commit_together_and_survive_reopen(tmp_path: Path) -> None:
     log = SqliteLog(tmp_path / "log.db")
-    futures = [log.append(msg(i)) for i in range(1, 2001)]
-    await asyncio.gather(*futures)
-    # 2000 appends in one event-loop turn: far fewer commits than messages
+    futures = [append(log, msg(i)) for i in range(1, 2001)]
+    assert await asyncio.gather(*futures) == [None] * 2000
+    # 2000 writes in one event-loop turn: far fewer commits than writes
     assert 1 <= log.commits < 50
-    log.append(msg(1, group="other"))
-    await log.append(msg(2, group="other"))
-    log.store_view(ViewInstall("g", 3, ("a", "b"), (), (), 5, 0))
-    log.store_outcomes("g", (7, 14), committed=False)
-    log.store_outcomes("g", (21,), committed=True)
+    append(log, msg(1, group="other"))
+    await append(log, msg(2, group="other"))
+    assert await write(log, view("g", 3, ("a", "b"), aborted=(7, 14))) is None
     await log.close()
 
     again = SqliteLog(tmp_path / "log.db")
@@ -53,7 +73,7 @@ async def test_every_append_resolves_only_after_its_commit(tmp_path: Path) -> No
 
     async def writer(start: int) -> None:
         for i in range(start, start + 300):
-            await log.append(msg(i))
+            assert await append(log, msg(i)) is None
             row = reader.execute('SELECT 1 FROM messages WHERE grp=? AND "offset"=?',
                                  ("g", i)).fetchone()
             if row is None:
@@ -69,10 +89,10 @@ async def test_every_append_resolves_only_after_its_commit(tmp_path: Path) -> No
 
 async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path: Path) -> None:
     log = SqliteLog(tmp_path / "log.db", retain_messages=50, retain_age=100.0)
-    await asyncio.gather(*(log.append(msg(i)) for i in range(1, 201)))  # ts 1001..1200
+    await asyncio.gather(*(append(log, msg(i)) for i in range(1, 201)))  # ts 1001..1200
     other = Message("g", 201, "total", 7, "b", 1, False, None, 1201.0, "t7")
-    await log.append(other)
-    log.store_view(ViewInstall("g", 3, ("a",), (), (), 5, 0))
+    await append(log, other)
+    await write(log, view("g", 3, ("a",)))
     assert log.prune(now=1200.0) == 151  # count: keep 152..201 (the 1100 age cutoff is older)
     assert [m.offset for m in log.read_after("g", 0)][:2] == [152, 153]
     assert log.prune(now=1290.0) == 38  # age: only ts >= 1190 stay (offsets 190..201)
@@ -94,8 +114,8 @@ async def test_checkpoint_staged_committed_replaced_and_orphans_dropped_at_reope
         tmp_path: Path) -> None:
     db = tmp_path / "log.db"
     log = SqliteLog(db)
-    await log.append(msg(1))
-    log.store_view(ViewInstall("g", 2, ("a",), ("a",), (), 7, 0))
+    await append(log, msg(1))
+    await write(log, StoreView(next(_tickets), ViewInstall("g", 2, ("a",), ("a",), (), 7, 0)))
     for i in range(3):
         log.stage_checkpoint_chunk("g", "p:a.1", i, f"one-{i}")
     assert list(log.checkpoint_chunks("g", "p:a.1")) == ["one-0", "one-1", "one-2"]
@@ -116,3 +136,38 @@ async def test_checkpoint_staged_committed_replaced_and_orphans_dropped_at_reope
     (sg,) = log.load(recent=10)
     assert sg.checkpoint is not None and sg.checkpoint.id == "q:a.1"
     await log.close()
+
+
+async def test_a_failing_write_is_answered_alone_and_the_others_commit(tmp_path: Path) -> None:
+    """G13: one write that storage refuses (here a trigger, as a full disk would) fails exactly
+    that write; the writes sharing its transaction are retried alone and commit."""
+    log = SqliteLog(tmp_path / "log.db")
+    await append(log, msg(1))
+    log._db.execute("CREATE TRIGGER boom BEFORE INSERT ON messages WHEN NEW.grp = 'bad' "
+                    "BEGIN SELECT RAISE(ABORT, 'injected I/O error'); END")
+    answers = await asyncio.gather(append(log, msg(2)), append(log, msg(1, group="bad")),
+                                   append(log, msg(3)), write(log, view("g", 2, ("a",))))
+    assert answers[0] is None and answers[2] is None and answers[3] is None
+    assert answers[1] is not None and "injected I/O error" in answers[1]
+    assert [m.offset for m in log.read_after("g", 0)] == [1, 2, 3]
+    assert list(log.read_after("bad", 0)) == []
+    await log.close()
+
+
+async def test_the_writer_survives_what_is_not_a_sqlite_error(tmp_path: Path) -> None:
+    """A row that cannot even be built (a payload orjson cannot carry) fails its write; the
+    writer thread goes on and answers every later write."""
+    log = SqliteLog(tmp_path / "log.db")
+    bad = await append(log, msg(1, payload={"amount": 10**20}))
+    assert bad is not None and "TypeError" in bad
+    assert await append(log, msg(1)) is None
+    assert log._writer.is_alive()
+    await log.close()
+
+
+async def test_close_answers_everything_queued_before_it(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db")
+    futures = [append(log, msg(i)) for i in range(1, 101)]
+    await log.close()
+    await asyncio.sleep(0)  # the answers were scheduled on the loop before the writer ended
+    assert all(f.done() and f.result() is None for f in futures)

@@ -6,14 +6,13 @@ faults happen (connection loss, resume on a new connection, new incarnations, jo
 readers, publishes of every kind, idempotent retries, non-member publishes, long pauses past the
 suspect, flush and ACK timeouts). Nothing reads the wall clock, so a seed replays exactly.
 
-The server adapter is modelled as `notify/server/app.py` and `streams.py` behave:
-- a `Send` goes straight to the connection's outbound queue;
-- a `Fanout` goes through its (group, stream) FIFO worker queue; the workers of all streams run
-  in interleavings the rng picks;
-- an `AfterStreams` is a barrier marker put in every existing stream queue of the group; a worker
-  that reaches it stops; the last one performs the sends and releases them all; a stream created
-  while a barrier is pending waits for it first;
-- a `Close` drops what is queued on the connection and the hub hears `closed` afterwards.
+The core's actions are applied by the server's own `Interpreter` (notify/server/interpreter.py):
+the simulation is only its host. Storage is a FIFO of writes (like the SQLite writer) that the
+rng finishes whenever it likes, so commits are slow or fast at random, and fails an append now
+and then (`p_write_fail`): the core must retract it and refuse its publishers. Every frame that
+leaves is checked against what storage holds: a `deliver` or a `published` only for a stored
+message, a `view_install` only for a stored view, an `abort` only once stored (G10, G1, G5).
+A `Close` drops what is queued on the connection and the hub hears `closed` afterwards.
 Connections are FIFO both ways. Frames of a lost connection are dropped. A lost connection may be
 noticed by the server only later (a dead TCP peer), so a resume can arrive first.
 
@@ -40,20 +39,10 @@ from client_sdk.events import (
     ViewInstalled,
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
-from notify.core import (
-    AfterStreams,
-    Close,
-    CoreConfig,
-    Fanout,
-    Hub,
-    LogEvent,
-    Send,
-    StoreOutcomes,
-    StoreView,
-    Timeouts,
-)
-from notify.core.actions import Abort, Action, Error
+from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core.actions import Action, Error
 from notify.core.membership import GroupState
+from notify.server.interpreter import CheckpointAction, Done, Interpreter
 from notify.server.wire import parse
 
 GROUPS = ("g1", "g2")
@@ -78,33 +67,7 @@ def wire(frame: object) -> dict[str, Any]:
     return out
 
 
-# -- the server adapter -------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class Barrier:
-    remaining: int
-    sends: tuple[Send, ...]
-    released: bool = False
-
-
-@dataclass(eq=False)
-class StreamWorker:
-    queue: deque[Fanout | Barrier] = field(default_factory=deque)
-    #: a barrier this worker waits on (reached it, or was created while it was pending)
-    waiting: Barrier | None = None
-
-    @property
-    def runnable(self) -> bool:
-        if self.waiting is not None and not self.waiting.released:
-            return False
-        return bool(self.queue)
-
-
-@dataclass(eq=False)
-class GroupStreams:
-    workers: dict[str, StreamWorker] = field(default_factory=dict)
-    gate: Barrier | None = None
+# -- the server's host ---------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -333,6 +296,8 @@ class SimConfig:
     p_non_member_publish: float = 0.03
     outsiders: int = 1
     p_accept_any: float = 0.5
+    #: how likely storage fails an append (the core retracts it and refuses its publishers)
+    p_write_fail: float = 0.02
 
 
 class Simulation:
@@ -354,7 +319,12 @@ class Simulation:
         self.everyone = self.members + self.outsiders
         self._by_name = {m.name: m for m in self.everyone}
         self.conns: dict[int, Conn] = {}
-        self.streams: dict[str, GroupStreams] = {}
+        self.interpreter = Interpreter(self.hub, self, lambda: self.now)
+        #: writes handed to storage, answered in order when the rng says so
+        self.writes: deque[tuple[Write, Done]] = deque()
+        #: what storage holds: (group, offset) -> (stream, seq, sender), (member, id) -> offset
+        self.durable: dict[tuple[str, int], tuple[str, int, str]] = {}
+        self.durable_ids: dict[tuple[str, str], int] = {}
         self._next_conn = 0
         #: connections lost on the client side that the server has not noticed yet
         self.unnoticed: list[Conn] = []
@@ -363,6 +333,7 @@ class Simulation:
         #: the last frames each member received and sent, for reading a failure
         self.stored_views: dict[str, int] = {}
         self.stored_aborts: set[tuple[str, int]] = set()
+        self._closes: list[int] = []
         self.trace: dict[str, deque[tuple[int, str, Any]]] = {
             m.name: deque(maxlen=600) for m in self.everyone}
 
@@ -375,85 +346,91 @@ class Simulation:
     # -- the adapter ---------------------------------------------------------------------------
 
     def apply(self, actions: list[Action]) -> None:
-        closes: list[int] = []
-        for a in actions:
-            if isinstance(a, Send):
-                self.push(a.conn, a.frame)
-            elif isinstance(a, Fanout):
-                g = self.hub.groups[a.message.group]
-                self.obs.accepted(a.message, g.view.version)
-                self.submit(a)
-            elif isinstance(a, AfterStreams):
-                self.barrier(a.group, a.sends)
-            elif isinstance(a, Close):
-                c = self.conns.get(a.conn)
-                if c is not None and c.alive:
-                    c.alive = False
-                    c.to_client.clear()
-                    c.to_server.clear()
-                    closes.append(a.conn)
-                    m = self.member(c.member)
-                    if m.conn is c:
-                        m.conn = None
-            elif isinstance(a, StoreView):
-                # G1 across restarts rests on this: each stored view is the next version
-                i = a.install
-                last = self.stored_views.get(i.group, 0)
-                if i.view != last + 1:
-                    self.obs.fail(f"G1: stored view {i.view} of {i.group} after {last}")
-                self.stored_views[i.group] = i.view
-            elif isinstance(a, StoreOutcomes):
-                if not a.committed:
-                    self.stored_aborts.update((a.group, o) for o in a.offsets)
-            else:
-                assert isinstance(a, LogEvent)
+        self.interpreter.run(actions)
+        closes, self._closes = self._closes, []
         for conn in closes:  # the connection handler's `finally` runs afterwards
             self.server_closed(self.conns[conn])
 
-    def push(self, conn: int, frame: object) -> None:
-        if isinstance(frame, Abort):  # an abort leaves only once it is durable (crash safety)
-            for off in frame.offsets:
-                if (frame.group, off) not in self.stored_aborts:
-                    self.obs.fail(f"G5: abort of {frame.group}@{off} sent before it was stored")
+    # -- Effects (notify/server/interpreter.py) --------------------------------------------------
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+        frame = orjson.loads(data)
+        self.check_durable(frame, conn)
         c = self.conns.get(conn)
         if c is not None and c.alive and c.server_open:
-            c.to_client.append(wire(frame))
+            c.to_client.append(frame)
 
-    def submit(self, item: Fanout) -> None:
-        gs = self.streams.setdefault(item.message.group, GroupStreams())
-        w = gs.workers.get(item.message.stream)
-        if w is None:
-            w = gs.workers[item.message.stream] = StreamWorker(waiting=gs.gate)
-        w.queue.append(item)
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        c = self.conns.get(conn)
+        if c is not None and c.alive:
+            c.alive = False
+            c.to_client.clear()
+            c.to_server.clear()
+            self._closes.append(conn)
+            m = self.member(c.member)
+            if m.conn is c:
+                m.conn = None
 
-    def barrier(self, group: str, sends: tuple[Send, ...]) -> None:
-        gs = self.streams.setdefault(group, GroupStreams())
-        if not gs.workers:
-            for s in sends:
-                self.push(s.conn, s.frame)
-            return
-        b = Barrier(len(gs.workers), sends)
-        gs.gate = b
-        for w in gs.workers.values():
-            w.queue.append(b)
+    def write(self, write: Write, done: Done) -> None:
+        self.writes.append((write, done))
 
-    def run_stream(self, gs: GroupStreams, w: StreamWorker) -> None:
-        item = w.queue.popleft()
-        if isinstance(item, Barrier):
-            item.remaining -= 1
-            if item.remaining == 0:
-                for s in item.sends:
-                    self.push(s.conn, s.frame)
-                item.released = True
-                if gs.gate is item:
-                    gs.gate = None
-            else:
-                w.waiting = item
-            return
-        for conn in item.conns:
-            self.push(conn, _deliver_frame(item))
-        if item.reply is not None:
-            self.push(item.reply.conn, item.reply.frame)
+    def event(self, e: LogEvent) -> None:
+        pass
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        self.obs.fail(f"no checkpoint was asked for: {a}")
+
+    def halt(self, reason: str) -> None:
+        self.obs.fail(f"halted: {reason}")
+
+    def store(self) -> None:
+        """Storage finishes the oldest write (appends fail now and then)."""
+        w, done = self.writes.popleft()
+        if isinstance(w, Append):
+            if self.rng.random() < self.cfg.p_write_fail:
+                self.count("write.failed")
+                self.apply_done(done, "injected: disk I/O error")
+                return
+            g = self.hub.groups[w.group]
+            for m in w.messages:
+                self.durable[(m.group, m.offset)] = (m.stream, m.seq, m.sender)
+                self.durable_ids[(m.sender, m.id)] = m.offset
+                self.obs.accepted(m, g.view.version)
+        else:
+            # G1 across restarts rests on this: each stored view is the next version
+            i = w.install
+            last = self.stored_views.get(i.group, 0)
+            if i.view != last + 1:
+                self.obs.fail(f"G1: stored view {i.view} of {i.group} after {last}")
+            self.stored_views[i.group] = i.view
+            self.stored_aborts.update((i.group, o) for o in w.aborted)
+        self.apply_done(done, None)
+
+    def apply_done(self, done: Done, error: str | None) -> None:
+        done(error)
+        closes, self._closes = self._closes, []
+        for conn in closes:
+            self.server_closed(self.conns[conn])
+
+    def check_durable(self, f: dict[str, Any], conn: int) -> None:
+        """Nothing leaves that speaks of what storage does not hold (G10, G1, G5)."""
+        kind = f["type"]
+        if kind == "deliver":
+            stored = self.durable.get((f["group"], f["offset"]))
+            if stored != (f["stream"], f["seq"], f["sender"]):
+                self.obs.fail(f"G10: deliver {f} sent, storage holds {stored}")
+        elif kind == "published":
+            member = self.conns[conn].member
+            if self.durable_ids.get((member, f["id"])) != f["offset"]:
+                self.obs.fail(f"G10: {f} sent to {member}, storage holds "
+                              f"{self.durable_ids.get((member, f['id']))}")
+        elif kind == "view_install":
+            if self.stored_views.get(f["group"], 0) < f["view"]:
+                self.obs.fail(f"G1: {f} sent before it was stored")
+        elif kind == "abort":  # an abort leaves only once it is durable (crash safety)
+            for off in f["offsets"]:
+                if (f["group"], off) not in self.stored_aborts:
+                    self.obs.fail(f"G5: abort of {f['group']}@{off} sent before it was stored")
 
     def server_closed(self, c: Conn) -> None:
         if c.server_open:
@@ -607,10 +584,6 @@ class Simulation:
         self.now += dt
         self.apply(self.hub.tick(self.now))
 
-    def runnable_streams(self) -> list[tuple[GroupStreams, StreamWorker]]:
-        return [(gs, w) for gs in self.streams.values() for w in gs.workers.values()
-                if w.runnable]
-
     def step(self) -> None:
         self.steps += 1
         rng = self.rng
@@ -619,9 +592,8 @@ class Simulation:
         to_server = [c for c in self.conns.values() if c.to_server and c.server_open]
         if to_server:
             choices.append((4.0, "server_in"))
-        streams = self.runnable_streams()
-        if streams:
-            choices.append((4.0, "stream"))
+        if self.writes:
+            choices.append((4.0, "store"))
         readers = [m for m in self.everyone if m.conn is not None and m.conn.to_client]
         if readers:
             choices.append((4.0, "client_in"))
@@ -630,9 +602,8 @@ class Simulation:
         kind = _pick(rng, choices)
         if kind == "server_in":
             self.server_in(rng.choice(to_server))
-        elif kind == "stream":
-            gs, w = rng.choice(streams)
-            self.run_stream(gs, w)
+        elif kind == "store":
+            self.store()
         elif kind == "client_in":
             weights = [0.1 if m.slow else 1.0 for m in readers]
             m = rng.choices(readers, weights)[0]
@@ -739,7 +710,7 @@ class Simulation:
         for _ in range(100_000):
             options: list[Any] = []
             options += [("s", c) for c in self.conns.values() if c.to_server and c.server_open]
-            options += [("w", x) for x in self.runnable_streams()]
+            options += [("w", None)] if self.writes else []
             options += [("c", m) for m in self.everyone if m.conn is not None and m.conn.to_client]
             if not options:
                 return moved
@@ -749,7 +720,7 @@ class Simulation:
             if kind == "s":
                 self.server_in(x)
             elif kind == "w":
-                self.run_stream(*x)
+                self.store()
             else:
                 self.client_in(x, 1000)
         self.obs.fail("the network never went quiet")
@@ -781,6 +752,8 @@ class Simulation:
                 fail(f"liveness: group {name} is {g.state} after quiescence")
             if len(g.atomics):
                 fail(f"liveness: group {name} has {len(g.atomics)} unresolved atomics")
+            if g.writes.busy or g.writes.held:
+                fail(f"liveness: group {name} still waits on a write ({g.writes.held} held)")
             view = g.view
             for mem in view.members:
                 m = self.member(mem)
@@ -812,12 +785,6 @@ class Simulation:
         for (who, group), t in self.obs.tracks.items():
             if any(b <= a for a, b in zip(t.total, t.total[1:], strict=False)):
                 self.obs.fail(f"G4: {who} delivered {group}'s total stream out of order")
-
-
-def _deliver_frame(item: Fanout) -> Any:
-    from notify.core.actions import Deliver
-
-    return Deliver.of(item.message)
 
 
 def _pick(rng: random.Random, choices: list[tuple[float, str]]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+from drive import stored
 
 from notify.core import CoreConfig, Hello, Hub, Join, Order, Publish
 from notify.core.actions import LogEvent
@@ -17,8 +18,8 @@ def test_core_events_reach_the_jsonl_file(tmp_path: Path) -> None:
     actions = []
     hub.opened(1, 10.0)
     actions += hub.handle(1, Hello(1, "a"), 10.0)
-    actions += hub.handle(1, Join("r", "g"), 10.0)
-    actions += hub.handle(1, Publish("p", "g", "id1", 1, Order.FIFO, {"k": 1}), 10.5)
+    actions += stored(hub, hub.handle(1, Join("r", "g"), 10.0))
+    actions += stored(hub, hub.handle(1, Publish("p", "g", "id1", 1, Order.FIFO, {"k": 1}), 10.5))
     for a in actions:
         if isinstance(a, LogEvent):
             log.write(a.event, a.ts, **a.fields)

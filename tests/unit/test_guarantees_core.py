@@ -1,129 +1,18 @@
 """DESIGN §2 G1-G7 as small scripted scenarios driving the `Hub` directly.
 
-`Net` applies actions at once (a stream worker that is never behind) and records, per connection,
-the frames as the client would receive them. Members answer by hand, so each test states exactly
-which frames it expects.
+`Net` (drive.py) runs the core's actions through the server's own `Interpreter` and records,
+per connection, the frames as the client would receive them. Members answer by hand, so each
+test states exactly which frames it expects.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
+from drive import G, Net, delivered, form, view
 
 from client_sdk.events import Message
 from client_sdk.protocol import ClientProtocol
-from notify.core import (
-    AfterStreams,
-    Close,
-    CoreConfig,
-    Fanout,
-    Hub,
-    LogEvent,
-    Send,
-    StoreOutcomes,
-    StoreView,
-    Timeouts,
-)
-from notify.core.actions import Action, Deliver
-from notify.core.events import AcceptFrom, Ack, FlushOk, Hello, Join, Leave, Order, Publish
+from notify.core.events import AcceptFrom, Ack, FlushOk, Join, Leave, Order, Publish
 from notify.core.events import ResumePoint as RP
-
-G = "g"
-
-
-class Net:
-    def __init__(self, **timeouts: float) -> None:
-        t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
-                        **timeouts})
-        tokens = iter(range(1, 10_000))
-        self.hub = Hub(CoreConfig(timeouts=t), new_token=lambda: f"tok{next(tokens)}", epoch=1)
-        self.now = 100.0
-        self.inbox: dict[int, list[dict[str, Any]]] = {}
-        self.closed: set[int] = set()
-        self.sessions: dict[int, str] = {}
-        self._conns = 0
-
-    def apply(self, actions: list[Action]) -> None:
-        for a in actions:
-            if isinstance(a, Send):
-                self._push(a.conn, a.frame)
-            elif isinstance(a, Fanout):
-                for c in a.conns:
-                    self._push(c, Deliver.of(a.message))
-                if a.reply is not None:
-                    self._push(a.reply.conn, a.reply.frame)
-            elif isinstance(a, AfterStreams):
-                for s in a.sends:
-                    self._push(s.conn, s.frame)
-            elif isinstance(a, Close):
-                self.closed.add(a.conn)
-            else:
-                assert isinstance(a, LogEvent | StoreView | StoreOutcomes)
-
-    def _push(self, conn: int, frame: object) -> None:
-        if conn not in self.closed:
-            self.inbox.setdefault(conn, []).append(orjson.loads(orjson.dumps(frame)))
-
-    def connect(self, member: str, session: str | None = None) -> int:
-        self._conns += 1
-        c = self._conns
-        self.apply(self.hub.opened(c, self.now))
-        self.send(c, Hello(1, member, session))
-        welcome = self.take(c, "welcome")[0]
-        self.sessions[c] = welcome["session"]
-        return c
-
-    def send(self, conn: int, frame: Any) -> None:
-        self.apply(self.hub.handle(conn, frame, self.now))
-
-    def drop(self, conn: int) -> None:
-        self.closed.add(conn)
-        self.apply(self.hub.closed(conn, self.now))
-
-    def advance(self, dt: float) -> None:
-        self.now += dt
-        self.apply(self.hub.tick(self.now))
-
-    def take(self, conn: int, *types: str) -> list[dict[str, Any]]:
-        """The frames received since the last take (only `types`, if given)."""
-        frames = self.inbox.pop(conn, [])
-        return [f for f in frames if not types or f["type"] in types]
-
-    def flush(self, *conns: int) -> None:
-        """Each member answers the view_change it holds with flush_ok (frames kept)."""
-        for c in conns:
-            for f in self.inbox.get(c, []):
-                if f["type"] == "view_change":
-                    self.send(c, FlushOk(f["group"], f["proposed"]))
-
-    def publish(self, conn: int, pid: str, *, order: Order = Order.FIFO, atomic: bool = False,
-                same_view: bool = False, view: int | None = None, group: str = G) -> None:
-        v = self.hub.groups[group].view.version if view is None else view
-        self.send(conn, Publish(f"r-{pid}", group, pid, v, order, pid, atomic, same_view))
-
-
-def delivered(frames: list[dict[str, Any]]) -> list[int]:
-    return [f["offset"] for f in frames if f["type"] == "deliver"]
-
-
-def form(net: Net, *members: str, accept_from: AcceptFrom = AcceptFrom.MEMBERS) -> list[int]:
-    """Connect and join `members` one by one; returns their connections, inboxes emptied."""
-    conns: list[int] = []
-    for m in members:
-        c = net.connect(m)
-        net.send(c, Join(f"j-{m}", G, accept_from=accept_from))
-        net.flush(*conns)
-        conns.append(c)
-    for c in conns:
-        net.take(c)
-    return conns
-
-
-def view(net: Net) -> tuple[int, tuple[str, ...]]:
-    v = net.hub.groups[G].view
-    return v.version, v.members
-
 
 # -- G1 views ---------------------------------------------------------------------------------
 

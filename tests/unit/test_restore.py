@@ -5,17 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from drive import stored
 
 from notify.core import CoreConfig, Group, Hello, Hub, Join, Order, Publish, ResumePoint
-from notify.core.actions import AfterStreams, Fanout, Message, Send
+from notify.core.actions import Action, Fanout, Message, Send
 
 
-def frames(actions: list[Any]) -> list[dict[str, Any]]:
-    out = []
-    for a in actions:
-        sends = a.sends if isinstance(a, AfterStreams) else (a,) if isinstance(a, Send) else ()
-        out.extend(orjson.loads(orjson.dumps(s.frame)) for s in sends)
-    return out
+def frames(hub: Hub, actions: list[Action]) -> list[dict[str, Any]]:
+    return [orjson.loads(orjson.dumps(a.frame)) for a in stored(hub, actions)
+            if isinstance(a, Send)]
 
 
 def restored_hub() -> Hub:
@@ -32,7 +30,7 @@ def test_views_go_on_from_the_stored_version_and_the_epoch_is_kept() -> None:
     hub = restored_hub()
     hub.opened(1, 0.0)
     hub.handle(1, Hello(1, "b"), 0.0)
-    install = [f for f in frames(hub.handle(1, Join("j", "g"), 0.0))
+    install = [f for f in frames(hub, hub.handle(1, Join("j", "g"), 0.0))
                if f["type"] == "view_install"]
     assert install == [{"type": "view_install", "group": "g", "view": 6, "members": ["b"],
                         "joined": ["b"], "left": [], "epoch": 7, "offset": 14}]
@@ -43,7 +41,7 @@ def test_restored_atomics_resolve_by_the_stored_aborts() -> None:
     hub = restored_hub()
     hub.opened(1, 0.0)
     hub.handle(1, Hello(1, "b"), 0.0)
-    got = frames(hub.handle(1, Join("j", "g", resume=ResumePoint(7, 10)), 0.0))
+    got = frames(hub, hub.handle(1, Join("j", "g", resume=ResumePoint(7, 10)), 0.0))
     kinds = [(f["type"], f.get("offset", f.get("offsets"))) for f in got]
     assert kinds == [("view_install", 14), ("deliver", 11), ("deliver", 12), ("deliver", 13),
                      ("deliver", 14), ("confirm", [12]), ("abort", [13]), ("catchup_done", 14)]
@@ -53,11 +51,11 @@ def test_publish_ids_and_stream_positions_survive() -> None:
     hub = restored_hub()
     hub.opened(1, 0.0)
     hub.handle(1, Hello(1, "a"), 0.0)
-    hub.handle(1, Join("j", "g"), 0.0)
+    stored(hub, hub.handle(1, Join("j", "g"), 0.0))
     retry = hub.handle(1, Publish("r", "g", "id14", 6, Order.FIFO, "again"), 0.0)
-    assert frames(retry) == [{"type": "published", "req": "r", "id": "id14", "offset": 14}]
+    assert frames(hub, retry) == [{"type": "published", "req": "r", "id": "id14", "offset": 14}]
     new = hub.handle(1, Publish("r", "g", "fresh", 6, Order.FIFO, "new"), 0.0)
-    (fan,) = [a for a in new if isinstance(a, Fanout)]
+    (fan,) = [a for a in stored(hub, new) if isinstance(a, Fanout)]
     assert (fan.message.offset, fan.message.stream, fan.message.seq) == (15, "fifo:a", 5)
 
 
@@ -80,7 +78,8 @@ def test_a_member_back_within_the_recovery_window_resumes_and_gets_a_missed_inst
     hub = hub_with_members()
     hub.opened(1, 1.0)
     hub.handle(1, Hello(1, "b"), 1.0)
-    got = frames(hub.handle(1, Join("j", "g", resume=ResumePoint(7, 10, {"fifo:a": 1}, 4)), 1.0))
+    got = frames(hub, hub.handle(1, Join("j", "g", resume=ResumePoint(7, 10, {"fifo:a": 1}, 4)),
+                                 1.0))
     kinds = [(f["type"], f["offset"] if "offset" in f and f["type"] != "view_install" else
               f.get("view")) for f in got]
     assert kinds == [("view_resume", 5), ("deliver", 12), ("view_install", 5), ("deliver", 13),
@@ -92,7 +91,7 @@ def test_members_not_back_within_the_recovery_window_are_removed() -> None:
     hub = hub_with_members()
     hub.opened(1, 1.0)
     hub.handle(1, Hello(1, "a"), 1.0)
-    hub.handle(1, Join("j", "g", resume=ResumePoint(7, 14, {"fifo:a": 4}, 5)), 1.0)
+    stored(hub, hub.handle(1, Join("j", "g", resume=ResumePoint(7, 14, {"fifo:a": 4}, 5)), 1.0))
     assert hub.tick(9.9) == [] and hub.groups["g"].view.version == 5
-    change = [f for f in frames(hub.tick(10.1)) if f["type"] == "view_change"]
+    change = [f for f in frames(hub, hub.tick(10.1)) if f["type"] == "view_change"]
     assert [(f["proposed"], f["leaving"]) for f in change] == [(6, ["b"])]

@@ -1,0 +1,148 @@
+"""Driving the `Hub` by hand in unit tests.
+
+`Net` runs the core's actions through the server's own `Interpreter`, with a log that stores
+every write at once unless a test holds them (`Net.writes_held`), and records, per connection,
+the frames as the client would receive them. `stored()` does the same for a bare action list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from notify.core import CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core.actions import Action
+from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
+from notify.server.interpreter import CheckpointAction, Interpreter
+
+G = "g"
+
+
+def stored(hub: Hub, actions: list[Action], now: float = 0.0) -> list[Action]:
+    """`actions` with every write stored as soon as it is issued, followed in place by what
+    the hub then lets go (the frames it held behind the write, the next write...)."""
+    out: list[Action] = []
+    todo = list(actions)
+    while todo:
+        a = todo.pop(0)
+        out.append(a)
+        if isinstance(a, Write):
+            todo[0:0] = hub.written(a.group, a.ticket, None, now)
+    return out
+
+
+class Net:
+    def __init__(self, **timeouts: float) -> None:
+        t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
+                        **timeouts})
+        tokens = iter(range(1, 10_000))
+        self.hub = Hub(CoreConfig(timeouts=t), new_token=lambda: f"tok{next(tokens)}", epoch=1)
+        self.now = 100.0
+        self.inbox: dict[int, list[dict[str, Any]]] = {}
+        self.closed: set[int] = set()
+        self.sessions: dict[int, str] = {}
+        self._conns = 0
+        self.interpreter = Interpreter(self.hub, self, lambda: self.now)
+        #: while True, writes wait in `self.writes` until `finish_writes()`
+        self.writes_held = False
+        self.writes: list[tuple[Write, Callable[[str | None], None]]] = []
+        self.stored: list[Write] = []
+        self.halts: list[str] = []
+
+    def apply(self, actions: list[Any]) -> None:
+        self.interpreter.run(actions)
+
+    # -- Effects ----------------------------------------------------------------------------------
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+        if conn not in self.closed:
+            self.inbox.setdefault(conn, []).append(orjson.loads(data))
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        self.closed.add(conn)
+
+    def write(self, write: Write, done: Callable[[str | None], None]) -> None:
+        if self.writes_held:
+            self.writes.append((write, done))
+        else:
+            self.stored.append(write)
+            done(None)
+
+    def finish_writes(self, error: str | None = None) -> None:
+        """Storage answers the writes held now (`error`: they fail); the writes that their
+        completion starts stay held."""
+        todo, self.writes = self.writes, []
+        for w, done in todo:
+            if error is None:
+                self.stored.append(w)
+            done(error)
+
+    def event(self, e: LogEvent) -> None:
+        pass
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        raise AssertionError(f"unexpected {a}")
+
+    def halt(self, reason: str) -> None:
+        self.halts.append(reason)
+
+    def connect(self, member: str, session: str | None = None) -> int:
+        self._conns += 1
+        c = self._conns
+        self.apply(self.hub.opened(c, self.now))
+        self.send(c, Hello(1, member, session))
+        welcome = self.take(c, "welcome")[0]
+        self.sessions[c] = welcome["session"]
+        return c
+
+    def send(self, conn: int, frame: Any) -> None:
+        self.apply(self.hub.handle(conn, frame, self.now))
+
+    def drop(self, conn: int) -> None:
+        self.closed.add(conn)
+        self.apply(self.hub.closed(conn, self.now))
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.apply(self.hub.tick(self.now))
+
+    def take(self, conn: int, *types: str) -> list[dict[str, Any]]:
+        """The frames received since the last take (only `types`, if given)."""
+        frames = self.inbox.pop(conn, [])
+        return [f for f in frames if not types or f["type"] in types]
+
+    def flush(self, *conns: int) -> None:
+        """Each member answers the view_change it holds with flush_ok (frames kept)."""
+        for c in conns:
+            for f in self.inbox.get(c, []):
+                if f["type"] == "view_change":
+                    self.send(c, FlushOk(f["group"], f["proposed"]))
+
+    def publish(self, conn: int, pid: str, *, order: Order = Order.FIFO, atomic: bool = False,
+                same_view: bool = False, view: int | None = None, group: str = G) -> None:
+        v = self.hub.groups[group].view.version if view is None else view
+        self.send(conn, Publish(f"r-{pid}", group, pid, v, order, pid, atomic, same_view))
+
+
+def delivered(frames: list[dict[str, Any]]) -> list[int]:
+    return [f["offset"] for f in frames if f["type"] == "deliver"]
+
+
+def form(net: Net, *members: str, accept_from: AcceptFrom = AcceptFrom.MEMBERS) -> list[int]:
+    """Connect and join `members` one by one; returns their connections, inboxes emptied."""
+    conns: list[int] = []
+    for m in members:
+        c = net.connect(m)
+        net.send(c, Join(f"j-{m}", G, accept_from=accept_from))
+        net.flush(*conns)
+        conns.append(c)
+    for c in conns:
+        net.take(c)
+    return conns
+
+
+def view(net: Net) -> tuple[int, tuple[str, ...]]:
+    v = net.hub.groups[G].view
+    return v.version, v.members

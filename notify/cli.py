@@ -150,7 +150,9 @@ async def _serve(a: argparse.Namespace) -> None:
         # Fail-stop (G13): nothing more is sent or stored; a restart recovers from the log.
         log.critical("fail_stop", reason=server.halt_reason,
                      detail="the server stopped rather than break a promise; restart it")
-        raise SystemExit(EXIT_HALTED)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_HALTED)  # now: no graceful shutdown, no task may send anything more
     halted.cancel()
     log.info("shutting_down", connections=server.connection_count)
     await server.stop()

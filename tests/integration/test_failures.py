@@ -1,0 +1,95 @@
+"""G13 failure containment with real storage failures: SQLite itself refuses a write (a trigger
+raising an error, as a full disk or an I/O error would), against a server on real sockets.
+
+- a commit that fails is refused to its publisher and nothing else notices: later messages are
+  delivered with no seq gap, and the membership still changes;
+- a view that cannot be stored stops `notify serve` (exit 70, fail-stop), and a restart on the
+  same data recovers every published message with view versions going on (G1, G10).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from notify.server import NotifyServer
+from notify.storage.sqlite import SqliteLog
+from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw
+from tests.integration.test_durability import ServerProcess, _free_port
+
+#: storage refuses any message whose payload says "boom" (the rest of the log works)
+FAIL_BOOM = ("CREATE TRIGGER boom BEFORE INSERT ON messages "
+             "WHEN CAST(NEW.payload AS TEXT) LIKE '%boom%' "
+             "BEGIN SELECT RAISE(ABORT, 'injected: disk I/O error'); END")
+#: storage refuses every view install
+FAIL_VIEWS = ("CREATE TRIGGER no_views BEFORE INSERT ON installs "
+              "BEGIN SELECT RAISE(ABORT, 'injected: disk full'); END")
+
+
+async def test_G13_a_failed_commit_is_refused_and_the_group_goes_on(
+        make_server: MakeServer, open_raw: OpenRaw, tmp_path: Path) -> None:
+    store = SqliteLog(tmp_path / "log.db")
+    srv: NotifyServer = await make_server(store=store)
+    store._db.execute(FAIL_BOOM)
+    alice, bob = await open_raw(srv, "alice"), await open_raw(srv, "bob")
+    alice.auto_flush = bob.auto_flush = True
+    await alice.join("g")
+    await asyncio.gather(bob.join("g"), alice.expect("view_install"))
+    answers = []
+    for i, text in enumerate(["one", "boom", "two"]):
+        await alice.send({"type": "publish", "req": f"r{i}", "group": "g", "id": f"p{i}",
+                          "view": 2, "payload": text})
+        answers.append(await alice.expect(lambda f: f["type"] in ("published", "rejected")))
+    assert [(a["type"], a.get("code")) for a in answers] == [
+        ("published", None), ("rejected", "storage_failed"), ("published", None)]
+    got = [await bob.expect("deliver") for _ in range(2)]
+    assert [(f["payload"], f["seq"], f["offset"]) for f in got] == [("one", 1, 1), ("two", 2, 2)]
+    carol = await open_raw(srv, "carol")  # the membership is not frozen by the failure
+    install, *_ = await asyncio.gather(carol.join("g"), alice.expect("view_install"),
+                                       bob.expect("view_install"))
+    assert install["view"] == 3
+    assert srv.stats.internal_errors == 0 and srv.halt_reason is None
+
+
+async def test_G13_a_view_that_cannot_be_stored_stops_the_server_and_a_restart_recovers(
+        tmp_path: Path, open_raw: OpenRaw) -> None:
+    proc = ServerProcess(tmp_path / "data", _free_port(), "--flush-timeout", "1",
+                         "--recovery-window", "1")
+    proc.start()
+    try:
+        alice = await open_raw(proc, "alice")
+        alice.auto_flush = True
+        await alice.join("g")
+        for i in range(3):
+            await alice.send({"type": "publish", "req": f"r{i}", "group": "g", "id": f"p{i}",
+                              "view": 1, "payload": i})
+            await alice.expect("published")
+        db = sqlite3.connect(tmp_path / "data" / "notify.db")
+        db.execute(FAIL_VIEWS)
+        db.commit()
+        bob = await open_raw(proc, "bob")
+        await bob.send({"type": "join", "req": "j", "group": "g"})
+        assert proc.proc is not None
+        code = await asyncio.to_thread(proc.proc.wait, TIMEOUT)
+        assert code == 70  # fail-stop: the view was never installed anywhere
+        if proc.proc.stderr is not None:
+            proc.proc.stderr.close()
+        assert await alice.close_code() == 1006  # dropped with no close frame (no goodbye)
+        assert [f for f in alice.seen if f["type"] == "view_install" and f["view"] == 2] == []
+
+        db.execute("DROP TRIGGER no_views")
+        db.commit()
+        stored = db.execute('SELECT COUNT(*), MAX("offset") FROM messages').fetchone()
+        assert stored == (3, 3)  # every published message is in the log
+        assert db.execute("SELECT view FROM groups WHERE grp='g'").fetchone() == (1,)
+        db.close()
+        proc.start()
+        carol = await open_raw(proc, "carol")
+        carol.auto_flush = True
+        install = await carol.join("g")
+        # Versions go on from the stored view 1 (nobody ever installed the refused 2), and the
+        # log goes on from the last published offset.
+        assert install["view"] >= 2 and install["offset"] == 3
+    finally:
+        proc.stop()

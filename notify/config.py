@@ -70,6 +70,8 @@ class TimeoutSettings(_Section):
     ack_timeout: float = Field(default=_D.ack_timeout, gt=0)
     hello_timeout: float = Field(default=_D.hello_timeout, gt=0)
     recovery_window: float = Field(default=_D.recovery_window, ge=0)
+    write_timeout: float = Field(default=_D.write_timeout, gt=0)
+    idle_group: float = Field(default=_D.idle_group, ge=0)
 
     @model_validator(mode="after")
     def _heartbeat(self) -> TimeoutSettings:
@@ -167,7 +169,7 @@ class Settings(BaseSettings):
         return CoreConfig(
             Timeouts(t.heartbeat_interval, t.heartbeat_timeout, t.suspect_timeout,
                      t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout,
-                     t.recovery_window),
+                     t.recovery_window, t.write_timeout, t.idle_group),
             Limits(max_frame_bytes=lim.max_frame_bytes,
                    max_outbound_frames=lim.max_outbound_frames,
                    retain_messages=lim.retain_messages,

@@ -28,6 +28,12 @@ class Timeouts:
     #: a write (a batch of messages, a view) storage has not finished by then means storage
     #: stopped answering: the server stops (fail-stop, G13) rather than hold the group forever
     write_timeout: float = 30.0
+    #: a group nobody is in and nothing is under way in leaves memory after this long (G14);
+    #: its durable state stays in the log and comes back when someone joins or publishes
+    idle_group: float = 60.0
+    #: how long the publish ids of a sender that left the view (or of a non-member sender,
+    #: since its last publish) are remembered for idempotent retries (G14: then forgotten)
+    departed_ids: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)

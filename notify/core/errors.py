@@ -32,6 +32,7 @@ class ErrorCode(StrEnum):
     STATE_TOO_LARGE = "state_too_large"  # a snapshot over Limits.max_state_bytes
     BAD_CHECKPOINT = "bad_checkpoint"  # position not in this log, bad sha256 or compression
     INTERNAL = "internal"  # a server bug; the frame was dropped, the connection stays up
+    UNAVAILABLE = "unavailable"  # the group's state cannot be read from the log now; retry
     # -- authentication and authorisation (docs/security.md); the first three close with 4004
     TOKEN_REQUIRED = "token_required"  # hello without a token on a server that requires one
     TOKEN_INVALID = "token_invalid"  # bad signature/key/algorithm/audience/issuer, no `sub`...

@@ -171,6 +171,9 @@ class Group:
         self._last_before: dict[str, int | None] = {}
         #: set once the group asked the process to stop: it decides nothing more
         self.halted = False
+        #: senders not in the view, and when their publish ids may be forgotten (G14); in
+        #: time order (each deadline is now + departed_ids, refreshed by moving to the end)
+        self._departed: dict[MemberId, float] = {}
 
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
@@ -208,6 +211,14 @@ class Group:
     @property
     def state(self) -> GroupState:
         return self.membership.state
+
+    def idle(self) -> bool:
+        """Nobody is in the group and nothing is under way: it may leave memory (G14), since
+        everything it must remember is in the log (`Group.restored` brings it back)."""
+        m = self.membership
+        return (not self.slots and m.proposal is None and not m.joins and not m.leaves
+                and not self.writes.busy and not self.writes.held and not self._intake
+                and not self._transfers and not self._uploads and not len(self.atomics))
 
     def involves(self, member: MemberId) -> bool:
         """In the view, or on its way in."""
@@ -488,6 +499,9 @@ class Group:
                                from_member=x.from_member)
             if p.atomic:
                 self.atomics.add(msg, self.view.members, now)
+            elif not x.from_member:  # a non-member's ids live on from its last publish
+                self._departed.pop(x.sender, None)
+                self._departed[x.sender] = now + self._cfg.timeouts.departed_ids
             msgs.append(msg)
         self._last_before = last_before
         out.append(self.writes.start(
@@ -696,6 +710,11 @@ class Group:
                 leaver_conns[mem] = c
         for mem, join in p.joining.items():
             self.slots[mem] = Slot(self._joiner_conns.pop(mem), join.accept_from)
+            self._departed.pop(mem, None)
+        for mem in p.leaving:
+            if mem not in p.joining and self.topic.remembers(mem):
+                self._departed.pop(mem, None)
+                self._departed[mem] = now + self._cfg.timeouts.departed_ids
         self._slots_changed()
 
         self._installs.append(install)
@@ -925,6 +944,8 @@ class Group:
         w = self.writes.in_flight
         if w is not None and not self.halted:
             candidates.append(w.since + self._cfg.timeouts.write_timeout)
+        if self._departed:
+            candidates.append(next(iter(self._departed.values())))
         return min(candidates) if candidates else None
 
     def tick(self, now: float) -> list[Action]:
@@ -936,6 +957,13 @@ class Group:
                          f"{self._cfg.timeouts.write_timeout} s")]
         if self.halted:
             return out
+        while self._departed:
+            sender, when = next(iter(self._departed.items()))
+            if when > now:
+                break
+            del self._departed[sender]
+            if sender not in self.slots:
+                self.topic.forget_ids(sender)
         m = self.membership
         for mem, s in list(self.slots.items()):
             if s.suspect_deadline is not None and now >= s.suspect_deadline:

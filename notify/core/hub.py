@@ -98,12 +98,23 @@ class Hub:
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
         self._token_heap: list[tuple[float, ConnId]] = []
         self._buckets: dict[ConnId, _Bucket] = {}
+        #: groups with nobody in them and nothing under way, since when (G14: they leave
+        #: memory after `idle_group`; insertion order is time order)
+        self._idle: dict[str, float] = {}
+        #: the `now` of the call being handled (when a group became idle)
+        self._now = 0.0
 
-    def restore(self, group: Group) -> None:
-        """Adopt a group brought back from storage (before any connection is served)."""
+    def restore(self, group: Group, now: float = 0.0) -> None:
+        """Adopt a group brought back from storage: after a restart (its members' recovery
+        window), or because someone joins or publishes to a group that had left memory (G14).
+        The adapter does this before handing the hub a frame for the group."""
+        if group.name in self.groups:
+            return
         self.groups[group.name] = group
         if group.next_deadline() is not None:  # its members' recovery window
             self._armed.add(group.name)
+        if group.idle():
+            self._idle[group.name] = now
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -113,6 +124,7 @@ class Hub:
         return []
 
     def closed(self, conn: ConnId, now: float, code: int = 1006, reason: str = "") -> list[Action]:
+        self._now = now
         session = self._conns.pop(conn, None)
         self._hello_deadlines.pop(conn, None)
         self._buckets.pop(conn, None)
@@ -136,6 +148,7 @@ class Hub:
 
     def handle(self, conn: ConnId, frame: ClientFrame, now: float) -> list[Action]:
         """A frame from a client; a `hello` here carries no identity (development mode)."""
+        self._now = now
         if isinstance(frame, Hello):
             return self.hello(conn, frame, now, None)
         session = self._conns.get(conn)
@@ -170,6 +183,7 @@ class Hub:
     def hello(self, conn: ConnId, hello: Hello, now: float,
               identity: Identity | None) -> list[Action]:
         """`hello`, with the identity the adapter verified from its token (None: no auth)."""
+        self._now = now
         if self._conns.get(conn) is not None:
             return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
         if hello.protocol != PROTOCOL_VERSION:
@@ -216,6 +230,13 @@ class Hub:
         session.token_expires = None if identity is None else identity.expires
         if session.token_expires is not None:
             heapq.heappush(self._token_heap, (session.token_expires, conn))
+            if len(self._token_heap) > 2 * len(self._conns) + 64:
+                # Entries of closed connections and replaced tokens wait for their expiry in
+                # the lazy heap: drop them now and then, so the heap follows what is live (G14).
+                self._token_heap = [(exp, c) for exp, c in self._token_heap
+                                    if (s := self._conns.get(c)) is not None
+                                    and s.token_expires == exp]
+                heapq.heapify(self._token_heap)
 
     def _hello(self, conn: ConnId, hello: Hello, now: float) -> list[Action]:
         out: list[Action] = []
@@ -285,7 +306,8 @@ class Hub:
                                      f"group names are 1-{lim.max_group_name} of A-Za-z0-9_.:/@-",
                                      join.req))]
         if len(session.groups) >= lim.max_groups_per_session:
-            session.groups = {n for n in session.groups if self.groups[n].involves(session.member)}
+            session.groups = {n for n in session.groups
+                              if n in self.groups and self.groups[n].involves(session.member)}
         if join.group not in session.groups and len(session.groups) >= lim.max_groups_per_session:
             return [Send(conn, Error(ErrorCode.TOO_MANY_GROUPS,
                                      f"at most {lim.max_groups_per_session} groups", join.req))]
@@ -326,25 +348,35 @@ class Hub:
         return self._group_call(name, call)
 
     def _group_call(self, name: str, call: Callable[[Group], list[Action]]) -> list[Action]:
-        g = self.groups[name]
+        g = self.groups.get(name)
+        if g is None:  # left memory since (a session remembers the groups it was in)
+            return []
         busy = g.writes.busy
         out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
-        if g.next_deadline() is not None:
-            self._armed.add(name)
+        self._after_call(g)
         return out
+
+    def _after_call(self, g: Group) -> None:
+        if g.next_deadline() is not None:
+            self._armed.add(g.name)
+        if not g.slots and g.idle():
+            self._idle.setdefault(g.name, self._now)
+        elif self._idle:
+            self._idle.pop(g.name, None)
 
     def written(self, group: str, ticket: int, error: str | None, now: float) -> list[Action]:
         """Storage finished (or failed) the write `ticket` of `group` (an `Append` or a
         `StoreView`): the frames that waited for it, and what the group does next."""
         g = self.groups[group]
+        self._now = now
         out = g.written(ticket, error, now)
-        if g.next_deadline() is not None:
-            self._armed.add(group)
+        self._after_call(g)
         return out
 
     def checkpoint_committed(self, group: str, cp: Checkpoint, conn: ConnId, req: str,
                              now: float) -> list[Action]:
         """Storage made `cp` durable (see `CommitCheckpoint`)."""
+        self._now = now
         return self._group_call(group, lambda g: g.checkpoint_committed(cp, conn, req, now))
 
     # -- time ------------------------------------------------------------------------------------
@@ -353,9 +385,12 @@ class Hub:
         deadlines = [d for n in self._armed if (d := self.groups[n].next_deadline()) is not None]
         if self._token_heap:
             deadlines.append(self._token_heap[0][0])
+        if self._idle:
+            deadlines.append(next(iter(self._idle.values())) + self.config.timeouts.idle_group)
         return min(deadlines) if deadlines else None
 
     def tick(self, now: float) -> list[Action]:
+        self._now = now
         out: list[Action] = []
         for conn, deadline in list(self._hello_deadlines.items()):
             if now >= deadline:
@@ -383,7 +418,22 @@ class Hub:
                 self._sessions.pop(token, None)
                 if self._members.get(s.member) is s:
                     del self._members[s.member]
+        self._evict_idle(now)
         return out
+
+    def _evict_idle(self, now: float) -> None:
+        """G14: a group nobody is in costs nothing after `idle_group` seconds. Its view
+        version, log head, streams and recent messages are in the log, and the adapter brings
+        it back (`restore`) before the next frame for it."""
+        ttl = self.config.timeouts.idle_group
+        for name, since in list(self._idle.items()):
+            if now - since < ttl:
+                break
+            del self._idle[name]
+            g = self.groups.get(name)
+            if g is not None and g.idle():
+                del self.groups[name]
+                self._armed.discard(name)
 
     # -- introspection (tests, metrics) ----------------------------------------------------------
 

@@ -133,6 +133,13 @@ class Topic:
             if len(ids) > self._window:
                 ids.popitem(last=False)
 
+    def forget_ids(self, sender: MemberId) -> None:
+        """Stop remembering `sender`'s publish ids (it left long ago, G14)."""
+        self._publish_ids.pop(sender, None)
+
+    def remembers(self, sender: MemberId) -> bool:
+        return sender in self._publish_ids
+
     def seq(self, stream: str) -> int:
         """The last seq given in `stream` (0: none)."""
         return self._seqs.get(stream, 0)

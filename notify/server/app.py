@@ -32,7 +32,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from notify.core import Action, CoreConfig, Group, Hub, LogEvent, Send, Write
+from notify.core import Action, CoreConfig, Group, Hub, Join, LogEvent, Publish, Send, Write
 from notify.core.actions import (
     CommitCheckpoint,
     DiscardCheckpoint,
@@ -48,7 +48,7 @@ from notify.server.interpreter import CheckpointAction, Done, Interpreter
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats, bump
 from notify.server.outbox import Outbox
 from notify.server.wire import Authenticate, Refresh, dumps, parse_any
-from notify.storage import MemoryLog, MessageLog
+from notify.storage import MemoryLog, MessageLog, StoredGroup
 
 log = structlog.get_logger("notify.server")
 
@@ -105,14 +105,33 @@ class NotifyServer:
         """Bring back the groups the store knows (after a restart or a crash)."""
         restored = self.store.load(recent=self.config.limits.retain_messages)
         for sg in restored:
-            self.hub.restore(Group.restored(
-                sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
-                seqs=sg.seqs, recent=sg.recent,
-                outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint,
-                install=sg.install, now=self._clock()))
+            self._adopt(sg)
         if restored:
             log.info("restored", groups=len(restored),
                      messages=sum(sg.head for sg in restored))
+
+    def _adopt(self, sg: StoredGroup) -> None:
+        now = self._clock()
+        self.hub.restore(Group.restored(
+            sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
+            seqs=sg.seqs, recent=sg.recent,
+            outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint,
+            install=sg.install, now=now), now)
+
+    async def _bring_back(self, group: str) -> bool:
+        """A group that left memory (G14) comes back from the log before the hub sees the next
+        frame for it, so its versions, offsets and publish ids go on. False if the log could
+        not be read (the frame is refused: a fresh group would reuse view versions, G1)."""
+        try:
+            sg = await asyncio.to_thread(self.store.load_group, group,
+                                         self.config.limits.retain_messages)
+        except Exception:
+            log.exception("load_group_failed", group=group)
+            return False
+        if sg is not None and group not in self.hub.groups:
+            self._adopt(sg)
+            self.stats.groups_loaded += 1
+        return True
 
     async def start(self) -> None:
         self._restore()
@@ -242,6 +261,13 @@ class NotifyServer:
                 if isinstance(frame, Error):
                     self._count_error(frame.code)
                     outbox.push(dumps(frame))
+                    continue
+                if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups \
+                        and not await self._bring_back(frame.group):
+                    req = frame.req
+                    outbox.push(dumps(Error(ErrorCode.UNAVAILABLE,
+                                            f"group {frame.group!r} cannot be read from the log "
+                                            "right now; try again", req)))
                     continue
                 try:
                     if isinstance(frame, Authenticate):

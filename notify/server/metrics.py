@@ -44,6 +44,8 @@ class ServerStats:
     atomic: dict[str, int] = field(default_factory=dict)
     connections_refused: dict[str, int] = field(default_factory=dict)
     connections_total: int = 0
+    #: groups brought back from the log after they had left memory (G14)
+    groups_loaded: int = 0
     bytes_out: list[int] = field(default_factory=lambda: [0])
 
 
@@ -79,7 +81,10 @@ class NotifyCollector(Collector):
         yield by("connections_refused", "connections refused before the handshake",
                  "reason", st.connections_refused)
         yield gauge("sessions", "sessions with a live connection", hub.live_sessions())
-        yield gauge("groups", "groups", len(hub.groups))
+        yield gauge("groups", "groups in memory (one nobody is in leaves after idle_group)",
+                    len(hub.groups))
+        yield counter("groups_loaded", "groups brought back from the log after leaving memory",
+                      st.groups_loaded)
         yield gauge("members", "members of the current views, summed over groups",
                     sum(len(g.view.members) for g in hub.groups.values()))
         depth, deepest = srv.queue_depths()

@@ -1,11 +1,16 @@
-"""The in-memory log: for tests and ephemeral deployments. Nothing survives a restart."""
+"""The in-memory log: for tests and ephemeral deployments. Nothing survives a restart.
+
+It keeps what the SQLite log keeps (retained messages, stream positions, the last install and
+the aborts of each group), so a group that leaves the server's memory when nobody is in it
+(G14) comes back the same. Its own memory is therefore bounded by retention per group ever
+used, not by what is live: use the SQLite log for long-running servers."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
 
-from notify.core.actions import Append, Message, Write
+from notify.core.actions import Append, Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.storage.base import Done, StoredGroup
 
@@ -17,6 +22,10 @@ class MemoryLog:
         #: (group, key) -> chunks, staged or committed; group -> committed key
         self._chunks: dict[tuple[str, str], list[str]] = {}
         self._committed: dict[str, str] = {}
+        self._installs: dict[str, ViewInstall] = {}
+        self._aborted: dict[str, set[int]] = {}
+        self._seqs: dict[str, dict[str, int]] = {}
+        self._checkpoints: dict[str, Checkpoint] = {}
 
     def write(self, write: Write, done: Done) -> None:
         if isinstance(write, Append):
@@ -24,8 +33,24 @@ class MemoryLog:
             if log is None:
                 log = self._groups[write.group] = deque(maxlen=self._retain)
             log.extend(write.messages)
-        # Views: nothing survives a restart, so there is nothing to keep consistent across one.
+            seqs = self._seqs.setdefault(write.group, {})
+            for m in write.messages:
+                seqs[m.stream] = m.seq
+        else:
+            self._installs[write.group] = write.install
+            self._aborted.setdefault(write.group, set()).update(write.aborted)
         done(None)
+
+    def load_group(self, group: str, recent: int) -> StoredGroup | None:
+        i = self._installs.get(group)
+        if i is None:
+            return None
+        log = list(self._groups.get(group, ()))
+        kept = {m.offset for m in log}
+        return StoredGroup(group, i.epoch, i.view, i.members,
+                           log[-1].offset if log else i.offset, dict(self._seqs.get(group, {})),
+                           log[-recent:], frozenset(self._aborted.get(group, set()) & kept),
+                           self._checkpoints.get(group), i)
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []
@@ -42,6 +67,7 @@ class MemoryLog:
     def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
         old = self._committed.get(group)
         self._committed[group] = checkpoint.id
+        self._checkpoints[group] = checkpoint
         if old is not None and old != checkpoint.id:
             self._chunks.pop((group, old), None)
 

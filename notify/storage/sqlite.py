@@ -275,33 +275,43 @@ class SqliteLog:
                           bool(accept_any), size, chunks, sha, ts)
 
     def load(self, recent: int) -> list[StoredGroup]:
-        out: list[StoredGroup] = []
+        """At start-up: the groups whose last view has members (they get their recovery
+        window). Groups nobody was in come back on demand (`load_group`)."""
         with self._lock:
-            groups = self._db.execute("SELECT grp, epoch, view, members FROM groups").fetchall()
-            for g, epoch, view, members in groups:
-                floors = dict(self._db.execute("SELECT stream, seq FROM floors WHERE grp=?",
-                                               (g,)))
-                seqs = {k: v for k, v in floors.items() if k}
-                for stream, seq in self._db.execute(
-                        "SELECT stream, MAX(seq) FROM messages WHERE grp=? GROUP BY stream",
-                        (g,)):
-                    seqs[stream] = max(seq, seqs.get(stream, 0))
-                rows = self._db.execute(
-                    'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
-                    (g, recent)).fetchall()
-                head = max(self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
-                                            (g,)).fetchone()[0] or 0, floors.get("", 0))
-                aborted = frozenset(o for (o,) in self._db.execute(
-                    'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
-                installed = self._db.execute(
-                    'SELECT joined, "left", "offset" FROM installs WHERE grp=?', (g,)).fetchone()
-                install = None if installed is None else ViewInstall(
-                    g, view, tuple(orjson.loads(members)), tuple(orjson.loads(installed[0])),
-                    tuple(orjson.loads(installed[1])), epoch, installed[2])
-                out.append(StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
-                                       [_message(r) for r in reversed(rows)], aborted,
-                                       self._checkpoint(g), install))
-        return out
+            names = [g for (g,) in self._db.execute(
+                "SELECT grp FROM groups WHERE members != '[]'").fetchall()]
+        return [sg for g in names if (sg := self.load_group(g, recent)) is not None]
+
+    def load_group(self, group: str, recent: int) -> StoredGroup | None:
+        """What the log knows of `group` (None: it never had a view). Blocking: the adapter
+        calls it off the event loop."""
+        with self._lock:
+            row = self._db.execute("SELECT epoch, view, members FROM groups WHERE grp=?",
+                                   (group,)).fetchone()
+            if row is None:
+                return None
+            epoch, view, members = row
+            g = group
+            floors = dict(self._db.execute("SELECT stream, seq FROM floors WHERE grp=?", (g,)))
+            seqs = {k: v for k, v in floors.items() if k}
+            for stream, seq in self._db.execute(
+                    "SELECT stream, MAX(seq) FROM messages WHERE grp=? GROUP BY stream", (g,)):
+                seqs[stream] = max(seq, seqs.get(stream, 0))
+            rows = self._db.execute(
+                'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
+                (g, recent)).fetchall()
+            head = max(self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
+                                        (g,)).fetchone()[0] or 0, floors.get("", 0))
+            aborted = frozenset(o for (o,) in self._db.execute(
+                'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
+            installed = self._db.execute(
+                'SELECT joined, "left", "offset" FROM installs WHERE grp=?', (g,)).fetchone()
+            install = None if installed is None else ViewInstall(
+                g, view, tuple(orjson.loads(members)), tuple(orjson.loads(installed[0])),
+                tuple(orjson.loads(installed[1])), epoch, installed[2])
+            checkpoint = self._checkpoint(g)
+        return StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
+                           [_message(r) for r in reversed(rows)], aborted, checkpoint, install)
 
 
 def _message(r: tuple[object, ...]) -> Message:

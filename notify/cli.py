@@ -54,6 +54,7 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
      "a group nobody is in leaves memory after this long; it comes back from the log (60 s)"),
     ("--max-frame-bytes", "limits", int, "default 1 MiB; larger frames close with 1009"),
     ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
+    ("--max-outbound-bytes", "limits", int, "slow-consumer bound in bytes (default 16 MiB)"),
     ("--retain-messages", "limits", int,
      "messages kept per group, in memory and in the log (default 100,000)"),
     ("--retain-age", "server", float, "seconds after which stored messages are deleted"),

@@ -83,6 +83,7 @@ class TimeoutSettings(_Section):
 class LimitSettings(_Section):
     max_frame_bytes: int = Field(default=_L.max_frame_bytes, ge=1024)
     max_outbound_frames: int = Field(default=_L.max_outbound_frames, ge=1)
+    max_outbound_bytes: int = Field(default=_L.max_outbound_bytes, ge=1)
     retain_messages: int = Field(default=_L.retain_messages, ge=1)
     max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
     publish_rate: float = Field(default=_L.publish_rate, ge=0)
@@ -172,6 +173,7 @@ class Settings(BaseSettings):
                      t.recovery_window, t.write_timeout, t.idle_group),
             Limits(max_frame_bytes=lim.max_frame_bytes,
                    max_outbound_frames=lim.max_outbound_frames,
+                   max_outbound_bytes=lim.max_outbound_bytes,
                    retain_messages=lim.retain_messages,
                    max_groups_per_session=lim.max_groups_per_session,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,

@@ -47,6 +47,8 @@ class Limits:
     idempotency_window: int = 10_000
     #: outbound frames queued for one member before it is cut as a slow consumer
     max_outbound_frames: int = 50_000
+    #: and bytes queued for one member (a few large frames can weigh what many small ones do)
+    max_outbound_bytes: int = 16 << 20
     max_groups_per_session: int = 1_000
     max_group_name: int = 200
     #: a snapshot relayed to a joiner, in bytes of base64 on the wire (≈ 4/3 of compressed)

@@ -35,8 +35,8 @@ def external_stream(sender: MemberId) -> str:
 
 
 class Topic:
-    __slots__ = ("_last", "_log", "_outcomes", "_publish_ids", "_retain", "_seqs", "_window",
-                 "group", "head")
+    __slots__ = ("_last", "_log", "_outcomes", "_publish_ids", "_retain", "_retained", "_seqs",
+                 "_window", "group", "head")
 
     def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0) -> None:
         self.group = group
@@ -47,6 +47,9 @@ class Topic:
         #: message was deleted before a restart)
         self._last: dict[str, int] = {}
         self._log: deque[Message] = deque(maxlen=retain)
+        #: retained messages per stream: a stream's retained messages are the last of its
+        #: seqs, so its first retained seq is `seq - count + 1` (O(1) resume checks)
+        self._retained: dict[str, int] = {}
         self._retain = retain
         self._outcomes: dict[int, bool] = {}
         self._publish_ids: dict[MemberId, OrderedDict[str, int]] = {}
@@ -80,9 +83,7 @@ class Topic:
             self.group, self.head, stream, seq, sender, view, atomic, payload, now, publish_id,
             from_member,
         )
-        if len(self._log) == self._retain and self._log:
-            self._outcomes.pop(self._log[0].offset, None)
-        self._log.append(msg)
+        self._keep(msg)
         ids = self._publish_ids.setdefault(sender, OrderedDict())
         ids[publish_id] = msg.offset
         if len(ids) > self._window:
@@ -106,6 +107,7 @@ class Topic:
         for m in reversed(messages):
             gone = self._log.pop()
             assert gone is m, "only the latest messages can be retracted"
+            self._uncount(m.stream)
             if m.seq > 1:
                 self._seqs[m.stream] = m.seq - 1
             else:
@@ -126,12 +128,28 @@ class Topic:
         log in offset order (which also brings back the publish ids for idempotent retries)."""
         self._seqs.update(seqs)
         for m in recent[-self._retain:]:
-            self._log.append(m)
+            self._keep(m)
             self._last[m.stream] = m.offset
             ids = self._publish_ids.setdefault(m.sender, OrderedDict())
             ids[m.id] = m.offset
             if len(ids) > self._window:
                 ids.popitem(last=False)
+
+    def _keep(self, m: Message) -> None:
+        log = self._log
+        if len(log) == self._retain and log:
+            gone = log[0]
+            self._outcomes.pop(gone.offset, None)
+            self._uncount(gone.stream)
+        log.append(m)
+        self._retained[m.stream] = self._retained.get(m.stream, 0) + 1
+
+    def _uncount(self, stream: str) -> None:
+        n = self._retained[stream] - 1
+        if n:
+            self._retained[stream] = n
+        else:
+            del self._retained[stream]
 
     def forget_ids(self, sender: MemberId) -> None:
         """Stop remembering `sender`'s publish ids (it left long ago, G14)."""
@@ -174,10 +192,6 @@ class Topic:
         streams (its member accepts messages from non-members)."""
         if after + 1 >= self.first_retained:
             return True
-        first_seq: dict[str, int] = {}
-        for m in self._log:
-            if m.stream not in first_seq:
-                first_seq[m.stream] = m.seq
         unknown = self.first_retained - 1  # a stream with nothing retained ended before this
         for stream, seq in self._seqs.items():
             have = streams.get(stream, 0)
@@ -185,7 +199,8 @@ class Topic:
                 continue  # it has them all, or the stream has nothing after `after`
             if not external and stream.startswith("ext:"):
                 continue
-            if first_seq.get(stream, seq + 1) > have + 1:
+            kept = self._retained.get(stream, 0)
+            if seq - kept + 1 > have + 1:
                 return False  # the next one it lacks was deleted
         return True
 

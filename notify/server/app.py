@@ -248,7 +248,8 @@ class NotifyServer:
         ip = _ip(ws)
         self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         self.stats.connections_total += 1
-        outbox = Outbox(ws, self.config.limits.max_outbound_frames, on_slow=self._on_slow,
+        outbox = Outbox(ws, self.config.limits.max_outbound_frames,
+                        max_bytes=self.config.limits.max_outbound_bytes, on_slow=self._on_slow,
                         sent_bytes=self.stats.bytes_out)
         self._outboxes[conn] = outbox
         log.debug("conn_open", conn=conn, ip=ip, origin=ws.request.headers.get("Origin")

@@ -1,7 +1,8 @@
 """Per-member sender workers (seed 003 §3.3): one task and one bounded queue per connection.
 
-A member that reads slowly fills only its own queue (G11). When the queue passes its bound the
-member is cut with close code 4001 (slow consumer); it can then resume from its offsets (G7).
+A member that reads slowly fills only its own queue (G11). When the queue passes its bound, in
+frames or in bytes (G14: a few large frames weigh what many small ones do), the member is cut
+with close code 4001 (slow consumer); it can then resume from its offsets (G7).
 Frames queued together go out as one `batch` frame, which is what makes fan-out to many members
 cheaper per message than one WebSocket frame each.
 """
@@ -29,9 +30,10 @@ _CLOSE = b""
 
 
 class Outbox:
-    __slots__ = ("_bound", "_closing", "_exempt", "_mailbox", "_sent", "_task", "_ws", "on_slow")
+    __slots__ = ("_bound", "_bytes", "_closing", "_exempt", "_exempt_bytes", "_mailbox",
+                 "_max_bytes", "_sent", "_task", "_ws", "on_slow")
 
-    def __init__(self, ws: ServerConnection, bound: int,
+    def __init__(self, ws: ServerConnection, bound: int, *, max_bytes: int = 1 << 62,
                  on_slow: Callable[[], None] | None = None,
                  sent_bytes: list[int] | None = None) -> None:
         self._ws = ws
@@ -40,8 +42,12 @@ class Outbox:
         self._bound = bound
         self._mailbox: Mailbox[bytes] = Mailbox()
         self._closing = False
-        #: queued frames that do not count against the bound (a resume's replay, see `push`)
+        #: queued frames (and their bytes) that do not count against the bound (a resume's
+        #: replay, see `push`)
         self._exempt = 0
+        self._exempt_bytes = 0
+        self._bytes = 0
+        self._max_bytes = max_bytes
         self.on_slow = on_slow
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -56,9 +62,12 @@ class Outbox:
         if self._closing:
             return
         self._mailbox.put(frame)
+        self._bytes += len(frame)
         if not bounded:
             self._exempt += 1
-        elif len(self._mailbox) - self._exempt > self._bound:
+            self._exempt_bytes += len(frame)
+        elif len(self._mailbox) - self._exempt > self._bound or \
+                self._bytes - self._exempt_bytes > self._max_bytes:
             if self.on_slow is not None:
                 self.on_slow()
             self.close(CloseCode.SLOW_CONSUMER, "slow consumer: outbound queue over its bound")
@@ -106,7 +115,10 @@ class Outbox:
                     if not frames:
                         return
                 self._exempt = max(self._exempt - len(frames), 0)
-                sent[0] += sum(map(len, frames))
+                size = sum(map(len, frames))
+                self._bytes -= size
+                self._exempt_bytes = max(self._exempt_bytes - size, 0)
+                sent[0] += size
                 if len(frames) == 1:
                     await ws.send(frames[0], text=True)
                     if last:

@@ -121,3 +121,24 @@ async def test_G11_sender_blocked_on_atomic_acks_does_not_delay_other_fifo_sende
         assert x.protocol.groups["g"].atomic == {res.offset: None}  # held back, not delivered
         assert pending_events(x, "g") == [] and x.errors == []
     assert isinstance(got[0], Message)
+
+
+async def test_G14_the_slow_consumer_bound_counts_bytes_too(
+        make_server, connect_client: Connect, open_raw: OpenRaw) -> None:
+    """A handful of large frames is as heavy as many small ones: the byte bound cuts a member
+    that stopped reading long before the frame-count bound would."""
+    server = await make_server(suspect_timeout=30.0, limits=Limits(
+        max_outbound_frames=1_000_000, max_outbound_bytes=256 * 1024))
+    s = await connect_client(server, "s")
+    await s.join("g")
+    w = await open_raw(server, "w", sock=small_rcvbuf_socket(server), max_queue=1)
+    await w.join("g")
+    await events_until(s, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    big = "y" * 60_000
+    sent = 0
+    while server.stats.slow_consumers == 0 and sent < 400:
+        await s.publish("g", {"i": sent, "pad": big})
+        sent += 1
+    assert server.stats.slow_consumers == 1
+    assert sent < 200  # about 256 KiB plus the kernel buffers, far from a million frames
+    assert await w.close_code(timeout=3 * TIMEOUT) == CloseCode.SLOW_CONSUMER

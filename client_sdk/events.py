@@ -110,9 +110,10 @@ class Reset:
 
     `reason` is the server's refusal of the resume point: `offset_unavailable` (the log was
     reset, with another epoch, or retention dropped what this member lacked), `bad_resume` (a
-    resume point past the log head) or any other refusal code. The application's knowledge
-    ended at `old_offset` of log `old_epoch`; the new knowledge starts after `new_offset` of log
-    `new_epoch` (equal epochs: the same log, with a gap in between)."""
+    resume point past the log head) or any other refusal code. This member's knowledge of log
+    `old_epoch` ended at `old_offset` (the highest offset it received; messages still held back
+    then, unconfirmed atomic ones, are dropped); the new knowledge starts after `new_offset` of
+    log `new_epoch` (equal epochs: the same log, with a gap in between)."""
 
     group: str
     reason: str

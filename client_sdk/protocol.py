@@ -91,6 +91,8 @@ class GroupProtocol:
     epoch: int = 0
     #: the log offset this member's knowledge starts after (install or catch-up point)
     base: int = 0
+    #: the highest offset of a message received (where its knowledge of the log ends)
+    top: int = 0
     proposed: int | None = None
     streams: dict[str, _Stream] = field(default_factory=dict)
     #: offset -> resolution (None = waiting) of atomic messages held back
@@ -204,9 +206,10 @@ class ClientProtocol:
         `Reset`. A second refusal before that install keeps the first reason."""
         g = self.groups[group]
         if g.refusal is None:
-            g.refusal = _Refusal(reason, g.epoch, g.base)
+            g.refusal = _Refusal(reason, g.epoch, max(g.base, g.top))
         g.phase, g.join_req, g.resuming, g.want_state = GroupPhase.JOINING, req, False, want_state
-        g.epoch, g.base, g.proposed = 0, 0, None  # knowledge starts at the next install
+        g.epoch = g.base = g.top = 0  # knowledge starts at the next install
+        g.proposed = None
         g.streams.clear()
         g.atomic.clear()
         g.state_buffer, g.assembler, g.state_replay = None, None, {}
@@ -354,6 +357,7 @@ class ClientProtocol:
             raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
         m = _message(g.name, f)  # a malformed frame raises here, before anything is counted
         s.received = seq
+        g.top = max(g.top, m.offset)
         if m.atomic:
             g.atomic[m.offset] = None
             self._acks.setdefault(g.name, []).append(m.offset)

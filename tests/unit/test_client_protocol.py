@@ -173,7 +173,7 @@ def test_refused_resume_joins_afresh_and_says_reset_before_the_new_view(
     assert proto.data_to_send() == [{"type": "join", "req": "3", "group": "g",
                                      "want_state": False, "accept_from": "members"}]
     ev, _ = proto.receive({**install(1, ["a"], offset=0, epoch=9), "joined": ["a"]})
-    assert ev[0] == Reset("g", "offset_unavailable", 1, 5, 9, 0)
+    assert ev[0] == Reset("g", "offset_unavailable", 1, 7, 9, 0)
     assert isinstance(ev[1], ViewInstalled) and len(ev) == 2
     assert proto.groups["g"].resume_point() == {"epoch": 9, "offset": 0, "view": 1,
                                                 "streams": {}}
@@ -192,6 +192,6 @@ def test_refused_resume_with_the_same_epoch_starts_at_the_new_install(
     proto.data_to_send()
     proto.join_afresh("3", "g", "offset_unavailable")
     ev, _ = proto.receive({**install(4, ["a", "b"], offset=40), "joined": ["a"]})
-    assert ev[0] == Reset("g", "offset_unavailable", 1, 5, 1, 40)
+    assert ev[0] == Reset("g", "offset_unavailable", 1, 6, 1, 40)
     assert proto.groups["g"].resume_point() == {"epoch": 1, "offset": 40, "view": 4,
                                                 "streams": {}}

@@ -67,16 +67,16 @@ async def catchup(url: str, n: int) -> dict[str, float]:
             gb = await b.join("g")
             saved = gb.resume_point()
             await gb.leave()
+
+        async def drain() -> None:  # a's application keeps reading its own group (its own
+            async for _ in ga:      # messages too: an unread group stops the SDK's reader)
+                pass
+
+        reading = asyncio.get_running_loop().create_task(drain())
         batch = 500
         for start in range(0, n, batch):
             await asyncio.gather(*(ga.publish({"i": i, "pad": "x" * 80})
                                    for i in range(start, min(start + batch, n))))
-
-        async def drain() -> None:  # a's application keeps reading its own group
-            async for _ in ga:
-                pass
-
-        reading = asyncio.get_running_loop().create_task(drain())
         async with connect(url, member="b") as b:
             t0 = time.perf_counter()
             gb = await b.join("g", resume_from=saved)

@@ -16,6 +16,27 @@ or gaps. One *writer* task sends frames in the order the protocol produced them.
 in a bounded queue while the connection is down or a view change is under way, and are sent
 (again) with their idempotency ids, so a retry is never delivered twice.
 
+No task dies alone (STYLE.md). The reader-supervisor and the writer run in one `TaskGroup`
+owned by `_run`, which decides in one place what a failure means:
+- a lost connection, or a frame that breaks the protocol (`ProtocolViolation`): reconnect and
+  resume, since the resume point is exact (repeated violations: give up, CLOSED);
+- anything else is a bug in the SDK: the client goes CLOSED with a `ClientFailed` that every
+  pending call and every group iterator raises, and state listeners see CLOSED.
+The application's own callbacks (state listeners) are logged and isolated; they never kill a task.
+
+Bounds (TigerBeetle's rule: a limit on everything): every request waits at most
+`request_timeout`; publishes wait in a queue of `max_pending_publishes`; each group holds at most
+`max_queued_events` events the application has not taken. Past that the reader stops reading the
+socket (backpressure) until the application catches up: the server then sees a slow consumer
+(G11), cuts it or suspects it, and the SDK resumes from its exact point when reading again —
+every message once, in order. The cost: while reading is paused, frames behind the full group's
+(`view_change`, `confirm`, replies to other requests) wait too, so a view change may remove this
+member (it rejoins with catch-up, G8) and its requests may time out.
+
+A resume point the server refuses (its log was reset, or retention dropped what this member
+lacks) makes the group join afresh, with state transfer when it has a `StateProvider`; the
+application gets one `Reset` event before the new view's `ViewInstalled` (issue 16).
+
 Connection states (`ConnectionState`): CONNECTING → CONNECTED ⇄ RECONNECTING → CLOSED.
 """
 
@@ -24,9 +45,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -44,9 +67,11 @@ from client_sdk.events import (
     Message,
     Outcome,
     Published,
+    Refreshed,
     Rejected,
     Removed,
     Reply,
+    Reset,
     ServerError,
     StateReceived,
     StateRequested,
@@ -54,21 +79,26 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
-from client_sdk.protocol import ClientProtocol, GroupPhase
+from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 from state_transfer import encode
+
+log = logging.getLogger("client_sdk")
 
 __all__ = [
     "Backoff",
     "Client",
+    "ClientFailed",
     "ClientOptions",
     "ConnectError",
     "ConnectionState",
     "Group",
     "GroupLeftError",
     "NotifyError",
+    "PayloadTooLarge",
     "PublishQueueFull",
     "PublishRejected",
     "PublishResult",
+    "RequestTimeout",
     "ServerRefused",
     "StateProvider",
     "View",
@@ -113,6 +143,23 @@ class GroupLeftError(NotifyError):
     """The group was left (or the member removed from it) before the publish could be sent."""
 
 
+class RequestTimeout(NotifyError, TimeoutError):
+    """A request (`join`, `publish`, `leave`, `checkpoint`, `refresh_token`) got no answer
+    within `ClientOptions.request_timeout`. A publish that timed out may still have been stored:
+    publish again with the same `publish_id` to learn its offset (never delivered twice)."""
+
+
+class PayloadTooLarge(NotifyError, ValueError):
+    """The serialised payload does not fit in the server's `max_frame_bytes` (its `welcome`
+    says how much): the server would close the connection on it."""
+
+
+class ClientFailed(NotifyError):
+    """The client stopped (state CLOSED) because of a bug in the SDK, or because the server kept
+    breaking the protocol; the message says which, `__cause__` is the original error. Pending
+    calls and group iterators raise it. Connect again."""
+
+
 class StateProvider(Protocol):
     """The application's replicated state, for state transfer (G9). `snapshot()` is called when
     this member is the donor, at the exact point of its event stream where the joiner came in
@@ -126,6 +173,21 @@ class StateProvider(Protocol):
 
 #: snapshots larger than this are compressed and cut off the event loop
 _THREAD_ENCODE = 1 << 20
+
+#: bytes of a `publish` frame around its payload, at most (type, req, group, id, view...)
+_PUBLISH_OVERHEAD = 200
+
+#: more protocol violations than this within `_VIOLATION_WINDOW` seconds: give up (CLOSED)
+_MAX_VIOLATIONS = 3
+_VIOLATION_WINDOW = 60.0
+
+#: a join refused `join_pending` (the server is still withdrawing an earlier join of this
+#: member) is tried again this many times, after a backoff delay
+_JOIN_PENDING_RETRIES = 5
+
+#: the events the application gets (and `_next` hands over)
+_APP_EVENTS = (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp, Removed,
+               StateReceived, Reset)
 
 
 # -- options and results ------------------------------------------------------------------------
@@ -162,6 +224,13 @@ class ClientOptions:
     #: client reconnects; the server's defaults are 5 s / 15 s
     heartbeat_interval: float = 5.0
     heartbeat_timeout: float = 15.0
+    #: seconds a request (join, publish, leave, checkpoint, refresh_token) waits for its answer,
+    #: RECONNECTING time included; None: no deadline
+    request_timeout: float | None = 30.0
+    #: events a group holds that the application has not taken; when one group reaches it the
+    #: client stops reading the connection until the application has taken half of them
+    #: (backpressure: the server sees a slow consumer). None: no bound.
+    max_queued_events: int | None = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +257,15 @@ class _Pending:
     sent: bool = False
 
 
+#: in a group's queue: iteration ends (the group was left, or the app closed the client)
 _END = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """In a group's queue: the client stopped on this error; iteration raises it."""
+
+    error: NotifyError
 
 
 # -- the client ---------------------------------------------------------------------------------
@@ -242,18 +319,28 @@ class Client:
         self._events_log = event_log
         self._rng = rng or random.Random()
         self._ws: ClientConnection | None = None
+        self._limits: dict[str, Any] = {}
         self._groups: dict[str, Group] = {}
         self._pending: dict[str, _Pending] = {}
         self._joins: dict[str, tuple[str, asyncio.Future[ViewInstalled]]] = {}
         self._leaves: dict[str, tuple[str, asyncio.Future[None]]] = {}
         #: checkpoint uploads waiting for `checkpoint_stored`, by request id
         self._checkpoints: dict[str, asyncio.Future[CheckpointStored]] = {}
+        #: `refresh_token` calls waiting for `refreshed`, oldest first (the frame has no req)
+        self._refreshes: deque[asyncio.Future[None]] = deque()
+        #: joins given up on (`request_timeout`): left as soon as the server installs them
+        self._abandoned: set[str] = set()
         self._reqs = itertools.count(1)
         self._listeners: list[Callable[[ConnectionState, ConnectionState], None]] = []
         self._wake_writer = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._main: asyncio.Task[None] | None = None
         self._lost_at: float | None = None
         self._closing = False
+        self._violations: deque[float] = deque()
+        #: the group whose full queue stopped the reader, while it is stopped
+        self._paused_by: str | None = None
+        #: why the client is CLOSED, if not by `close()`
+        self.failure: NotifyError | None = None
         #: `error` frames that answered no request of ours (e.g. a refused token refresh)
         self.errors: list[ServerError] = []
 
@@ -262,25 +349,55 @@ class Client:
     async def _start(self) -> None:
         await self._open(resume=False)
         self._set_state(ConnectionState.CONNECTED)
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._supervise()), loop.create_task(self._write())]
+        self._main = asyncio.get_running_loop().create_task(
+            self._run(), name=f"notify-client-{self.member}")
+
+    async def _run(self) -> None:
+        """The owner of the long-lived tasks: the reader-supervisor and the writer. Whatever
+        escapes them is a bug (the expected failures are handled inside): CLOSED, loudly."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self._supervise(), name=f"notify-read-{self.member}")
+                tg.create_task(self._write(), name=f"notify-write-{self.member}")
+        except Exception as e:
+            cause: BaseException = e
+            while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+                cause = cause.exceptions[0]
+            if isinstance(cause, ClientFailed):
+                error = cause
+            else:
+                log.error("notify client %s: internal error, closing", self.member,
+                          exc_info=cause)
+                error = ClientFailed(f"internal error in the SDK: {cause!r}")
+                error.__cause__ = cause
+            await self._fail(error)
+
+    async def _fail(self, error: NotifyError) -> None:
+        self._closing = True
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(1011, "client error"), 5)
+        self._finish(error)
 
     async def close(self) -> None:
         """Leave nothing running. Groups are not left: the server removes this member after
         `suspect_timeout` (call `Group.leave()` first for a clean exit)."""
-        if self.state is ConnectionState.CLOSED:
-            return
         self._closing = True
         ws = self._ws
         if ws is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(), 5)
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._finish(NotifyError("client closed"))
+        main = self._main
+        if main is not None and main is not asyncio.current_task():
+            main.cancel()
+            await asyncio.gather(main, return_exceptions=True)
+        if self.state is not ConnectionState.CLOSED:
+            self._finish(NotifyError("client closed"), by_app=True)
 
-    def _finish(self, error: NotifyError) -> None:
+    def _finish(self, error: NotifyError, *, by_app: bool = False) -> None:
+        if not by_app and self.failure is None:
+            self.failure = error
         self._set_state(ConnectionState.CLOSED)
         waiting: list[asyncio.Future[Any]] = []
         for p in self._pending.values():
@@ -290,15 +407,22 @@ class Client:
         waiting.extend(fut for _, fut in self._joins.values())
         waiting.extend(fut for _, fut in self._leaves.values())
         waiting.extend(self._checkpoints.values())
+        waiting.extend(self._refreshes)
         self._checkpoints.clear()
         self._pending.clear()
         self._joins.clear()
         self._leaves.clear()
+        self._refreshes.clear()
         for fut in waiting:
             if not fut.done():
                 fut.set_exception(error)
         for g in self._groups.values():
-            g._queue.put_nowait(_END)
+            g._queue.put_nowait(_END if by_app else _Failed(error))
+            g._room.set()
+        self._wake_writer.set()  # the writer sees CLOSED and ends
+
+    def _closed_error(self) -> NotifyError:
+        return self.failure or NotifyError("client closed")
 
     async def __aenter__(self) -> Client:
         return self
@@ -307,14 +431,19 @@ class Client:
         await self.close()
 
     def on_state_change(self, listener: Callable[[ConnectionState, ConnectionState], None]) -> None:
-        """Call `listener(old, new)` on every change of `state`."""
+        """Call `listener(old, new)` on every change of `state`. An exception it raises is
+        logged (logger `client_sdk`) and does not reach the SDK."""
         self._listeners.append(listener)
 
     def _set_state(self, new: ConnectionState) -> None:
         old, self.state = self.state, new
         if old is not new:
             for listener in self._listeners:
-                listener(old, new)
+                try:
+                    listener(old, new)
+                except Exception:
+                    log.exception("notify client %s: state listener %r failed (%s -> %s)",
+                                  self.member, listener, old.value, new.value)
 
     # -- the connection --------------------------------------------------------------------------
 
@@ -324,6 +453,7 @@ class Client:
                                       token=self._token,
                                       resume_session=self.session if resume else None)
         self.session, self._ws = welcome["session"], ws
+        self._limits = dict(welcome.get("limits") or {})
         return bool(welcome.get("resumed"))
 
     async def _supervise(self) -> None:
@@ -331,19 +461,64 @@ class Client:
         while True:
             ws = self._ws
             assert ws is not None
-            try:
-                async for data in ws:
-                    self._receive(orjson.loads(data))
-            except ConnectionClosed:
-                pass
+            reason = await self._read(ws)
             if self._closing:
                 return
-            self._lost(f"closed {ws.close_code}" if ws.close_code else "connection lost")
+            self._lost(reason)
             if not self.options.reconnect:
-                self._finish(ConnectError("connection lost (reconnect is off)"))
+                self._finish(ConnectError(f"connection lost ({reason}; reconnect is off)"))
                 return
             if not await self._reconnect():
                 return
+
+    async def _read(self, ws: ClientConnection) -> str:
+        """Hand every frame of `ws` to the protocol until the connection is lost, or the server
+        breaks the protocol (then close it: the resume point is exact, so a new connection
+        resumes without a gap or a duplicate). Returns why it stopped."""
+        try:
+            while True:
+                data = await ws.recv()
+                self._receive(data)
+                await self._backpressure()
+        except ConnectionClosed:
+            return f"closed {ws.close_code}" if ws.close_code else "connection lost"
+        except ProtocolViolation as e:
+            self._violation(e)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ws.close(1002, "protocol violation"), 5)
+            return f"protocol violation: {e}"
+
+    def _violation(self, e: ProtocolViolation) -> None:
+        log.warning("notify client %s: %s; reconnecting", self.member, e)
+        now = time.monotonic()
+        self._violations.append(now)
+        while self._violations and self._violations[0] < now - _VIOLATION_WINDOW:
+            self._violations.popleft()
+        if len(self._violations) > _MAX_VIOLATIONS:
+            failed = ClientFailed(f"the server broke the protocol {len(self._violations)} times "
+                                  f"in {_VIOLATION_WINDOW:.0f} s; last: {e}")
+            raise failed from e
+
+    async def _backpressure(self) -> None:
+        """Stop reading while a group holds `max_queued_events` events the application has not
+        taken (G11, G14): unread frames stay in the socket, and the server's bounds take over."""
+        bound = self.options.max_queued_events
+        if bound is None:
+            return
+        for g in list(self._groups.values()):
+            if g._left or g._queue.qsize() < bound:
+                continue
+            g._room.clear()
+            self._paused_by = g.name
+            log.log(logging.DEBUG if g._paused else logging.WARNING,
+                    "notify client %s: %d events of %s not taken by the application; "
+                    "reading paused until it takes %d", self.member, g._queue.qsize(), g.name,
+                    g._queue.qsize() - bound // 2)
+            g._paused += 1
+            try:
+                await g._room.wait()
+            finally:
+                self._paused_by = None
 
     def _lost(self, reason: str) -> None:
         self._ws = None
@@ -376,18 +551,32 @@ class Client:
                 continue
             gap_ms = 0.0 if self._lost_at is None else (time.time() - self._lost_at) * 1000
             self._log("client.reconnect", gap_ms=round(gap_ms, 3), resumed=resumed)
+            while self._refreshes:  # the hello carried the new token: it is in force
+                fut = self._refreshes.popleft()
+                if not fut.done():
+                    fut.set_result(None)
             for name, g in self.protocol.groups.items():
-                if g.phase is not GroupPhase.LEFT and name in self._groups:
-                    self.protocol.join(f"r{next(self._reqs)}", name, resume=True,
-                                       accept_from=self._groups[name].accept_from)
+                handle = self._groups.get(name)
+                if g.phase is not GroupPhase.LEFT and handle is not None:
+                    handle._join_retries = 0
+                    self._rejoin(handle)
             self._set_state(ConnectionState.CONNECTED)
             self._wake_writer.set()
             return True
         return False
 
+    def _rejoin(self, handle: Group) -> None:
+        """Join `handle`'s group again on this connection: with its resume point, or afresh
+        when it has none (never installed, or its resume point was refused)."""
+        req = f"r{next(self._reqs)}"
+        self.protocol.join(req, handle.name, resume=True, accept_from=handle.accept_from)
+        waiter = self._joins.get(handle.name)
+        if waiter is not None:
+            self._joins[handle.name] = (req, waiter[1])
+
     async def _write(self) -> None:
         """The only task that sends: frames leave in the order the protocol made them."""
-        while True:
+        while self.state is not ConnectionState.CLOSED:
             await self._wake_writer.wait()
             self._wake_writer.clear()
             ws = self._ws
@@ -398,8 +587,8 @@ class Client:
             try:
                 for f in frames:
                     await ws.send(orjson.dumps(f), text=True)
-            except ConnectionClosed:
-                continue  # the supervisor sees it too; unanswered publishes are resent
+            except (ConnectionClosed, OSError):
+                continue  # the reader sees it too; unanswered publishes are resent
 
     def _queue_publishes(self) -> None:
         """Hand the protocol every waiting publish whose group accepts sends, in order."""
@@ -409,6 +598,8 @@ class Client:
             g = self.protocol.groups.get(p.group)
             if g is None or not g.can_send:
                 continue
+            if not p.frame["same_view"] and p.frame["view"] > g.view:
+                p.frame["view"] = g.view  # stamped in a view of a log that was reset
             self.protocol.send(p.frame)
             p.sent = True
 
@@ -417,8 +608,23 @@ class Client:
 
     # -- receiving -------------------------------------------------------------------------------
 
-    def _receive(self, frame: dict[str, Any]) -> None:
-        events, replies = self.protocol.receive(frame)
+    def _receive(self, data: str | bytes) -> None:
+        """One frame from the server. Raises `ProtocolViolation` (after handing over what the
+        frames before the bad one produced) when it breaks the protocol."""
+        try:
+            frame = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise ProtocolViolation(f"a frame that is not JSON: {e}") from e
+        if not isinstance(frame, dict):
+            raise ProtocolViolation(f"a frame that is not an object: {str(frame)[:200]}")
+        try:
+            events, replies = self.protocol.receive(frame)
+        except ProtocolViolation as e:
+            self._dispatch(e.events, e.replies)
+            raise
+        self._dispatch(events, replies)
+
+    def _dispatch(self, events: list[GroupEvent], replies: list[Reply]) -> None:
         now = time.time()
         for e in events:
             self._on_event(e, now)
@@ -435,12 +641,27 @@ class Client:
             self._log("client.view", group=e.group, view=e.view, members=list(e.members))
             if g is not None:
                 g.view = View(e.view, e.members)
+                g._join_retries = 0
+            elif e.group in self._abandoned and self.member in e.members:
+                # a join given up on (timed out) came through after all: undo it
+                self.protocol.leave(f"l{next(self._reqs)}", e.group)
             waiter = self._joins.get(e.group)
             if waiter is not None and self.member in e.members:
                 del self._joins[e.group]
                 if not waiter[1].done():
                     waiter[1].set_result(e)
+        elif isinstance(e, Reset):
+            log.warning("notify client %s: %s reset (%s): epoch %d offset %d -> epoch %d "
+                        "offset %d", self.member, e.group, e.reason, e.old_epoch, e.old_offset,
+                        e.new_epoch, e.new_offset)
+            self._log("client.reset", group=e.group, reason=e.reason, old_epoch=e.old_epoch,
+                      from_offset=e.old_offset, epoch=e.new_epoch, offset=e.new_offset)
+            if e.new_epoch != e.old_epoch:
+                # The views their stamps name are gone with the old log: a `same_view`
+                # publish cannot be checked against them, so it is refused, never misapplied.
+                self._fail_group(e.group, PublishRejected("stale_view"), same_view_only=True)
         elif isinstance(e, Removed):
+            self._abandoned.discard(e.group)
             leave = self._leaves.pop(e.group, None)
             if leave is not None and not leave[1].done():
                 leave[1].set_result(None)
@@ -449,15 +670,20 @@ class Client:
             g._queue.put_nowait(e)
             if isinstance(e, Removed):  # left, or removed by the group: this handle is done
                 g._left = True
+                g._room.set()
                 g._queue.put_nowait(_END)
 
-    def _fail_group(self, group: str, error: NotifyError) -> None:
+    def _fail_group(self, group: str, error: NotifyError, *, sent_too: bool = False,
+                    same_view_only: bool = False) -> None:
         for pid, p in list(self._pending.items()):
-            if p.group == group and not p.sent:
-                del self._pending[pid]
+            if p.group != group or (p.sent and not sent_too) or (
+                    same_view_only and not p.frame["same_view"]):
+                continue
+            del self._pending[pid]
+            if not p.published.done():
                 p.published.set_exception(error)
-                if p.outcome is not None:
-                    p.outcome.cancel()
+            if p.outcome is not None:
+                p.outcome.cancel()
 
     def _on_reply(self, r: Reply) -> None:
         if isinstance(r, Published):
@@ -486,11 +712,21 @@ class Client:
             fut = self._checkpoints.pop(r.req, None)
             if fut is not None and not fut.done():
                 fut.set_result(r)
+        elif isinstance(r, Refreshed):
+            if self._refreshes:
+                waiting = self._refreshes.popleft()
+                if not waiting.done():
+                    waiting.set_result(None)
         elif isinstance(r, ServerError):
             self._on_error(r)
 
+    #: `error` codes without `req` that answer a `refresh`
+    _REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "member_mismatch"})
+
     def _on_error(self, r: ServerError) -> None:
-        if r.code in ("offset_unavailable", "bad_resume") and self._fresh_join(r.req):
+        g = self.protocol.group_of_join(r.req)
+        if g is not None and g.phase is GroupPhase.JOINING and g.name in self._groups:
+            self._join_refused(self._groups[g.name], r)
             return
         refused = self._checkpoints.pop(r.req, None) if r.req else None
         if refused is not None:
@@ -504,28 +740,89 @@ class Client:
                     del table[group]
                     fut.set_exception(ServerRefused(r.code, r.message))
                     return
+        if r.req is None and r.code in self._REFRESH_REFUSALS and self._refreshes:
+            waiting = self._refreshes.popleft()
+            if not waiting.done():
+                waiting.set_exception(ServerRefused(r.code, r.message))
         self.errors.append(r)
 
-    def _fresh_join(self, req: str | None) -> bool:
-        """The server cannot serve this join's resume point (out of retention, another epoch):
-        join afresh instead, with state transfer when the application keeps state (G8 → G9).
-        The caller's `join()` completes on the new view; the application sees a
-        `ViewInstalled` (and a `StateReceived`)."""
-        g = self.protocol.group_of_join(req)
-        handle = self._groups.get(g.name) if g is not None else None
-        if handle is None:
-            return False
-        again = f"r{next(self._reqs)}"
-        waiting = self._joins.get(handle.name)
-        if waiting is not None:
-            self._joins[handle.name] = (again, waiting[1])
-        self.protocol.join(again, handle.name, accept_from=handle.accept_from,
-                           want_state=handle._state is not None)
-        handle._awaiting_state = handle._state is not None
-        self._kick()
-        return True
+    def _join_refused(self, handle: Group, r: ServerError) -> None:
+        """The server refused the join under way for `handle` (issue 16: never leave a group
+        that looks joined but is not).
+
+        - `join_pending`: an earlier join of this member is still being withdrawn: the same
+          join again, after a backoff delay (a few times).
+        - The join presented a resume point: whatever the code (`offset_unavailable`: another
+          epoch, or out of retention; `bad_resume`; any other), no later attempt can serve it.
+          Join afresh, with state transfer when the group has a `StateProvider` (G8 → G9); the
+          application gets a `Reset`, then the new view.
+        - A join without one: the application's `join()` raises `ServerRefused`; a group it had
+          already joined is over (`Removed` with the code as `reason`), since the SDK cannot
+          get it back."""
+        g = self.protocol.groups[handle.name]
+        if r.code == "join_pending" and handle._join_retries < _JOIN_PENDING_RETRIES:
+            handle._join_retries += 1
+            delay = self.options.backoff.delay(handle._join_retries, self._rng)
+            asyncio.get_running_loop().call_later(delay, self._retry_join, handle, g.join_req)
+            return
+        if g.resuming:
+            log.info("notify client %s: %s refused our resume point (%s: %s); joining afresh",
+                     self.member, handle.name, r.code, r.message)
+            req = f"r{next(self._reqs)}"
+            self.protocol.join_afresh(req, handle.name, r.code,
+                                      want_state=handle._state is not None,
+                                      accept_from=handle.accept_from)
+            handle._awaiting_state = handle._state is not None
+            waiter = self._joins.get(handle.name)
+            if waiter is not None:
+                self._joins[handle.name] = (req, waiter[1])
+            self._kick()
+            return
+        g.phase = GroupPhase.LEFT
+        waiter = self._joins.pop(handle.name, None)
+        if waiter is not None:  # the application's join(): it raises, and drops the handle
+            if not waiter[1].done():
+                waiter[1].set_exception(ServerRefused(r.code, r.message))
+            return
+        log.warning("notify client %s: %s refused to let this member back in (%s: %s)",
+                    self.member, handle.name, r.code, r.message)
+        self._fail_group(handle.name, GroupLeftError(
+            f"{handle.name}: the server refused to let this member back in ({r.code})"),
+            sent_too=True)
+        self._on_event(Removed(handle.name, g.view, r.code), time.time())
+
+    def _retry_join(self, handle: Group, req: str) -> None:
+        """(A loop callback.) Send a join refused `join_pending` again, unless something else
+        happened to the group since."""
+        try:
+            g = self.protocol.groups.get(handle.name)
+            if (self._ws is None or self._groups.get(handle.name) is not handle or g is None
+                    or g.phase is not GroupPhase.JOINING or g.join_req != req):
+                return  # reconnected (it rejoined), installed, left or closed meanwhile
+            self._rejoin(handle)
+            self._kick()
+        except Exception:  # a loop callback has no owner to tell: log it, never lose it
+            log.exception("notify client %s: retrying the join of %s failed", self.member,
+                          handle.name)
 
     # -- requests --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self, what: str) -> AsyncIterator[None]:
+        """Bound a request's wait by `request_timeout` (RequestTimeout)."""
+        limit = self.options.request_timeout
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except TimeoutError:
+            hint = ""
+            if self._paused_by is not None:
+                hint = (f" (reading is paused: the application is not taking the events of "
+                        f"{self._paused_by})")
+            elif self.state is not ConnectionState.CONNECTED:
+                hint = f" ({self.state.value})"
+            raise RequestTimeout(f"{what}: no answer within request_timeout={limit} s"
+                                 f"{hint}") from None
 
     async def join(self, name: str, *, accept_from: str = "members",
                    resume_from: dict[str, Any] | None = None, want_state: bool = False,
@@ -533,15 +830,18 @@ class Client:
         """Join `name` and wait for the first view that has this member.
 
         `resume_from` is a `Group.resume_point()` saved by an earlier process of this member:
-        the server then sends only what was missed since (durable catch-up, G8).
+        the server then sends only what was missed since (durable catch-up, G8); if it can no
+        longer do so, the group is joined afresh and the first event is a `Reset`.
         `state` is this member's `StateProvider`: it serves joiners, and with `want_state=True`
-        it is restored from a member's snapshot before any later event (G9)."""
+        it is restored from a member's snapshot before any later event (G9).
+        Raises `RequestTimeout` after `request_timeout`."""
         if want_state and state is None:
             raise ValueError("want_state=True needs a StateProvider to restore into")
         if self.state is ConnectionState.CLOSED:
-            raise NotifyError("client closed")
+            raise self._closed_error()
         if name in self._groups and not self._groups[name]._left:
             raise ServerRefused("already_member", f"already joined {name}")
+        self._abandoned.discard(name)
         group = Group(self, name, accept_from, state)
         group._awaiting_state = want_state
         self._groups[name] = group
@@ -552,54 +852,92 @@ class Client:
                            want_state=want_state)
         self._kick()
         try:
-            installed = await fut
-        except NotifyError:
-            del self._groups[name]
+            async with self._deadline(f"join {name}"):
+                installed = await fut
+        except NotifyError as e:
+            if self._groups.get(name) is group:
+                del self._groups[name]
+            if self._joins.get(name, (None, None))[1] is fut:
+                del self._joins[name]
+            if isinstance(e, RequestTimeout):
+                self._abandoned.add(name)  # left if the server installs it after all
+            group._room.set()
             raise
         group.view = View(installed.view, installed.members)
         return group
 
     async def refresh_token(self, token: str) -> None:
         """Present a new token before the current one expires (the server closes a connection
-        whose token expired with 4005). Later reconnects use it too. A refused refresh shows up
-        in `errors` (`member_mismatch`, `token_invalid`, `token_expired`)."""
+        whose token expired with 4005). Later reconnects use it too. Returns when the server
+        has it in force; raises `ServerRefused` (`member_mismatch`, `token_invalid`,
+        `token_expired`: the connection keeps its old token) or `RequestTimeout`."""
+        if self.state is ConnectionState.CLOSED:
+            raise self._closed_error()
         self._token = token
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._refreshes.append(fut)
         self.protocol.send({"type": "refresh", "token": token})
         self._kick()
+        try:
+            async with self._deadline("refresh_token"):
+                await fut
+        finally:
+            with contextlib.suppress(ValueError):
+                self._refreshes.remove(fut)
 
-    async def _publish(self, group: Group, payload: Any, order: str, atomic: bool,
+    def _check_payload(self, group: Group, data: bytes) -> None:
+        limit = self._limits.get("max_frame_bytes")
+        if isinstance(limit, int) and len(data) + len(group.name) + _PUBLISH_OVERHEAD > limit:
+            raise PayloadTooLarge(f"{group.name}: a payload of {len(data)} bytes does not fit "
+                                  f"in the server's max_frame_bytes={limit}")
+
+    async def _publish(self, group: Group, data: bytes, order: str, atomic: bool,
                        same_view: bool, publish_id: str | None) -> PublishResult:
         if group._left:
             raise GroupLeftError(f"left {group.name}")
         if self.state is ConnectionState.CLOSED:
-            raise NotifyError("client closed")
+            raise self._closed_error()
+        self._check_payload(group, data)
         if len(self._pending) >= self.options.max_pending_publishes:
             raise PublishQueueFull(f"{len(self._pending)} publishes already waiting "
                                    f"(max_pending_publishes={self.options.max_pending_publishes})")
         pid = publish_id or uuid.uuid4().hex
         loop = asyncio.get_running_loop()
-        frame = self.protocol.publish_frame(f"p{next(self._reqs)}", group.name, pid, payload,
-                                            order=order, atomic=atomic, same_view=same_view)
+        frame = self.protocol.publish_frame(f"p{next(self._reqs)}", group.name, pid,
+                                            orjson.Fragment(data), order=order, atomic=atomic,
+                                            same_view=same_view)
         p = _Pending(group.name, frame, loop.create_future(),
                      loop.create_future() if atomic else None)
         self._pending[pid] = p
         self._kick()
-        published = await p.published
-        if p.outcome is None:
-            return PublishResult(pid, published.offset)
-        outcome = await p.outcome
+        try:
+            async with self._deadline(f"publish {pid} to {group.name}"):
+                published = await p.published
+                if p.outcome is None:
+                    return PublishResult(pid, published.offset)
+                outcome = await p.outcome
+        except RequestTimeout:
+            if self._pending.get(pid) is p:
+                del self._pending[pid]  # not sent again; a reply that still comes is ignored
+            raise
         return PublishResult(pid, published.offset, outcome.committed, outcome.reason)
 
     async def _leave(self, group: Group) -> None:
         if group._left:
             return
         group._left = True
+        group._room.set()
         req = f"l{next(self._reqs)}"
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._leaves[group.name] = (req, fut)
         self.protocol.leave(req, group.name)
         self._kick()
-        await fut
+        try:
+            async with self._deadline(f"leave {group.name}"):
+                await fut
+        finally:
+            if self._leaves.get(group.name, (None, None))[1] is fut:
+                del self._leaves[group.name]
 
     async def _serve_state(self, group: Group, request: StateRequested) -> None:
         """Be the donor: snapshot now (the iterator is exactly at the joiner's point) and send
@@ -641,7 +979,11 @@ class Client:
         self._checkpoints[req] = fut
         self.protocol.checkpoint(req, group.name, chunks, position)
         self._kick()
-        stored = await fut
+        try:
+            async with self._deadline(f"checkpoint of {group.name}"):
+                stored = await fut
+        finally:
+            self._checkpoints.pop(req, None)
         self._log("client.checkpoint", group=group.name, offset=stored.offset,
                   bytes=len(snapshot))
         return stored
@@ -662,7 +1004,13 @@ class Group:
         self.view: View | None = None
         self._client = client
         self._state = state
+        #: events for the application; bounded by the reader (`Client._backpressure`), which
+        #: waits for `_room` when the queue reaches `max_queued_events`
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._paused = 0  # times the reader waited for this group
+        self._join_retries = 0
         self._left = False
         #: last seq handed to the application, per stream (what a snapshot taken now covers),
         #: and the offset at or below which it has been handed every message
@@ -677,12 +1025,23 @@ class Group:
         stored it; for `atomic=True`, once it is committed or aborted (`committed`).
 
         While the connection is down or a view change is under way the publish waits (bounded
-        by `max_pending_publishes`) and is sent after, with the same id: never twice."""
+        by `max_pending_publishes`) and is sent after, with the same id: never twice.
+
+        The payload is serialised here: one JSON cannot carry (a `Decimal`, a `set`, an integer
+        beyond 64 bits...) raises `TypeError` at once and nothing is sent; one over the
+        server's frame limit raises `PayloadTooLarge`. Raises `RequestTimeout` when there is
+        no answer within `request_timeout`."""
         if order not in ("fifo", "total"):
             raise ValueError(f"order must be 'fifo' or 'total', not {order!r}")
-        return await self._client._publish(self, payload, order, atomic, same_view, publish_id)
+        try:
+            data = orjson.dumps(payload)
+        except TypeError as e:
+            raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
+        return await self._client._publish(self, data, order, atomic, same_view, publish_id)
 
     async def leave(self) -> None:
+        """Leave; returns when the group installed a view without this member (or raises
+        `RequestTimeout`)."""
         await self._client._leave(self)
 
     async def checkpoint(self) -> CheckpointStored:
@@ -725,7 +1084,12 @@ class Group:
                 e = await self._queue.get()
             else:
                 e = await asyncio.wait_for(self._queue.get(), timeout)
-            if e is _END:
+            if not self._room.is_set() and self._queue.qsize() <= self._low_water():
+                self._room.set()  # the reader may go on
+            if e is _END or isinstance(e, _Failed):
+                self._queue.put_nowait(e)  # for the next call too
+                if isinstance(e, _Failed):
+                    raise e.error
                 return None
             if isinstance(e, StateRequested):
                 await self._client._serve_state(self, e)
@@ -745,9 +1109,12 @@ class Group:
                     self._base = max(self._base, e.offset)
             elif isinstance(e, CaughtUp):
                 self._base = max(self._base, e.offset)
-            assert isinstance(e, (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp,
-                                  Removed, StateReceived))
+            assert isinstance(e, _APP_EVENTS)
             return e
+
+    def _low_water(self) -> int:
+        bound = self._client.options.max_queued_events
+        return 0 if bound is None else bound // 2
 
 
 class _Connect:

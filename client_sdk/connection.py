@@ -231,7 +231,7 @@ class Connection:
             waiter = self._req_waiters.pop(r.req, None)
             if waiter is not None and not waiter[1].done():
                 waiter[1].set_result(r)
-        else:
+        elif isinstance(r, ServerError):
             self.errors.append(r)
             waiter = self._req_waiters.pop(r.req, None) if r.req else None
             if waiter is not None and not waiter[1].done():

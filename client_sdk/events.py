@@ -92,14 +92,39 @@ class StateRequested:
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """This member is no longer in the group (it left, or the group removed it)."""
+    """This member is no longer in the group (it left, or the group removed it). `reason` is
+    None for an install that removed it; otherwise the `error` code that refused to let it
+    back in after a reconnect (e.g. `forbidden`): the group handle is done, join again."""
 
     group: str
     view: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """The server could not continue this member's stream of the group, and the SDK joined it
+    afresh: what the application derived from earlier events must be rebuilt. It comes right
+    before the `ViewInstalled` of the new membership (then `StateReceived`, with a
+    `StateProvider`); no later event continues the old stream.
+
+    `reason` is the server's refusal of the resume point: `offset_unavailable` (the log was
+    reset, with another epoch, or retention dropped what this member lacked), `bad_resume` (a
+    resume point past the log head) or any other refusal code. This member's knowledge of log
+    `old_epoch` ended at `old_offset` (the highest offset it received; messages still held back
+    then, unconfirmed atomic ones, are dropped); the new knowledge starts after `new_offset` of
+    log `new_epoch` (equal epochs: the same log, with a gap in between)."""
+
+    group: str
+    reason: str
+    old_epoch: int
+    old_offset: int
+    new_epoch: int
+    new_offset: int
 
 
 GroupEvent = (Message | ViewInstalled | ViewChanging | ViewResumed | CaughtUp | Removed
-              | StateReceived | StateRequested)
+              | StateReceived | StateRequested | Reset)
 
 
 # -- replies to requests (matched by `req` or publish `id`) ------------------------------------
@@ -129,10 +154,17 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Refreshed:
+    """The server has the token of a `refresh` in force (`expires`: its `exp`, or None)."""
+
+    expires: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerError:
     code: str
     message: str
     req: str | None
 
 
-Reply = Published | Rejected | Outcome | ServerError | CheckpointStored
+Reply = Published | Rejected | Outcome | ServerError | CheckpointStored | Refreshed

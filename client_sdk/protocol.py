@@ -9,11 +9,18 @@ Theory of operation (DESIGN §3–§4, seed 003 §3.1):
   aborted message (G5).
 - It remembers, per stream, the last `seq` received: that, with the log offset its knowledge
   starts after, is the resume point it presents when it comes back (G7, G8).
+- A resume point the server refuses (`offset_unavailable`: another epoch or out of retention;
+  `bad_resume`; any other code) cannot be served by any later attempt: the caller joins afresh
+  (`join_afresh`), the group forgets its old stream, and the install of the new membership is
+  preceded by one `Reset` event, so the application knows to rebuild what it derived.
+- A frame it cannot make sense of raises `ProtocolViolation`, carrying the events and replies of
+  the frames before it (a `batch` may be cut short): nothing the state already counts is lost.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -25,9 +32,11 @@ from client_sdk.events import (
     Message,
     Outcome,
     Published,
+    Refreshed,
     Rejected,
     Removed,
     Reply,
+    Reset,
     ServerError,
     StateReceived,
     StateRequested,
@@ -48,7 +57,23 @@ class GroupPhase(StrEnum):
 
 
 class ProtocolViolation(Exception):
-    """The server sent something the protocol does not allow (a bug on its side)."""
+    """The server sent something the protocol does not allow (a bug on its side), or a frame
+    that does not parse. `events` and `replies` are what the frames before it produced (the
+    protocol state already counts them: hand them over)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.events: list[GroupEvent] = []
+        self.replies: list[Reply] = []
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """Why a group was joined afresh, and where its old stream ended."""
+
+    reason: str
+    epoch: int
+    offset: int
 
 
 @dataclass(slots=True)
@@ -66,13 +91,20 @@ class GroupProtocol:
     epoch: int = 0
     #: the log offset this member's knowledge starts after (install or catch-up point)
     base: int = 0
+    #: the highest offset of a message received (where its knowledge of the log ends)
+    top: int = 0
     proposed: int | None = None
     streams: dict[str, _Stream] = field(default_factory=dict)
     #: offset -> resolution (None = waiting) of atomic messages held back
     atomic: dict[int, bool | None] = field(default_factory=dict)
     duplicates: int = 0
     want_state: bool = False
+    #: the `req` of the join under way (the error that refuses it echoes it), and whether that
+    #: join presents a resume point
     join_req: str = ""
+    resuming: bool = False
+    #: joined afresh after a refused resume: the `Reset` to hand over before the next install
+    refusal: _Refusal | None = None
     #: while a joiner waits for its snapshot: the events that come after it (None: not waiting)
     state_buffer: list[GroupEvent] | None = None
     #: ... and, for a state served from a checkpoint, the messages that complete it: those at or
@@ -109,6 +141,20 @@ class GroupProtocol:
         return self.phase is GroupPhase.ACTIVE
 
 
+def _unbatched(frame: Frame) -> Iterator[Frame]:
+    """The frames of a `batch` (nested ones too), in order; any other frame itself."""
+    if frame.get("type") != "batch":
+        yield frame
+        return
+    inner = frame.get("frames")
+    if not isinstance(inner, list):
+        raise ProtocolViolation(f"a batch without frames: {str(frame)[:200]}")
+    for f in inner:
+        if not isinstance(f, dict):
+            raise ProtocolViolation(f"a batch holding a non-object: {str(f)[:200]}")
+        yield from _unbatched(f)
+
+
 def _message(group: str, f: Frame) -> Message:
     return Message(group, f["offset"], f["stream"], f["seq"], f["sender"], f["view"], f["atomic"],
                    f.get("payload"), f["ts"])
@@ -138,15 +184,38 @@ class ClientProtocol:
             g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
             g.restore_point(resume_from)
             frame["resume"] = g.resume_point()
+            g.resuming = True
             self._out.append(frame)
             return
         if resume and g is not None and g.epoch:
             frame["resume"] = g.resume_point()
+        elif resume and g is not None:  # nothing to resume (never installed, or refused)
+            frame["want_state"] = g.want_state
         if g is None or not resume:
-            self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
+            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
         else:
-            g.phase = GroupPhase.JOINING
+            g.phase, g.join_req = GroupPhase.JOINING, req
+        g.resuming = "resume" in frame
         self._out.append(frame)
+
+    def join_afresh(self, req: str, group: str, reason: str, *, want_state: bool = False,
+                    accept_from: str = "members") -> None:
+        """The server refused this group's resume point (`reason`, its error code): join
+        without one. The old stream is over: what is held back of it is dropped (it cannot be
+        confirmed in a log that no longer has it), and the next install is preceded by a
+        `Reset`. A second refusal before that install keeps the first reason."""
+        g = self.groups[group]
+        if g.refusal is None:
+            g.refusal = _Refusal(reason, g.epoch, max(g.base, g.top))
+        g.phase, g.join_req, g.resuming, g.want_state = GroupPhase.JOINING, req, False, want_state
+        g.epoch = g.base = g.top = 0  # knowledge starts at the next install
+        g.proposed = None
+        g.streams.clear()
+        g.atomic.clear()
+        g.state_buffer, g.assembler, g.state_replay = None, None, {}
+        self._acks.pop(group, None)
+        self._out.append({"type": "join", "req": req, "group": group, "want_state": want_state,
+                          "accept_from": accept_from})
 
     def leave(self, req: str, group: str) -> None:
         self._out.append({"type": "leave", "req": req, "group": group})
@@ -184,25 +253,42 @@ class ClientProtocol:
     # -- frames from the server ------------------------------------------------------------------
 
     def receive(self, frame: Frame) -> tuple[list[GroupEvent], list[Reply]]:
-        raw: list[GroupEvent] = []
-        replies: list[Reply] = []
-        self._receive(frame, raw, replies)
+        """Events for the application and replies to requests, from one server frame. Raises
+        `ProtocolViolation` (with what the frames before the bad one produced) when the frame
+        breaks the protocol or is malformed."""
         events: list[GroupEvent] = []
-        for e in raw:  # a joiner waiting for its state keeps what comes after it (G9)
-            g = self.groups.get(e.group)
-            if g is not None and g.state_buffer is not None and not isinstance(
-                    e, StateReceived | StateRequested | ViewInstalled | Removed):
-                g.state_buffer.append(e)
-            else:
-                events.append(e)
+        replies: list[Reply] = []
+        for f in _unbatched(frame):
+            raw: list[GroupEvent] = []
+            violation: ProtocolViolation | None = None
+            try:
+                self._receive(f, raw, replies)
+            except ProtocolViolation as e:
+                violation = e
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                violation = ProtocolViolation(f"malformed frame from the server ({e!r}): "
+                                              f"{str(f)[:200]}")
+            # Routed frame by frame: within one batch the install, later messages and the
+            # snapshot's last chunk may all come, and what follows the install must wait.
+            self._route(raw, events)
+            if violation is not None:
+                violation.events, violation.replies = events, replies
+                raise violation
         return events, replies
+
+    def _route(self, raw: list[GroupEvent], events: list[GroupEvent]) -> None:
+        """A joiner waiting for its state keeps what comes after its install (G9)."""
+        for ev in raw:
+            g = self.groups.get(ev.group)
+            if g is not None and g.state_buffer is not None and not isinstance(
+                    ev, StateReceived | StateRequested | ViewInstalled | Removed | Reset):
+                g.state_buffer.append(ev)
+            else:
+                events.append(ev)
 
     def _receive(self, f: Frame, events: list[GroupEvent], replies: list[Reply]) -> None:
         t = f.get("type")
-        if t == "batch":
-            for inner in f["frames"]:
-                self._receive(inner, events, replies)
-        elif t == "deliver":
+        if t == "deliver":
             self._deliver(f, events)
         elif t == "confirm" or t == "abort":
             g = self.groups.get(f["group"])
@@ -239,6 +325,8 @@ class ClientProtocol:
             events.append(StateRequested(f["group"], f["transfer"], f["joiner"], f["offset"]))
         elif t == "state_chunk":
             self._state_chunk(f, events)
+        elif t == "refreshed":
+            replies.append(Refreshed(f.get("expires")))
         elif t == "checkpoint_stored":
             replies.append(CheckpointStored(f["req"], f["group"], f["offset"], f["bytes"]))
         elif t == "error":
@@ -267,8 +355,9 @@ class ClientProtocol:
             return
         if s.received and seq != s.received + 1:
             raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
+        m = _message(g.name, f)  # a malformed frame raises here, before anything is counted
         s.received = seq
-        m = _message(g.name, f)
+        g.top = max(g.top, m.offset)
         if m.atomic:
             g.atomic[m.offset] = None
             self._acks.setdefault(g.name, []).append(m.offset)
@@ -324,6 +413,9 @@ class ClientProtocol:
         if g.phase is GroupPhase.JOINING and g.want_state:
             g.state_buffer = []  # everything after this install waits for the snapshot
             g.state_replay, g.state_boundary = {}, f["offset"]
+        if g.phase is GroupPhase.JOINING and g.refusal is not None:
+            r, g.refusal = g.refusal, None
+            events.append(Reset(g.name, r.reason, r.epoch, r.offset, f["epoch"], f["offset"]))
         if g.phase is GroupPhase.JOINING:
             if not g.epoch or g.epoch != f["epoch"] or g.want_state:
                 # A fresh start: knowledge begins here

@@ -20,6 +20,8 @@ Version history:
 - 1.1: optional client fields `n` (per-client delivery index, a tie-breaker for `recv_ts`),
   `atomic` and `msg_view` (the view stamped on the message) on `client.deliver`; `members`,
   `removed` on `client.view`; `previous` on `view.install` (what the server writes).
+- 1.2: `client.reset` (the SDK rejoined a group afresh after the server refused its resume
+  point: `reason`, `from_offset`, `offset`; the client's deliveries have a gap there).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 _STR, _DBL, _LONG, _BOOL = T.StringType(), T.DoubleType(), T.LongType(), T.BooleanType()
 _STRS = T.ArrayType(T.StringType())
@@ -69,6 +71,7 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "client.reconnect": ("member", "gap_ms"),
     "client.state_served": ("group", "member"),
     "client.checkpoint": ("group", "member"),
+    "client.reset": ("group", "member", "reason"),
 }
 
 EVENT_SCHEMA = T.StructType([T.StructField(k, v, True) for k, v in COLUMNS.items()])

@@ -6,8 +6,16 @@ from typing import Any
 
 import pytest
 
-from client_sdk import ClientProtocol, GroupPhase, Message, ProtocolViolation, ViewInstalled
+from client_sdk import (
+    ClientProtocol,
+    GroupPhase,
+    Message,
+    ProtocolViolation,
+    Reset,
+    ViewInstalled,
+)
 from client_sdk.events import Removed, ViewChanging
+from state_transfer import encode
 
 
 def install(view: int, members: list[str], offset: int = 0, left: list[str] | None = None,
@@ -117,3 +125,73 @@ def test_saved_point_stops_before_held_messages(proto: ClientProtocol) -> None:
     fresh.join("9", "g", resume_from=saved)
     (frame,) = fresh.data_to_send()
     assert frame["resume"] == {"epoch": 1, "offset": 6, "view": 1, "streams": {"fifo:b": 1}}
+
+
+def test_G9_a_batch_with_install_messages_and_the_snapshot_holds_the_messages_back() -> None:
+    """One `batch` may carry the joiner's install, a message of the new view and the
+    snapshot's last chunk: the message is one the snapshot lacks, so it comes after
+    `StateReceived` (handed before it, `restore()` would wipe it)."""
+    p = ClientProtocol("c")
+    p.join("1", "g", want_state=True)
+    p.data_to_send()
+    (chunk,) = encode(b"state")
+    joined = {**install(3, ["a", "c"], offset=18), "joined": ["c"]}
+    ev, _ = p.receive({"type": "batch", "frames": [
+        joined, deliver(19, 4),
+        {"type": "state_chunk", "group": "g", "transfer": "t", "index": 0, "last": True,
+         "data": chunk.data, "sha256": chunk.sha256, "streams": {"fifo:b": 3}, "offset": 18}]})
+    assert [type(e).__name__ for e in ev] == ["ViewInstalled", "StateReceived", "Message"]
+
+
+def test_violation_in_a_batch_hands_over_what_came_before_and_counts_nothing_after(
+        proto: ClientProtocol) -> None:
+    bad = deliver(7, 2)
+    del bad["payload"], bad["ts"]  # malformed: it must not count as received
+    with pytest.raises(ProtocolViolation) as v:
+        proto.receive({"type": "batch", "frames": [deliver(6, 1), bad, deliver(8, 3)]})
+    assert delivered(v.value.events) == [6]
+    assert proto.groups["g"].resume_point()["streams"] == {"fifo:b": 1}  # resume resends 7, 8
+    assert delivered(proto.receive(deliver(7, 2))[0]) == [7]
+
+
+def test_refused_resume_joins_afresh_and_says_reset_before_the_new_view(
+        proto: ClientProtocol) -> None:
+    """Issue 16: the server's log was reset (another epoch): the group joins without a resume
+    point, forgets its old stream (held atomics included), and the next install comes after a
+    `Reset` that says where the old stream ended and the new one starts."""
+    proto.receive(deliver(6, 1))
+    proto.receive(deliver(7, 2, atomic=True))
+    proto.join("2", "g", resume=True)
+    (ack, frame) = proto.data_to_send()
+    assert ack["type"] == "ack"
+    assert frame["resume"]["epoch"] == 1 and proto.groups["g"].resuming
+    _, replies = proto.receive({"type": "error", "req": "2", "code": "offset_unavailable",
+                                "message": "log epoch is 9, not 1"})
+    assert [r.code for r in replies] == ["offset_unavailable"]  # type: ignore[union-attr]
+    assert proto.group_of_join("2") is proto.groups["g"]  # the client can match the refusal
+    proto.join_afresh("3", "g", "offset_unavailable")
+    assert proto.data_to_send() == [{"type": "join", "req": "3", "group": "g",
+                                     "want_state": False, "accept_from": "members"}]
+    ev, _ = proto.receive({**install(1, ["a"], offset=0, epoch=9), "joined": ["a"]})
+    assert ev[0] == Reset("g", "offset_unavailable", 1, 7, 9, 0)
+    assert isinstance(ev[1], ViewInstalled) and len(ev) == 2
+    assert proto.groups["g"].resume_point() == {"epoch": 9, "offset": 0, "view": 1,
+                                                "streams": {}}
+    assert proto.groups["g"].can_send
+    assert delivered(proto.receive(deliver(1, 1))[0]) == [1]  # seq 1 again: a new log
+    ev, _ = proto.receive(install(2, ["a", "b"], offset=1, epoch=9))
+    assert not any(isinstance(e, Reset) for e in ev)  # once
+
+
+def test_refused_resume_with_the_same_epoch_starts_at_the_new_install(
+        proto: ClientProtocol) -> None:
+    """Out of retention (same log, a gap): the new knowledge starts at the new install, not
+    at the old base, so a later resume point does not ask for the gap again."""
+    proto.receive(deliver(6, 1))
+    proto.join("2", "g", resume=True)
+    proto.data_to_send()
+    proto.join_afresh("3", "g", "offset_unavailable")
+    ev, _ = proto.receive({**install(4, ["a", "b"], offset=40), "joined": ["a"]})
+    assert ev[0] == Reset("g", "offset_unavailable", 1, 6, 1, 40)
+    assert proto.groups["g"].resume_point() == {"epoch": 1, "offset": 40, "view": 4,
+                                                "streams": {}}

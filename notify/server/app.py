@@ -80,7 +80,11 @@ class NotifyServer:
         #: the reason of each group's latest proposal (metrics count it at the install)
         self._proposed: dict[str, str] = {}
         self.hub = Hub(self.config, new_token=lambda: secrets.token_urlsafe(18),
-                       epoch=int(time.time() * 1000))
+                       # A new log's epoch: random, never a clock reading (a clock stepped
+                       # back could give a memory store's new log an old epoch, and a resume
+                       # point of the old log would be taken for one of the new). 53 bits:
+                       # exact in JavaScript numbers.
+                       epoch=secrets.randbits(53) | 1)
         self.store: MessageLog = store or MemoryLog(self.config.limits.retain_messages)
         self.checkpoints = CheckpointIO(self.store, self._push, self._checkpoint_committed,
                                         self._checkpoint_served,

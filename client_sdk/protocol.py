@@ -45,6 +45,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from state_transfer import Assembler, Chunk, ChunkError
+from state_transfer.position import includes
 
 Frame = dict[str, Any]
 
@@ -454,15 +455,18 @@ class ClientProtocol:
                              events)
             return
         if snapshot is not None:
+            # The snapshot's position: the streams it covers (state_transfer.position; its
+            # offset part is the view boundary, below every message that can reach us here).
             covered = dict(f.get("streams") or {})
             # The replayed messages a checkpoint lacks, in log order (aborted ones were never
             # delivered, so a stream may skip their seqs, as it does live).
             completion = sorted((m for m in g.state_replay.values()
-                                 if m.seq > covered.get(m.stream, 0)), key=lambda m: m.offset)
+                                 if not includes(0, covered, m.offset, m.stream, m.seq)),
+                                key=lambda m: m.offset)
             if g.state_buffer:
                 # What the donor had applied when it took the snapshot is in it already.
                 g.state_buffer = [e for e in g.state_buffer if not (
-                    isinstance(e, Message) and e.seq <= covered.get(e.stream, 0))]
+                    isinstance(e, Message) and includes(0, covered, e.offset, e.stream, e.seq))]
             g.state_buffer[:0] = completion
             for m in completion:
                 covered[m.stream] = m.seq

@@ -32,13 +32,3 @@ class Checkpoint:
     chunks: int
     sha256: str
     ts: float
-
-
-@dataclass(slots=True)
-class Upload:
-    """A checkpoint on its way in from one member, chunk by chunk."""
-
-    id: str
-    req: str
-    next_index: int = 0
-    bytes: int = 0

@@ -29,12 +29,9 @@ from notify.core.actions import (
     Action,
     Append,
     CatchupDone,
-    CheckpointStored,
-    CommitCheckpoint,
     Confirm,
     ConnId,
     Deliver,
-    DiscardCheckpoint,
     Error,
     Fanout,
     Halt,
@@ -45,16 +42,13 @@ from notify.core.actions import (
     Rejected,
     Send,
     ServeCheckpoint,
-    StateChunkOut,
-    StateRequest,
-    StoreCheckpointChunk,
     StoreView,
     ViewChange,
     ViewInstall,
     ViewResume,
 )
 from notify.core.atomic import AtomicTracker
-from notify.core.checkpoint import Checkpoint, Upload
+from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
 from notify.core.errors import ErrorCode, RejectCode
 from notify.core.events import (
@@ -68,8 +62,10 @@ from notify.core.events import (
 )
 from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
 from notify.core.topic import Topic
+from notify.core.transfers import GroupTransfers
 from notify.core.view import MemberId, View
 from notify.core.writes import Writes
+from state_transfer.position import includes
 
 #: view installs remembered for members that resume across one (see `_replay`)
 _INSTALL_HISTORY = 64
@@ -117,29 +113,12 @@ class Intake:
     retries: list[tuple[ConnId, str]]
 
 
-@dataclass(slots=True)
-class Transfer:
-    """A snapshot on its way from `donor` to `joiner` (G9); the server only relays and counts."""
-
-    id: str
-    joiner: MemberId
-    donor: MemberId
-    offset: int
-    started: float
-    req: str = ""  # the joiner's join request: errors about its state carry it
-    attempt: int = 0
-    next_index: int = 0
-    bytes: int = 0
-    #: when the donor last made progress; stalled for `flush_timeout`, it is replaced
-    progress: float = 0.0
-
-
 class Group:
     def __init__(self, name: str, config: CoreConfig, *, epoch: int, view: int = 0,
                  head: int = 0) -> None:
         self.name = name
         self.epoch = epoch
-        self._cfg = config
+        self.config = config
         t = config.timeouts
         self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
                                      install_hold=t.install_hold)
@@ -155,11 +134,8 @@ class Group:
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
-        self._transfers: dict[str, Transfer] = {}
-        #: the latest stored checkpoint (its bytes are in storage), and uploads under way
-        self.checkpoint: Checkpoint | None = None
-        self._uploads: dict[MemberId, Upload] = {}
-        self._upload_count = 0
+        #: state transfers to joiners, checkpoint uploads and the stored checkpoint's record
+        self.transfers = GroupTransfers(self)
         #: the write under way and what waits for it (G10, G2)
         self.writes = Writes()
         #: checked publishes waiting for the next batch, and the same by (sender, id)
@@ -189,7 +165,7 @@ class Group:
         before they are sent): committed."""
         g = cls(name, config, epoch=epoch, view=view, head=head)
         g.topic.restore(seqs, recent)
-        g.checkpoint = checkpoint
+        g.transfers.checkpoint = checkpoint
         if install is not None:
             g.membership.view = View(name, view, install.members)
             g._installs.append(install)
@@ -218,7 +194,7 @@ class Group:
         m = self.membership
         return (not self.slots and m.proposal is None and not m.joins and not m.leaves
                 and not self.writes.busy and not self.writes.held and not self._intake
-                and not self._transfers and not self._uploads and not len(self.atomics))
+                and self.transfers.idle and not len(self.atomics))
 
     def involves(self, member: MemberId) -> bool:
         """In the view, or on its way in."""
@@ -238,10 +214,11 @@ class Group:
     def _slots_changed(self) -> None:
         self._conns_members = self._conns_any = None
 
-    def _log(self, out: list[Action], event: str, now: float, **fields: Any) -> None:
+    def log(self, out: list[Action], event: str, now: float, **fields: Any) -> None:
+        """Record an event-log entry (DESIGN §6) if anyone listens."""
         # Per-message events (msg.accept) are guarded by `event_log` alone at their call site;
         # the rest are rare enough to feed the metrics too.
-        if self._cfg.event_log or self._cfg.metrics:
+        if self.config.event_log or self.config.metrics:
             out.append(LogEvent(event, now, {"group": self.name, "view": self.view.version,
                                              **fields}))
 
@@ -304,10 +281,7 @@ class Group:
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
-        self._drop_upload(out, member)
-        replaced: list[Send | ServeCheckpoint] = []
-        self._transfer_party_lost(replaced, member, now)
-        out.extend(replaced)
+        self._party_lost(out, member, now)
         self._request_removal(out, member, reason, now)
         return out
 
@@ -336,14 +310,11 @@ class Group:
             return out
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
-        self._drop_upload(out, member)
-        replaced: list[Send | ServeCheckpoint] = []
-        self._transfer_party_lost(replaced, member, now)
-        out.extend(replaced)
-        slot.suspect_deadline = now + self._cfg.timeouts.suspect_timeout
+        self._party_lost(out, member, now)
+        slot.suspect_deadline = now + self.config.timeouts.suspect_timeout
         slot.lost_at = now
         self._slots_changed()
-        self._log(out, "member.suspect", now, member=member)
+        self.log(out, "member.suspect", now, member=member)
         return out
 
     def _resume(self, member: MemberId, slot: Slot, conn: ConnId, join: Join,
@@ -360,7 +331,7 @@ class Group:
         slot.suspect_deadline = slot.lost_at = None
         slot.accept_from = join.accept_from
         self._slots_changed()
-        self._log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))
+        self.log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))
         m = self.membership
         outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
         out.append(Send(conn, ViewResume(self.name, self.view.version)))
@@ -386,7 +357,7 @@ class Group:
             self._announce(out, now)
         elif outcome is GroupEvent.CANCEL:
             # Table 1 ③: cancel v(i+1) and resume v(i) at everyone who was told of the change.
-            self._log(out, "view.resume", now, member=skip, cancelled=self.view.version + 1)
+            self.log(out, "view.resume", now, member=skip, cancelled=self.view.version + 1)
             frame = ViewResume(self.name, self.view.version)
             out.extend(Send(s.conn, frame) for other, s in self.slots.items()
                        if s.conn is not None and other != skip)
@@ -437,7 +408,7 @@ class Group:
                 send_resolved()
                 out.append(Send(conn, nxt, replay=True))
                 nxt = next(installs, None)
-            if m.offset > rp.offset and m.seq > rp.streams.get(m.stream, 0) and (
+            if not includes(rp.offset, rp.streams, m.offset, m.stream, m.seq) and (
                     m.from_member or accept_any):
                 out.append(Send(conn, Deliver.of(m), replay=True))
                 count += 1
@@ -471,7 +442,7 @@ class Group:
         code = self._refusal(member, p)
         if code is not None:
             out = [Send(conn, Rejected(p.req, p.id, code))]
-            self._log(out, "msg.reject", now, member=member, code=code.value)
+            self.log(out, "msg.reject", now, member=member, code=code.value)
             return out
         item = Intake(member, conn, p, member in self.slots, [])
         self._intake.append(item)
@@ -501,19 +472,19 @@ class Group:
                 self.atomics.add(msg, self.view.members, now)
             elif not x.from_member:  # a non-member's ids live on from its last publish
                 self._departed.pop(x.sender, None)
-                self._departed[x.sender] = now + self._cfg.timeouts.departed_ids
+                self._departed[x.sender] = now + self.config.timeouts.departed_ids
             msgs.append(msg)
         self._last_before = last_before
         out.append(self.writes.start(
             Append(self.name, self.writes.next_ticket(), tuple(msgs)), now))
-        log = self._cfg.event_log
+        log = self.config.event_log
         for x, msg in zip(items, msgs, strict=True):
             p = x.publish
             out.append(Fanout(msg, self._recipients(x.from_member),
                               Send(x.conn, Published(p.req, p.id, msg.offset))))
             out.extend(Send(c, Published(req, p.id, msg.offset)) for c, req in x.retries)
             if log:
-                self._log(out, "msg.accept", now, member=x.sender, offset=msg.offset,
+                self.log(out, "msg.accept", now, member=x.sender, offset=msg.offset,
                           stream=msg.stream, seq=msg.seq, sender=x.sender,
                           order=p.order.value, atomic=p.atomic)
 
@@ -531,7 +502,7 @@ class Group:
             for m in write.messages:
                 if m.atomic:
                     self.atomics.discard(m.offset)
-                self._log(out, "msg.reject", now, member=m.sender,
+                self.log(out, "msg.reject", now, member=m.sender,
                           code=RejectCode.STORAGE_FAILED.value, offset=m.offset)
             retracted = {m.offset: m.id for m in write.messages}
             out.extend(Writes.fail(held, retracted, self.topic.head))
@@ -568,7 +539,7 @@ class Group:
         if p.same_view and p.view != self.view.version:
             return RejectCode.STALE_VIEW
         if p.atomic and self.atomics.pending_from(member) + self._intake_atomic.get(member, 0) \
-                >= self._cfg.limits.max_pending_atomic:
+                >= self.config.limits.max_pending_atomic:
             return RejectCode.TOO_MANY_PENDING
         return None
 
@@ -617,10 +588,10 @@ class Group:
                 out.append(Send(conn, Outcome(m.id, self.name, m.offset, committed,
                                               reason or None)))
             if committed:
-                self._log(out, "atomic.commit", now, offset=m.offset, sender=m.sender,
+                self.log(out, "atomic.commit", now, offset=m.offset, sender=m.sender,
                           duration_ms=round((now - m.ts) * 1000, 3))
             else:
-                self._log(out, "atomic.abort", now, offset=m.offset, sender=m.sender,
+                self.log(out, "atomic.abort", now, offset=m.offset, sender=m.sender,
                           reason=reason)
 
     # -- the flush -------------------------------------------------------------------------------
@@ -660,7 +631,7 @@ class Group:
         frame = self._view_change(p)
         out.extend(Send(s.conn, frame) for member in p.flush_set
                    if (s := self.slots[member]).conn is not None)
-        self._log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
+        self.log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
                   members=list(frame.members))
 
     def _advance(self, out: list[Action], now: float) -> None:
@@ -714,7 +685,7 @@ class Group:
         for mem in p.leaving:
             if mem not in p.joining and self.topic.remembers(mem):
                 self._departed.pop(mem, None)
-                self._departed[mem] = now + self._cfg.timeouts.departed_ids
+                self._departed[mem] = now + self.config.timeouts.departed_ids
         self._slots_changed()
 
         self._installs.append(install)
@@ -730,201 +701,43 @@ class Group:
                     n = self._replay(catchup, s.conn, since, joined.accept_from)
                     sends.extend(a for a in catchup if isinstance(a, Send))
                     sends.append(Send(s.conn, CatchupDone(self.name, self.topic.head, n)))
-                    self._log(logs, "catchup", now, member=mem,
+                    self.log(logs, "catchup", now, member=mem,
                               from_offset=joined.resume.offset, count=n)
         for mem, c in leaver_conns.items():
             if mem not in p.joining:  # a re-joiner got the install above
                 sends.append(Send(c, install))
         for mem in p.leaving:
-            self._transfer_party_lost(sends, mem, now)
-            self._drop_upload(logs, mem)
+            sends.extend(self.transfers.lost(mem, now))
+            self.transfers.drop_upload(logs, mem)
+        joining = frozenset(p.joining)
         for mem, joined in p.joining.items():
             if joined.want_state:
                 # Behind the donor's own install: it snapshots exactly the old view's state.
-                t = Transfer(f"{view.version}.{mem}.0", mem, "", self.topic.head, now,
-                             joined.req)
-                sends.extend(self._request_state(t, exclude=frozenset(p.joining)))
+                sends.extend(self.transfers.start(mem, joined.req, now, joining))
         out.extend(sends)
         out.extend(logs)
-        self._log(out, "view.install", now, members=list(view.members),
+        self.log(out, "view.install", now, members=list(view.members),
                   duration_ms=round((now - self._flush_started) * 1000, 3),
                   previous=old.version)
 
-    # -- state transfer (G9) ----------------------------------------------------------------------
-
-    def _request_state(self, t: Transfer, exclude: frozenset[MemberId] = frozenset(),
-                       ) -> list[Send | ServeCheckpoint]:
-        """Ask the longest-standing member that has the state for a snapshot for `t.joiner`;
-        if there is none, serve the stored checkpoint; failing that, tell the joiner (it
-        starts without state)."""
-        waiting = {x.joiner for x in self._transfers.values()}
-        donor = next((m for m in self.view.members
-                      if m != t.joiner and m not in exclude and m not in waiting
-                      and self.slots[m].conn is not None), None)
-        joiner_conn = self.slots[t.joiner].conn if t.joiner in self.slots else None
-        if donor is None:
-            self._transfers.pop(t.id, None)
-            if joiner_conn is None:
-                return []
-            served = self._from_checkpoint(t, joiner_conn)
-            if served is not None:
-                return served
-            return [Send(joiner_conn, Error(
-                ErrorCode.STATE_UNAVAILABLE,
-                f"no member of {self.name} can give the state, and no usable checkpoint",
-                t.req))]
-        t.donor, t.progress = donor, t.started
-        self._transfers[t.id] = t
-        donor_conn = self.slots[donor].conn
-        assert donor_conn is not None
-        return [Send(donor_conn, StateRequest(self.name, t.id, t.joiner, t.offset))]
-
-    def _from_checkpoint(self, t: Transfer, conn: ConnId) -> list[Send | ServeCheckpoint] | None:
-        """The checkpoint, completed by the log up to the view boundary `t.offset`: the messages
-        it lacks, as the member that took it received them (aborted ones never were), then the
-        snapshot itself. None if there is no checkpoint or the log no longer holds the gap."""
-        cp = self.checkpoint
-        if cp is None:
-            return None
-        rp = cp.position
-        if rp.epoch != self.epoch or not self.topic.can_replay(rp.offset, rp.streams,
-                                                               external=cp.accept_any):
-            return None
-        out: list[Send | ServeCheckpoint] = []
-        for m in self.topic.replay(rp.offset):
-            if m.offset > t.offset:
-                break
-            if m.seq > rp.streams.get(m.stream, 0) and (m.from_member or cp.accept_any) and (
-                    not m.atomic or self.topic.outcome(m.offset) is not False):
-                out.append(Send(conn, Deliver.of(m), replay=True))
-        out.append(ServeCheckpoint(conn, self.name, t.id, t.offset, cp, t.req))
-        return out
-
-    def _transfer_party_lost(self, out: list[Send | ServeCheckpoint], member: MemberId,
-                             now: float) -> None:
-        """A joiner that goes away needs no state; a donor that goes away is replaced."""
-        for t in list(self._transfers.values()):
-            if t.joiner == member:
-                del self._transfers[t.id]
-            elif t.donor == member:
-                self._replace_donor(out, t, now)
-
-    def _replace_donor(self, out: list[Send | ServeCheckpoint], t: Transfer, now: float) -> None:
-        """Ask the next member; the joiner drops the partial snapshot when chunks of the new
-        transfer arrive (the new donor's snapshot carries its own stream positions)."""
-        del self._transfers[t.id]
-        again = Transfer(f"{t.id.rsplit('.', 1)[0]}.{t.attempt + 1}", t.joiner, "", t.offset,
-                         now, t.req, t.attempt + 1)
-        out.extend(self._request_state(again, exclude=frozenset({t.donor})))
+    # -- state transfer and checkpoints (G9): notify/core/transfers.py ---------------------------
 
     def state_chunk(self, member: MemberId, conn: ConnId, f: StateChunk,
                     now: float) -> list[Action]:
-        out: list[Action] = []
-        t = self._transfers.get(f.transfer)
-        if t is None or t.donor != member:
-            out.append(Send(conn, Error(ErrorCode.UNKNOWN_TRANSFER,
-                                        f"no transfer {f.transfer!r} from you in {self.name}")))
-            return out
-        if f.index != t.next_index:
-            out.append(Send(conn, Error(ErrorCode.BAD_CHUNK,
-                                        f"chunk {f.index} where {t.next_index} was expected")))
-            return out
-        t.next_index += 1
-        t.bytes += len(f.data)
-        t.progress = now
-        joiner = self.slots.get(t.joiner)
-        if t.bytes > self._cfg.limits.max_state_bytes:
-            del self._transfers[t.id]
-            msg = f"snapshot over {self._cfg.limits.max_state_bytes} bytes"
-            out.append(Send(conn, Error(ErrorCode.STATE_TOO_LARGE, msg)))
-            if joiner is not None and joiner.conn is not None:
-                out.append(Send(joiner.conn, Error(ErrorCode.STATE_TOO_LARGE, msg, t.req)))
-            return out
-        if joiner is not None and joiner.conn is not None:
-            out.append(Send(joiner.conn, StateChunkOut(
-                self.name, t.id, f.index, f.last, f.data, f.sha256, f.streams, t.offset)))
-        if f.last:
-            del self._transfers[t.id]
-            self._log(out, "state.transfer", now, member=t.joiner, bytes=t.bytes,
-                      duration_ms=round((now - t.started) * 1000, 3), source=t.donor)
-        return out
-
-    # -- checkpoints -------------------------------------------------------------------------------
+        return self.transfers.state_chunk(member, conn, f, now)
 
     def checkpoint_chunk(self, member: MemberId, conn: ConnId, f: CheckpointChunk,
                          now: float) -> list[Action]:
-        """Take a member's checkpoint in, chunk by chunk, into storage (staged until the last
-        chunk checks out; the group's current checkpoint is untouched until then)."""
-        out: list[Action] = []
-        slot = self.slots.get(member)
-        if slot is None or slot.conn != conn:
-            out.append(Send(conn, Error(ErrorCode.NOT_MEMBER,
-                                        f"only members of {self.name} send its checkpoint",
-                                        f.req)))
-            return out
-        if f.index == 0:  # a new upload replaces an unfinished one
-            self._drop_upload(out, member)
-            self._upload_count += 1
-            self._uploads[member] = Upload(f"{member}.{self._upload_count}", f.req)
-        up = self._uploads.get(member)
-        if up is None or f.index != up.next_index:
-            self._drop_upload(out, member)
-            expected = 0 if up is None else up.next_index
-            out.append(Send(conn, Error(ErrorCode.BAD_CHUNK,
-                                        f"checkpoint chunk {f.index} where {expected} was "
-                                        "expected; start again at 0", f.req)))
-            return out
-        up.next_index += 1
-        up.bytes += len(f.data)
-        if up.bytes > self._cfg.limits.max_state_bytes:
-            self._drop_upload(out, member)
-            out.append(Send(conn, Error(
-                ErrorCode.STATE_TOO_LARGE,
-                f"checkpoint over {self._cfg.limits.max_state_bytes} bytes", f.req)))
-            return out
-        out.append(StoreCheckpointChunk(self.name, up.id, f.index, f.data))
-        if not f.last:
-            return out
-        problem = self._check_position(f.position) if f.sha256 else "the last chunk has no sha256"
-        if problem is not None:
-            self._drop_upload(out, member)
-            out.append(Send(conn, Error(ErrorCode.BAD_CHECKPOINT, problem, f.req)))
-            return out
-        del self._uploads[member]
-        assert f.position is not None and f.sha256 is not None
-        cp = Checkpoint(up.id, member, f.position, slot.accept_from is AcceptFrom.ANY, up.bytes,
-                        up.next_index, f.sha256, now)
-        out.append(CommitCheckpoint(self.name, cp, conn, f.req))
-        return out
-
-    def _check_position(self, rp: ResumePoint | None) -> str | None:
-        """A checkpoint's position must name messages this log has had (never a wrong state)."""
-        if rp is None:
-            return "the last chunk has no position"
-        if rp.epoch != self.epoch:
-            return f"log epoch is {self.epoch}, not {rp.epoch}"
-        if rp.offset > self.topic.head:
-            return f"offset {rp.offset} is past the head {self.topic.head}"
-        for stream, seq in rp.streams.items():
-            if not 0 <= seq <= self.topic.seq(stream):
-                return f"{stream} has no seq {seq}"
-        return None
+        return self.transfers.checkpoint_chunk(member, conn, f, now)
 
     def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: str,
                              now: float) -> list[Action]:
-        """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on
-        (storage commits in the order the core asked, so the last one committed is the latest)."""
-        out: list[Action] = []
-        self.checkpoint = cp
-        out.append(Send(conn, CheckpointStored(req, self.name, cp.position.offset, cp.bytes)))
-        self._log(out, "checkpoint.stored", now, member=cp.member, bytes=cp.bytes,
-                  offset=cp.position.offset)
-        return out
+        return self.transfers.committed(cp, conn, req, now)
 
-    def _drop_upload(self, out: list[Action], member: MemberId) -> None:
-        up = self._uploads.pop(member, None)
-        if up is not None:
-            out.append(DiscardCheckpoint(self.name, up.id))
+    def _party_lost(self, out: list[Action], member: MemberId, now: float) -> None:
+        """`member` has no connection any more: no transfer waits on it, no upload of its."""
+        self.transfers.drop_upload(out, member)
+        out.extend(self.transfers.lost(member, now))
 
     # -- time ------------------------------------------------------------------------------------
 
@@ -935,26 +748,26 @@ class Group:
         if d is not None:
             candidates.append(d)
         m = self.membership
-        ack = self.atomics.next_deadline(self._cfg.timeouts.ack_timeout,
+        ack = self.atomics.next_deadline(self.config.timeouts.ack_timeout,
                                          lambda x: x not in self.slots or m.is_leaving(x))
         if ack is not None:
             candidates.append(ack)
-        candidates.extend(t.progress + self._cfg.timeouts.flush_timeout
-                          for t in self._transfers.values())
+        t = self.transfers.next_deadline()
+        if t is not None:
+            candidates.append(t)
         w = self.writes.in_flight
         if w is not None and not self.halted:
-            candidates.append(w.since + self._cfg.timeouts.write_timeout)
+            candidates.append(w.since + self.config.timeouts.write_timeout)
         if self._departed:
             candidates.append(next(iter(self._departed.values())))
         return min(candidates) if candidates else None
 
     def tick(self, now: float) -> list[Action]:
         out: list[Action] = []
-        w = self.writes.in_flight
-        if w is not None and not self.halted and now >= w.since + self._cfg.timeouts.write_timeout:
+        w, limit = self.writes.in_flight, self.config.timeouts.write_timeout
+        if w is not None and not self.halted and now >= w.since + limit:
             self.halted = True  # storage stopped answering: nothing this group says is safe
-            return [Halt(f"storage did not finish a write of {self.name} in "
-                         f"{self._cfg.timeouts.write_timeout} s")]
+            return [Halt(f"storage did not finish a write of {self.name} in {limit} s")]
         if self.halted:
             return out
         while self._departed:
@@ -976,14 +789,9 @@ class Group:
                 self._request_removal(out, mem, "flush_timeout", now)
             p = m.proposal
             if p is not None and now >= p.deadline:  # nothing changed: push the deadline on
-                p.deadline = now + self._cfg.timeouts.flush_timeout
-        stalled = [t for t in self._transfers.values()
-                   if now - t.progress >= self._cfg.timeouts.flush_timeout]
-        for t in stalled:  # a donor that does not send (e.g. its application stopped reading)
-            replaced: list[Send | ServeCheckpoint] = []
-            self._replace_donor(replaced, t, now)
-            out.extend(replaced)
-        for mem in sorted(self.atomics.overdue(now, self._cfg.timeouts.ack_timeout)):
+                p.deadline = now + self.config.timeouts.flush_timeout
+        out.extend(self.transfers.tick(now))  # donors that stopped sending are replaced
+        for mem in sorted(self.atomics.overdue(now, self.config.timeouts.ack_timeout)):
             if mem in self.slots and not m.is_leaving(mem):
                 self._request_removal(out, mem, "ack_timeout", now)
         self._advance(out, now)

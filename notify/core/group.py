@@ -60,7 +60,14 @@ from notify.core.events import (
     ResumePoint,
     StateChunk,
 )
-from notify.core.membership import GroupEvent, GroupState, Membership, Proposal
+from notify.core.membership import (
+    GroupEvent,
+    GroupState,
+    IllegalTransition,
+    Membership,
+    Proposal,
+    Reason,
+)
 from notify.core.topic import Topic
 from notify.core.transfers import GroupTransfers
 from notify.core.view import MemberId, View
@@ -72,19 +79,27 @@ _INSTALL_HISTORY = 64
 
 
 class MemberState(StrEnum):
+    """A member of the current view, as the group sees it (until the install that removes it
+    drops its slot)."""
+
     CONNECTED = "connected"
-    SUSPECT = "suspect"
+    SUSPECT = "suspect"  # its connection was lost: it may resume until `suspect_timeout`
+    GONE = "gone"  # removed for a reason found outside the group (a new incarnation): no resume
 
 
 class MemberEvent(StrEnum):
     DISCONNECT = "disconnect"
     RESUME = "resume"
+    REMOVE = "remove"
 
 
 MEMBER_TRANSITIONS: dict[MemberState, dict[MemberEvent, MemberState]] = {
     MemberState.CONNECTED: {MemberEvent.DISCONNECT: MemberState.SUSPECT,
-                            MemberEvent.RESUME: MemberState.CONNECTED},  # resume on a new conn
-    MemberState.SUSPECT: {MemberEvent.RESUME: MemberState.CONNECTED},
+                            MemberEvent.RESUME: MemberState.CONNECTED,  # on a new connection
+                            MemberEvent.REMOVE: MemberState.GONE},
+    MemberState.SUSPECT: {MemberEvent.RESUME: MemberState.CONNECTED,
+                          MemberEvent.REMOVE: MemberState.GONE},
+    MemberState.GONE: {MemberEvent.REMOVE: MemberState.GONE},
 }
 
 
@@ -97,7 +112,10 @@ class Slot:
     lost_at: float | None = None  # when the connection was lost (for the resume gap)
 
     def on(self, event: MemberEvent) -> None:
-        self.state = MEMBER_TRANSITIONS[self.state][event]
+        try:
+            self.state = MEMBER_TRANSITIONS[self.state][event]
+        except KeyError:
+            raise IllegalTransition(f"member {event.value} in {self.state.value}") from None
 
 
 @dataclass(slots=True)
@@ -237,7 +255,7 @@ class Group:
                 return out
             # Its connection was lost before it learned of its install, so it cannot resume
             # (it has no resume point): replace its old membership with a fresh join.
-            self._request_removal(out, member, "rejoin", now)
+            self._request_removal(out, member, Reason.REJOIN, now)
         if slot is not None and join.resume is not None and self._leaving_for_failure(member):
             return self._resume(member, slot, conn, join, now)
         # Not in the view, or on its way out (it left, or an older incarnation is being
@@ -266,10 +284,10 @@ class Group:
         if self.membership.is_leaving(member) and member not in self.membership.leaves:
             return out  # already on its way out: the install will answer
         self._leaver_conns[member] = conn
-        self._request_removal(out, member, "leave", now)
+        self._request_removal(out, member, Reason.LEAVE, now)
         return out
 
-    def remove(self, member: MemberId, reason: str, now: float) -> list[Action]:
+    def remove(self, member: MemberId, reason: Reason, now: float) -> list[Action]:
         """Remove `member` for a reason found outside the group (e.g. a new incarnation)."""
         out: list[Action] = []
         slot = self.slots.get(member)
@@ -278,6 +296,8 @@ class Group:
                 self.membership.request_leave(member, reason, now)
                 self._joiner_conns.pop(member, None)
             return out
+        slot.on(MemberEvent.REMOVE)
+        slot.suspect_deadline = None
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
@@ -285,7 +305,7 @@ class Group:
         self._request_removal(out, member, reason, now)
         return out
 
-    def _request_removal(self, out: list[Action], member: MemberId, reason: str,
+    def _request_removal(self, out: list[Action], member: MemberId, reason: Reason,
                          now: float) -> None:
         restarted = self.membership.request_leave(member, reason, now)
         if restarted:
@@ -306,7 +326,7 @@ class Group:
             self._advance(out, now)
             return out
         self._leaver_conns.pop(member, None)
-        if slot.state is MemberState.SUSPECT:
+        if slot.state is not MemberState.CONNECTED:
             return out
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
@@ -364,10 +384,8 @@ class Group:
 
     def _leaving_for_failure(self, member: MemberId) -> bool:
         """Removal requested only because the member went quiet: a resume may cancel it."""
-        m = self.membership
-        reason = m.leaves.get(member) or (m.proposal.leaving.get(member)
-                                          if m.proposal is not None else None)
-        return reason == "suspect"
+        reason = self.membership.leave_reason(member)
+        return reason is not None and reason.cancellable
 
     def _check_resume_point(self, rp: ResumePoint,
                             accept_from: AcceptFrom) -> tuple[ErrorCode, str] | None:
@@ -519,7 +537,7 @@ class Group:
 
     def _refusal(self, member: MemberId, p: Publish) -> RejectCode | None:
         m = self.membership
-        if m.proposal is not None and m.proposal.complete:
+        if m.state is GroupState.INSTALLING:
             # Everyone flushed and the install waits only for the log to catch up: nothing
             # more may join the old view, or a steady sender could hold the install off.
             return RejectCode.VIEW_CHANGING
@@ -529,8 +547,7 @@ class Group:
             if p.order is Order.TOTAL or p.atomic or p.same_view or m.is_joining(member):
                 return RejectCode.NOT_MEMBER
             return None
-        if m.is_leaving(member) and (m.leaves.get(member) == "leave" or (
-                m.proposal is not None and m.proposal.leaving.get(member) == "leave")):
+        if m.leave_reason(member) is Reason.LEAVE:
             return RejectCode.LEAVING
         if m.proposal is not None and member in m.proposal.flushed:
             return RejectCode.VIEW_CHANGING
@@ -644,8 +661,7 @@ class Group:
             if m.state is GroupState.STABLE and m.propose(now) is not None:
                 self._flush_started = now
                 self._announce(out, now)
-            p = m.proposal
-            if p is None or not p.complete or self._intake or self.writes.busy:
+            if m.state is not GroupState.INSTALLING or self._intake or self.writes.busy:
                 break
             self._install(out, now)
         if self._intake and not self.writes.busy:
@@ -782,17 +798,17 @@ class Group:
             if s.suspect_deadline is not None and now >= s.suspect_deadline:
                 s.suspect_deadline = None
                 if not m.is_leaving(mem):
-                    self._request_removal(out, mem, "suspect", now)
+                    self._request_removal(out, mem, Reason.SUSPECT, now)
         p = m.proposal
         if p is not None and now >= p.deadline:
             for mem in sorted(m.unflushed()):
-                self._request_removal(out, mem, "flush_timeout", now)
+                self._request_removal(out, mem, Reason.FLUSH_TIMEOUT, now)
             p = m.proposal
             if p is not None and now >= p.deadline:  # nothing changed: push the deadline on
                 p.deadline = now + self.config.timeouts.flush_timeout
         out.extend(self.transfers.tick(now))  # donors that stopped sending are replaced
         for mem in sorted(self.atomics.overdue(now, self.config.timeouts.ack_timeout)):
             if mem in self.slots and not m.is_leaving(mem):
-                self._request_removal(out, mem, "ack_timeout", now)
+                self._request_removal(out, mem, Reason.ACK_TIMEOUT, now)
         self._advance(out, now)
         return out

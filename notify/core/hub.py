@@ -45,6 +45,7 @@ from notify.core.events import (
     StateChunk,
 )
 from notify.core.group import Group
+from notify.core.membership import Reason
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
@@ -263,7 +264,7 @@ class Hub:
                                          "hello needs a member id: letters, digits, _.:/@-"))]
             old = self._members.get(hello.member)
             if old is not None:
-                out.extend(self._retire(old, "new_incarnation", now))
+                out.extend(self._retire(old, Reason.NEW_INCARNATION, now))
             session = Session(self._new_token(), hello.member, conn)
             self._sessions[session.token] = session
             self._members[session.member] = session
@@ -287,7 +288,7 @@ class Hub:
                                                    "resumed": resumed}))
         return out
 
-    def _retire(self, old: Session, reason: str, now: float) -> list[Action]:
+    def _retire(self, old: Session, reason: Reason, now: float) -> list[Action]:
         """Remove an older incarnation from everything at once (DESIGN §4)."""
         out: list[Action] = []
         if old.conn is not None:

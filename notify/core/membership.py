@@ -22,13 +22,33 @@ from notify.core.events import Join
 from notify.core.view import MemberId, View
 
 
+class Reason(StrEnum):
+    """Why a view changes (`view_change.reason`, the `view_changes_total` metric)."""
+
+    JOIN = "join"
+    LEAVE = "leave"  # the member asked
+    REJOIN = "rejoin"  # it joined again without a resume point: its old membership goes
+    SUSPECT = "suspect"  # its connection was lost and it did not come back in time
+    FLUSH_TIMEOUT = "flush_timeout"  # it did not answer a view change
+    ACK_TIMEOUT = "ack_timeout"  # it held up an atomic message
+    NEW_INCARNATION = "new_incarnation"  # the same member id connected again afresh
+
+    @property
+    def cancellable(self) -> bool:
+        """A removal that a resume may call off (seed 003 Table 1, G7): the member only
+        went quiet."""
+        return self is Reason.SUSPECT
+
+
 class GroupState(StrEnum):
     STABLE = "stable"
-    FLUSHING = "flushing"
+    FLUSHING = "flushing"  # view v+1 proposed: waiting for the flush set's flush_ok
+    INSTALLING = "installing"  # everyone flushed: waiting for the log to hold view v (writes.py)
 
 
 class GroupEvent(StrEnum):
     PROPOSE = "propose"
+    FLUSHED = "flushed"  # the last flush_ok came in (or nobody had to flush)
     RESTART = "restart"  # the proposal changed during the flush
     INSTALL = "install"
     CANCEL = "cancel"  # Table 1: the only leaver came back before the install
@@ -37,7 +57,12 @@ class GroupEvent(StrEnum):
 GROUP_TRANSITIONS: dict[GroupState, dict[GroupEvent, GroupState]] = {
     GroupState.STABLE: {GroupEvent.PROPOSE: GroupState.FLUSHING},
     GroupState.FLUSHING: {
+        GroupEvent.FLUSHED: GroupState.INSTALLING,
         GroupEvent.RESTART: GroupState.FLUSHING,
+        GroupEvent.CANCEL: GroupState.STABLE,
+    },
+    GroupState.INSTALLING: {
+        GroupEvent.RESTART: GroupState.FLUSHING,  # a member failed or came back meanwhile
         GroupEvent.INSTALL: GroupState.STABLE,
         GroupEvent.CANCEL: GroupState.STABLE,
     },
@@ -59,7 +84,7 @@ def step(state: GroupState, event: GroupEvent) -> GroupState:
 class Proposal:
     version: int
     joining: dict[MemberId, Join]
-    leaving: dict[MemberId, str]  # member -> reason
+    leaving: dict[MemberId, Reason]
     flush_set: set[MemberId]
     flushed: set[MemberId] = field(default_factory=set)
     deadline: float = 0.0
@@ -75,7 +100,7 @@ class Proposal:
     def reason(self) -> str:
         reasons = set(self.leaving.values())
         if self.joining:
-            reasons.add("join")
+            reasons.add(Reason.JOIN)
         return ",".join(sorted(reasons))
 
 
@@ -91,7 +116,7 @@ class Membership:
         self.state = GroupState.STABLE
         self.proposal: Proposal | None = None
         self.joins: dict[MemberId, Join] = {}
-        self.leaves: dict[MemberId, str] = {}
+        self.leaves: dict[MemberId, Reason] = {}
         self.hold_until: float | None = None
         self._flush_timeout = flush_timeout
         self._hold = install_hold
@@ -110,7 +135,12 @@ class Membership:
         self.joins[member] = join
         self._arm_hold(now)
 
-    def request_leave(self, member: MemberId, reason: str, now: float) -> bool:
+    def leave_reason(self, member: MemberId) -> Reason | None:
+        """Why `member`'s removal was requested (None: it was not)."""
+        p = self.proposal
+        return self.leaves.get(member) or (p.leaving.get(member) if p is not None else None)
+
+    def request_leave(self, member: MemberId, reason: Reason, now: float) -> bool:
         """Queue `member`'s removal. During a flush it joins the current proposal at once (the
         flush restarts); returns True when that happened."""
         if member in self.joins:  # never installed: just forget the request
@@ -187,12 +217,20 @@ class Membership:
             deadline=now + self._flush_timeout,
         )
         self.joins, self.leaves = {}, {}
+        self._settle()
         return self.proposal
 
     def _restart(self, now: float) -> None:
         self.state = step(self.state, GroupEvent.RESTART)
         assert self.proposal is not None
         self.proposal.deadline = now + self._flush_timeout
+        self._settle()
+
+    def _settle(self) -> None:
+        """FLUSHING with every flush_ok in is INSTALLING."""
+        p = self.proposal
+        if self.state is GroupState.FLUSHING and p is not None and p.complete:
+            self.state = step(self.state, GroupEvent.FLUSHED)
 
     def flush_ok(self, member: MemberId, version: int) -> bool:
         """Record a flush_ok; False if there is no such proposal or `member` is not asked."""
@@ -200,6 +238,7 @@ class Membership:
         if p is None or version != p.version or member not in p.flush_set:
             return False
         p.flushed.add(member)
+        self._settle()
         return True
 
     def unflushed(self) -> set[MemberId]:
@@ -209,7 +248,7 @@ class Membership:
     def install(self) -> tuple[View, Proposal]:
         """Install the completed proposal; returns the new view and what it changed."""
         p = self.proposal
-        assert p is not None and p.complete
+        assert p is not None and self.state is GroupState.INSTALLING
         self.state = step(self.state, GroupEvent.INSTALL)
         self.view = self.view.successor(frozenset(p.leaving), tuple(p.joining))
         self.proposal = None

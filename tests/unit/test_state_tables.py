@@ -17,14 +17,20 @@ from notify.core.membership import (
 
 GROUP_EXPECTED = {
     (GroupState.STABLE, GroupEvent.PROPOSE): GroupState.FLUSHING,
+    (GroupState.FLUSHING, GroupEvent.FLUSHED): GroupState.INSTALLING,
     (GroupState.FLUSHING, GroupEvent.RESTART): GroupState.FLUSHING,
-    (GroupState.FLUSHING, GroupEvent.INSTALL): GroupState.STABLE,
     (GroupState.FLUSHING, GroupEvent.CANCEL): GroupState.STABLE,
+    (GroupState.INSTALLING, GroupEvent.RESTART): GroupState.FLUSHING,
+    (GroupState.INSTALLING, GroupEvent.INSTALL): GroupState.STABLE,
+    (GroupState.INSTALLING, GroupEvent.CANCEL): GroupState.STABLE,
 }
 MEMBER_EXPECTED = {
     (MemberState.CONNECTED, MemberEvent.DISCONNECT): MemberState.SUSPECT,
     (MemberState.CONNECTED, MemberEvent.RESUME): MemberState.CONNECTED,
+    (MemberState.CONNECTED, MemberEvent.REMOVE): MemberState.GONE,
     (MemberState.SUSPECT, MemberEvent.RESUME): MemberState.CONNECTED,
+    (MemberState.SUSPECT, MemberEvent.REMOVE): MemberState.GONE,
+    (MemberState.GONE, MemberEvent.REMOVE): MemberState.GONE,
 }
 
 
@@ -53,7 +59,7 @@ def test_member_slot_transition(state: MemberState, event: MemberEvent) -> None:
     slot = Slot(conn=1, accept_from="members", state=state)  # type: ignore[arg-type]
     expected = MEMBER_EXPECTED.get((state, event))
     if expected is None:
-        with pytest.raises(KeyError):
+        with pytest.raises(IllegalTransition, match=f"member {event.value} in {state.value}"):
             slot.on(event)
         assert slot.state is state
     else:

@@ -12,7 +12,9 @@ free loopback ports:
     fifo      notify, order "fifo"
     total     notify, order "total"
     atomic    notify, order "fifo", atomic: every member ACKs, counted when `confirm` arrives
-    durable   notify on its SQLite log (the `notify serve` default), order "fifo"
+    durable   notify on its SQLite log (the `notify serve` default: durability full, fsync),
+              order "fifo"
+    durable-normal  the same with `--durability normal` (no fsync: survives a killed process)
 
 The load is one asyncio process (this one): the publisher and N receivers. Receivers for the relay
 and notify are the same light sans-I/O `websockets` clients: each received frame is parsed with
@@ -59,7 +61,7 @@ now = time.perf_counter
 loads = orjson.loads
 dumps = orjson.dumps
 
-SYSTEMS = ("relay", "socketio", "fifo", "total", "atomic", "durable")
+SYSTEMS = ("relay", "socketio", "fifo", "total", "atomic", "durable", "durable-normal")
 GROUP = "bench"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -659,8 +661,8 @@ async def drain(load: Load, res: Result, timeout: float = 10.0) -> None:
 
 async def run_system(system: str, a: argparse.Namespace, logdir: Path) -> Result:
     res = Result(system)
-    peer = {"relay": "relay", "socketio": "socketio", "durable": "notify-sqlite"}.get(
-        system, "notify")
+    peer = {"relay": "relay", "socketio": "socketio", "durable": "notify-sqlite",
+            "durable-normal": "notify-sqlite-normal"}.get(system, "notify")
     payload = Payload(a.payload)
     profile = None
     if a.profile_dir and peer.startswith("notify"):
@@ -779,6 +781,7 @@ def report(results: dict[str, Result], a: argparse.Namespace) -> tuple[str, dict
     ratio("atomic/fifo", "atomic", "fifo", 0.5)
     ratio("fifo/socketio", "fifo", "socketio", 2.0)
     ratio("durable/fifo", "durable", "fifo", 0.8)
+    ratio("durable-normal/fifo", "durable-normal", "fifo", 0.8)
     ratio("p99 fifo/relay @rate", "fifo", "relay", 2.0, "rate_latency_ms", higher=False)
     lines.append("")
     for k, v in ratios.items():

@@ -90,8 +90,9 @@ async def run_notify(host: str, port: int) -> None:
     await server.stop()
 
 
-async def run_notify_sqlite(host: str, port: int) -> None:
-    """What `notify serve` runs by default: the SQLite log with group commit, in a fresh dir."""
+async def run_notify_sqlite(host: str, port: int, durability: str = "full") -> None:
+    """What `notify serve` runs by default: the SQLite log with group commit, in a fresh dir
+    (`durability="full"`: published after fsync; "normal": survives a killed process only)."""
     import tempfile
     from pathlib import Path
 
@@ -101,7 +102,9 @@ async def run_notify_sqlite(host: str, port: int) -> None:
 
     with tempfile.TemporaryDirectory(prefix="notify-bench-") as d:
         server = NotifyServer(CoreConfig(), host=host, port=port,
-                              store=SqliteLog(Path(d) / "notify.db"))
+                              store=SqliteLog(Path(d) / "notify.db",
+                                              durability="normal" if durability == "normal"
+                                              else "full"))
         await server.start()
         _ready(port)
         await _until_signalled()
@@ -124,7 +127,8 @@ def _quiet_logs() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.peers")
-    p.add_argument("system", choices=["relay", "socketio", "notify", "notify-sqlite"])
+    p.add_argument("system", choices=["relay", "socketio", "notify", "notify-sqlite",
+                                      "notify-sqlite-normal"])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--profile", metavar="FILE", default=None,
@@ -133,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     _quiet_logs()
     runners: dict[str, Callable[[str, int], Awaitable[None]]] = {
         "relay": run_relay, "socketio": run_socketio, "notify": run_notify,
-        "notify-sqlite": run_notify_sqlite}
+        "notify-sqlite": run_notify_sqlite,
+        "notify-sqlite-normal": lambda h, p: run_notify_sqlite(h, p, "normal")}
     coro = runners[a.system](a.host, a.port)
     if a.profile is None:
         asyncio.run(coro)

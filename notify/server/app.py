@@ -146,6 +146,9 @@ class NotifyServer:
             ping_interval=t.heartbeat_interval,
             ping_timeout=max(t.heartbeat_timeout - t.heartbeat_interval, 0.1),
             compression=None,
+            # a client that does not answer the close handshake holds a graceful stop no longer
+            # than its grace period
+            close_timeout=max(0.1, min(self.shutdown_grace, 10.0)),
             # A client without an Origin header is not a browser: the allow-list guards
             # against cross-site WebSocket hijacking, which only browsers can be used for.
             origins=None if self.origins is None else [*self.origins, None],  # type: ignore[list-item]

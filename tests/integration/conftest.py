@@ -126,17 +126,52 @@ class Replica:
 
 @pytest.fixture
 async def sdk() -> AsyncIterator[Callable[..., Any]]:
+    """`await sdk(url, "alice", options=...)` → a connected SDK `Client` (fast backoff by
+    default), closed at teardown."""
     clients: list[Client] = []
 
-    async def make(url: str, member: str) -> Client:
-        c = await asyncio.wait_for(sdk_connect(url, member=member, options=FAST,
-                                           rng=random.Random(2)), TIMEOUT)
+    async def make(url: str, member: str, options: ClientOptions = FAST, **kw: Any) -> Client:
+        c = await asyncio.wait_for(sdk_connect(url, member=member, options=options,
+                                               rng=random.Random(2), **kw), TIMEOUT)
         clients.append(c)
         return c
 
     yield make
     for c in clients:
         await asyncio.wait_for(c.close(), TIMEOUT)
+
+
+@pytest.fixture
+async def proxy_to() -> AsyncIterator[Callable[[NotifyServer], Any]]:
+    """`await proxy_to(server)` → a `FaultyProxy` in front of it (cut, stall, slow)."""
+    from tests.integration.proxy import FaultyProxy
+
+    proxies: list[FaultyProxy] = []
+
+    async def make(srv: NotifyServer) -> FaultyProxy:
+        p = await FaultyProxy(srv.port).start()
+        proxies.append(p)
+        return p
+
+    yield make
+    for p in proxies:
+        await p.close()
+
+
+async def until(group: Group, pred: Callable[[GroupEvent], bool],
+                timeout: float = TIMEOUT) -> list[GroupEvent]:
+    """The group's events up to and including the first that matches `pred` (bounded)."""
+    out: list[GroupEvent] = []
+
+    async def run() -> None:
+        while True:
+            e = await group.next_event(timeout)
+            out.append(e)
+            if pred(e):
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
 
 
 async def until_state(group: Group) -> StateReceived:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -30,49 +28,8 @@ from client_sdk import (
     connect,
 )
 from notify.server import NotifyServer
-from tests.integration.conftest import TIMEOUT, MakeServer
+from tests.integration.conftest import TIMEOUT, MakeServer, until
 from tests.integration.proxy import FaultyProxy
-
-FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
-
-
-@pytest.fixture
-async def proxy_to() -> AsyncIterator[Callable[[NotifyServer], Any]]:
-    proxies: list[FaultyProxy] = []
-
-    async def make(srv: NotifyServer) -> FaultyProxy:
-        p = await FaultyProxy(srv.port).start()
-        proxies.append(p)
-        return p
-
-    yield make
-    for p in proxies:
-        await p.close()
-
-
-@pytest.fixture
-async def sdk() -> AsyncIterator[Callable[..., Any]]:
-    clients: list[Client] = []
-
-    async def make(url: str, member: str, **kw: Any) -> Client:
-        kw.setdefault("options", FAST)
-        c = await asyncio.wait_for(connect(url, member=member, rng=random.Random(1), **kw),
-                                   TIMEOUT)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await asyncio.wait_for(c.close(), TIMEOUT)
-
-
-async def until(group: Group, pred: Callable[[GroupEvent], bool]) -> list[GroupEvent]:
-    out: list[GroupEvent] = []
-    while True:
-        e = await group.next_event(TIMEOUT)
-        out.append(e)
-        if pred(e):
-            return out
 
 
 def payloads(events: list[GroupEvent]) -> list[Any]:

@@ -10,9 +10,8 @@ the server was away go out in the new view with their ids (`same_view` ones are 
 from __future__ import annotations
 
 import asyncio
-import random
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,8 @@ import pytest
 
 from client_sdk import (
     Backoff,
-    Client,
     ClientOptions,
     ConnectionState,
-    Group,
     GroupEvent,
     Message,
     PublishRejected,
@@ -31,9 +28,8 @@ from client_sdk import (
     StateReceived,
     View,
     ViewInstalled,
-    connect,
 )
-from tests.integration.conftest import TIMEOUT
+from tests.integration.conftest import TIMEOUT, until
 from tests.integration.proxy import FaultyProxy
 from tests.integration.test_durability import ServerProcess, _free_port
 
@@ -53,35 +49,6 @@ def processes(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
     yield make
     for sp in started:
         sp.stop()
-
-
-@pytest.fixture
-async def sdk() -> AsyncIterator[Callable[..., Any]]:
-    clients: list[Client] = []
-
-    async def make(url: str, member: str) -> Client:
-        c = await asyncio.wait_for(connect(url, member=member, options=FAST,
-                                           rng=random.Random(7)), TIMEOUT)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await asyncio.wait_for(c.close(), TIMEOUT)
-
-
-async def until(group: Group, pred: Callable[[GroupEvent], bool]) -> list[GroupEvent]:
-    out: list[GroupEvent] = []
-
-    async def run() -> None:
-        while True:
-            e = await group.next_event(TIMEOUT)
-            out.append(e)
-            if pred(e):
-                return
-
-    await asyncio.wait_for(run(), TIMEOUT)
-    return out
 
 
 def installed(version: int | None = None) -> Callable[[GroupEvent], bool]:
@@ -108,7 +75,7 @@ async def test_issue16_memory_store_killed_and_restarted_rejoins_with_reset(
         processes: Callable[..., ServerProcess], sdk: Any) -> None:
     server = processes("--store", "memory")
     server.start()
-    a, b = await sdk(server.url, "a"), await sdk(server.url, "b")
+    a, b = await sdk(server.url, "a", options=FAST), await sdk(server.url, "b", options=FAST)
     ga, gb = await a.join("g"), await b.join("g")
     await until(ga, installed(2))
     await ga.publish("before")
@@ -162,7 +129,7 @@ async def test_issue16_sqlite_data_dir_replaced_rejoins_with_reset_and_asks_for_
         processes: Callable[..., ServerProcess], sdk: Any, tmp_path: Path) -> None:
     server = processes("--shutdown-grace", "0.5")  # SQLite, the default store
     server.start()
-    a = await sdk(server.url, "a")
+    a = await sdk(server.url, "a", options=FAST)
     replica = Replica()
     ga = await a.join("g", state=replica)
     for i in range(3):
@@ -196,7 +163,7 @@ async def test_issue16_member_away_past_retention_rejoins_with_reset(
     server.start()
     proxy = await FaultyProxy(server.port).start()
     try:
-        a, b = await sdk(server.url, "a"), await sdk(proxy.url, "b")
+        a, b = await sdk(server.url, "a", options=FAST), await sdk(proxy.url, "b", options=FAST)
         ga, gb = await a.join("g"), await b.join("g")
         await until(ga, installed(2))
         await ga.publish("seen")
@@ -239,7 +206,7 @@ async def test_issue16_view_and_events_agree_with_the_server_after_a_reset(
     messages flow both ways."""
     server = processes("--store", "memory")
     server.start()
-    a, b = await sdk(server.url, "a"), await sdk(server.url, "b")
+    a, b = await sdk(server.url, "a", options=FAST), await sdk(server.url, "b", options=FAST)
     ga, gb = await a.join("g"), await b.join("g")
     await until(ga, installed(2))
     await until(gb, installed(2))
@@ -254,7 +221,7 @@ async def test_issue16_view_and_events_agree_with_the_server_after_a_reset(
     assert ga.view == gb.view == View(last_a.view, last_a.members)
     assert (last_a.view, last_a.members) == (last_b.view, last_b.members)
 
-    c = await sdk(server.url, "c")  # a member the server knows only from the new log
+    c = await sdk(server.url, "c", options=FAST)  # a member the server knows only from the new log
     gc = await c.join("g")
     assert gc.view is not None
     assert gc.view.version == last_a.view + 1  # the server's next view after a's and b's

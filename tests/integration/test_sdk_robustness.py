@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-from collections.abc import AsyncIterator, Callable
 from decimal import Decimal
 from typing import Any
 
@@ -23,69 +21,19 @@ from client_sdk import (
     ClientOptions,
     Connection,
     ConnectionState,
-    Group,
     GroupEvent,
     Message,
     PayloadTooLarge,
     ProtocolViolation,
     RequestTimeout,
     ViewInstalled,
-    connect,
 )
 from notify.core.config import Limits
-from notify.server import NotifyServer
-from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw
-from tests.integration.proxy import FaultyProxy
-
-FAST = ClientOptions(backoff=Backoff(base=0.02, cap=0.1))
+from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw, until
 
 
 def opts(**kw: Any) -> ClientOptions:
     return ClientOptions(backoff=Backoff(base=0.02, cap=0.1), **kw)
-
-
-@pytest.fixture
-async def sdk() -> AsyncIterator[Callable[..., Any]]:
-    clients: list[Client] = []
-
-    async def make(url: str, member: str, options: ClientOptions = FAST) -> Client:
-        c = await asyncio.wait_for(connect(url, member=member, options=options,
-                                           rng=random.Random(3)), TIMEOUT)
-        clients.append(c)
-        return c
-
-    yield make
-    for c in clients:
-        await asyncio.wait_for(c.close(), TIMEOUT)
-
-
-@pytest.fixture
-async def proxy_to() -> AsyncIterator[Callable[[NotifyServer], Any]]:
-    proxies: list[FaultyProxy] = []
-
-    async def make(srv: NotifyServer) -> FaultyProxy:
-        p = await FaultyProxy(srv.port).start()
-        proxies.append(p)
-        return p
-
-    yield make
-    for p in proxies:
-        await p.close()
-
-
-async def until(group: Group, pred: Callable[[GroupEvent], bool],
-                timeout: float = TIMEOUT) -> list[GroupEvent]:
-    out: list[GroupEvent] = []
-
-    async def run() -> None:
-        while True:
-            e = await group.next_event(timeout)
-            out.append(e)
-            if pred(e):
-                return
-
-    await asyncio.wait_for(run(), timeout)
-    return out
 
 
 def payloads(events: list[GroupEvent]) -> list[Any]:

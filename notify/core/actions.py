@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from notify.core.checkpoint import Checkpoint
+from notify.core.events import Req
 from notify.core.view import MemberId
 
 ConnId = int
@@ -47,7 +48,7 @@ class Welcome:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    req: str
+    req: Req
     id: str
     offset: int
     type: str = field(default="published", init=False)
@@ -55,7 +56,7 @@ class Published:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    req: str
+    req: Req
     id: str
     code: str
     type: str = field(default="rejected", init=False)
@@ -128,7 +129,7 @@ class CatchupDone:
 class Error:
     code: str
     message: str
-    req: str | None = None
+    req: Req | None = None
     type: str = field(default="error", init=False)
 
 
@@ -181,7 +182,7 @@ class StateChunkOut:
 class CheckpointStored:
     """To the member that sent a checkpoint: it is durable and now the group's latest."""
 
-    req: str
+    req: Req
     group: str
     offset: int
     bytes: int
@@ -231,7 +232,7 @@ class ServeCheckpoint:
     offset: int
     checkpoint: Checkpoint
     #: the joiner's join request (an error about its state carries it)
-    req: str
+    req: Req
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +298,7 @@ class CommitCheckpoint:
     group: str
     checkpoint: Checkpoint
     conn: ConnId
-    req: str
+    req: Req
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from notify.core.events import ResumePoint
+from notify.core.events import Req, ResumePoint
 from notify.core.view import MemberId
 
 
@@ -39,6 +39,6 @@ class Upload:
     """A checkpoint on its way in from one member, chunk by chunk."""
 
     id: str
-    req: str
+    req: Req
     next_index: int = 0
     bytes: int = 0

@@ -62,6 +62,7 @@ from notify.core.events import (
     Join,
     Order,
     Publish,
+    Req,
     ResumePoint,
     StateChunk,
 )
@@ -111,7 +112,7 @@ class Transfer:
     donor: MemberId
     offset: int
     started: float
-    req: str = ""  # the joiner's join request: errors about its state carry it
+    req: Req = ""  # the joiner's join request: errors about its state carry it
     attempt: int = 0
     next_index: int = 0
     bytes: int = 0
@@ -242,7 +243,7 @@ class Group:
         self._advance(out, now)
         return out
 
-    def leave(self, member: MemberId, conn: ConnId, req: str, now: float) -> list[Action]:
+    def leave(self, member: MemberId, conn: ConnId, req: Req, now: float) -> list[Action]:
         out: list[Action] = []
         if member not in self.slots:
             code = ErrorCode.JOIN_PENDING if self.membership.is_joining(member) else \
@@ -800,7 +801,7 @@ class Group:
                 return f"{stream} has no seq {seq}"
         return None
 
-    def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: str,
+    def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: Req,
                              now: float) -> list[Action]:
         """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on
         (storage commits in the order the core asked, so the last one committed is the latest)."""

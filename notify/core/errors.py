@@ -52,6 +52,9 @@ class RejectCode(StrEnum):
     FORBIDDEN = "forbidden"  # no `publish` (or `publish_atomic`) grant for this group
     RATE_LIMITED = "rate_limited"  # over `publish_rate` (token bucket per connection)
     TOO_MANY_PENDING = "too_many_pending"  # over `max_pending_atomic` unresolved atomics
+    #: the payload is JSON that cannot be carried as is (G12), refused at the edge: an integer
+    #: outside 64 bits, a lone surrogate, NaN/Infinity, nested deeper than `max_payload_depth`
+    BAD_PAYLOAD = "bad_payload"
 
 
 class CloseCode(IntEnum):

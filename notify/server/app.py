@@ -54,6 +54,7 @@ from notify.core.actions import (
 )
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
+from notify.core.events import Req
 from notify.eventlog import EventLog
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
@@ -248,10 +249,9 @@ class NotifyServer:
         try:
             async for data in ws:
                 self.stats.frames_in += 1
-                frame = parse_any(data)
-                if isinstance(frame, Error):
-                    self._count_error(frame.code)
-                    outbox.push(dumps(frame))
+                frame = parse_any(data, self.config.limits)
+                if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
+                    self._apply([Send(conn, frame)])
                     continue
                 try:
                     if isinstance(frame, Authenticate):
@@ -263,7 +263,8 @@ class NotifyServer:
                 except Exception:  # a bug of ours must not take the server down (G12)
                     self.stats.internal_errors += 1
                     log.exception("core_error", conn=conn, frame=type(frame).__name__)
-                    outbox.push(dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped")))
+                    outbox.push(dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped",
+                                            getattr(frame, "req", None))))
                     continue
                 self._apply(actions)
         except ConnectionClosed:
@@ -364,7 +365,7 @@ class NotifyServer:
             elif isinstance(a, ServeCheckpoint):
                 self.checkpoints.serve(a)
 
-    def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: str) -> None:
+    def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: Req) -> None:
         self._apply(self.hub.checkpoint_committed(group, cp, conn, req, self._clock()))
 
     def _checkpoint_served(self, group: str, transfer: str, conn: int, size: int,

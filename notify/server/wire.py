@@ -353,17 +353,22 @@ def _explain(data: str | bytes, e: ValidationError, limits: Limits) -> Error | R
     return _refuse(raw, errors)
 
 
+def _text(s: str) -> str:
+    """Client text quoted in an error message, made carryable (a lone surrogate as `\\udXXX`)."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _refuse(raw: dict[str, Any], errors: list[Any]) -> Error:
     req = _usable_req(raw.get("req"))
     first = errors[0]
     if first["type"] == "union_tag_invalid":
         return Error(ErrorCode.UNKNOWN_TYPE,
-                     f"unknown frame type {str(raw.get('type'))[:64]!r}; "
-                     f"expected one of {', '.join(CLIENT_TYPES)}", req)
+                     _text(f"unknown frame type {str(raw.get('type'))[:64]!r}; "
+                           f"expected one of {', '.join(CLIENT_TYPES)}"), req)
     if first["type"] == "union_tag_not_found":
         return Error(ErrorCode.BAD_FRAME, "missing `type`", req)
     problems = list(dict.fromkeys(_describe(err) for err in errors))[:5]
-    return Error(ErrorCode.BAD_FRAME, f"{raw.get('type')}: {'; '.join(problems)}", req)
+    return Error(ErrorCode.BAD_FRAME, _text(f"{raw.get('type')}: {'; '.join(problems)}"), req)
 
 
 # -- the slow path: a frame pydantic's JSON parser refused ------------------------------------
@@ -422,10 +427,10 @@ def _salvage(data: str | bytes, reason: str, limits: Limits) -> Error | Rejected
             return _refuse(envelope, e.errors())
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     if faults:
-        what = "; ".join(f"{k}: {p}" for k, p in list(faults.items())[:5])
-        return Error(ErrorCode.BAD_FRAME, f"{str(kind)[:64] if type(kind) is str else 'frame'}: "
-                                          f"{what}", req)
-    return Error(ErrorCode.BAD_FRAME, f"not valid JSON: {reason}", req)
+        what = "; ".join(f"{k[:64]}: {p}" for k, p in list(faults.items())[:5])
+        where = kind[:64] if type(kind) is str else "frame"
+        return Error(ErrorCode.BAD_FRAME, _text(f"{where}: {what}"), req)
+    return Error(ErrorCode.BAD_FRAME, _text(f"not valid JSON: {reason}"), req)
 
 
 def _read_members(text: str) -> _Salvaged | None:

@@ -27,6 +27,8 @@ class Message:
     sender: MemberId
     view: int
     atomic: bool
+    #: opaque to the core: from the server's edge, an `orjson.Fragment` of bytes checked and
+    #: written once (notify/server/wire.py), which the log and every `deliver` reuse as they are
     payload: Any
     ts: float
     id: str

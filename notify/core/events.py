@@ -74,6 +74,7 @@ class Publish:
     id: str
     view: int
     order: Order
+    #: opaque to the core (never inspected, only carried): see `actions.Message.payload`
     payload: Any
     atomic: bool = False
     same_view: bool = False

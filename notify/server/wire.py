@@ -25,6 +25,7 @@ nesting in the payload is a bad payload of a request the client is waiting on, n
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -274,18 +275,25 @@ def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:
 
 
 def _deeper_than(value: Any, levels: int) -> bool:
-    """Whether `value` nests arrays and objects more than `levels` deep (`[[1]]` is 2)."""
+    """Whether `value` nests arrays and objects more than `levels` deep (`[[1]]` is 2), in C.
+
+    orjson's indented form puts each element of a container that is d levels deep on its own
+    line, indented 2·d spaces, so a container `levels + 1` deep is a line indented exactly
+    2·`levels` spaces that opens one (`[`, `{`, or `"key": [`). Strings cannot fool it: their
+    newlines are escaped. One indented serialisation and a substring search decide almost
+    every case; the regex runs only when some line is indented that far."""
     if type(value) is not dict and type(value) is not list:
         return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if d > levels:
-            return True
-        for x in v.values() if type(v) is dict else v:
-            if type(x) is dict or type(x) is list:
-                stack.append((x, d + 1))
-    return False
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    if b"\n" + b" " * (2 * levels) not in text:
+        return False
+    return _opening_at(levels).search(text) is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _opening_at(levels: int) -> re.Pattern[bytes]:
+    key = rb'(?:"[^"\\]*(?:\\.[^"\\]*)*": )?'
+    return re.compile(rb"\n {%d}" % (2 * levels) + key + rb"[\[{]")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

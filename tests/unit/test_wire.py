@@ -12,12 +12,14 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from notify.core import events as ev
 from notify.core.actions import Deliver, Error, Message, Rejected, ViewInstall
 from notify.core.config import Limits
 from notify.core.errors import ErrorCode, RejectCode
-from notify.server.wire import batch, dumps, parse, payload_problem
+from notify.server.wire import _deeper_than, batch, dumps, parse, payload_problem
 
 
 def plain(payload: Any) -> Any:
@@ -300,3 +302,18 @@ def test_payload_problem_names_the_fault() -> None:
     assert "NaN" in (payload_problem({"x": float("nan")}, 64) or "")
     assert "deeper than 3" in (payload_problem([[[[1]]]], 3) or "")
     assert payload_problem([[[1]]], 3) is None
+
+
+_trees = st.recursive(
+    st.none() | st.integers(-(2**63), 2**63 - 1)
+    | st.sampled_from(["", "a", '"[{', "\\", "\n  [", ": {"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(["k", '"', "\\", ": [", "\n"]), inner, max_size=3),
+    max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(tree=_trees, levels=st.integers(1, 8))
+def test_the_fast_depth_check_agrees_with_the_walk(tree: Any, levels: int) -> None:
+    walked = payload_problem(tree, levels) is not None
+    assert _deeper_than(tree, levels) == walked

@@ -321,9 +321,8 @@ def payload_problem(value: Any, max_depth: int, *, strings: bool = True) -> str 
             if strings and _SURROGATE.search(v):
                 return "a string holds a lone surrogate (not valid Unicode)"
         elif t is int:
-            if not I64_MIN <= v <= U64_MAX:
-                return f"the integer {str(v)[:24]}… is outside 64 bits" if len(str(v)) > 24 \
-                    else f"the integer {v} is outside 64 bits"
+            if not I64_MIN <= v <= U64_MAX:  # (str() of a huge int may raise: not used)
+                return f"an integer of {v.bit_length()} bits is outside 64 bits"
         elif t is float and not math.isfinite(v):
             return f"{v!r} is not a JSON number (NaN and Infinity are not JSON)"
     return None

@@ -82,6 +82,8 @@ class TimeoutSettings(_Section):
 
 class LimitSettings(_Section):
     max_frame_bytes: int = Field(default=_L.max_frame_bytes, ge=1024)
+    #: the edge's JSON parser stops at 200 levels; 128 leaves room for the frame around it
+    max_payload_depth: int = Field(default=_L.max_payload_depth, ge=1, le=128)
     max_outbound_frames: int = Field(default=_L.max_outbound_frames, ge=1)
     max_outbound_bytes: int = Field(default=_L.max_outbound_bytes, ge=1)
     retain_messages: int = Field(default=_L.retain_messages, ge=1)
@@ -172,6 +174,7 @@ class Settings(BaseSettings):
                      t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout,
                      t.recovery_window, t.write_timeout, t.idle_group),
             Limits(max_frame_bytes=lim.max_frame_bytes,
+                   max_payload_depth=lim.max_payload_depth,
                    max_outbound_frames=lim.max_outbound_frames,
                    max_outbound_bytes=lim.max_outbound_bytes,
                    retain_messages=lim.retain_messages,

@@ -31,7 +31,7 @@ class Transfer:
     offset: int
     started: float
     #: the joiner's join request (errors about its state carry it)
-    req: str = ""
+    req: str | int = ""
     attempt: int = 0
     next_index: int = 0
     bytes: int = 0

@@ -16,7 +16,7 @@ class Upload:
     """A checkpoint on its way in from one member."""
 
     id: str
-    req: str
+    req: str | int
     next_index: int = 0
     bytes: int = 0
 
@@ -42,7 +42,7 @@ class Uploads:
     def __len__(self) -> int:
         return len(self._uploads)
 
-    def chunk(self, member: MemberId, req: str, index: int,
+    def chunk(self, member: MemberId, req: str | int, index: int,
               size: int) -> tuple[Upload | None, Upload | BadChunk]:
         """Take chunk `index` of `member`'s upload. Returns the upload it replaced (a new one
         starts at index 0), and the upload to stage the chunk in, or why it is refused."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from notify.core.checkpoint import Checkpoint
+from notify.core.events import Req
 from notify.core.view import MemberId
 
 ConnId = int
@@ -26,6 +27,8 @@ class Message:
     sender: MemberId
     view: int
     atomic: bool
+    #: opaque to the core: from the server's edge, an `orjson.Fragment` of bytes checked and
+    #: written once (notify/server/wire.py), which the log and every `deliver` reuse as they are
     payload: Any
     ts: float
     id: str
@@ -47,7 +50,7 @@ class Welcome:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    req: str
+    req: Req
     id: str
     offset: int
     type: str = field(default="published", init=False)
@@ -55,7 +58,7 @@ class Published:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    req: str
+    req: Req
     id: str
     code: str
     type: str = field(default="rejected", init=False)
@@ -128,7 +131,7 @@ class CatchupDone:
 class Error:
     code: str
     message: str
-    req: str | None = None
+    req: Req | None = None
     type: str = field(default="error", init=False)
 
 
@@ -181,7 +184,7 @@ class StateChunkOut:
 class CheckpointStored:
     """To the member that sent a checkpoint: it is durable and now the group's latest."""
 
-    req: str
+    req: Req
     group: str
     offset: int
     bytes: int
@@ -229,7 +232,7 @@ class ServeCheckpoint:
     offset: int
     checkpoint: Checkpoint
     #: the joiner's join request (an error about its state carries it)
-    req: str
+    req: Req
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +310,7 @@ class CommitCheckpoint:
     group: str
     checkpoint: Checkpoint
     conn: ConnId
-    req: str
+    req: Req
 
 
 @dataclass(frozen=True, slots=True)

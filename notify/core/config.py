@@ -41,6 +41,9 @@ class Limits:
     """Bounds that keep one client from costing the others (G11, G12)."""
 
     max_frame_bytes: int = 1 << 20
+    #: how deeply a publish `payload` may nest arrays and objects (`[[1]]` is 2 levels); a
+    #: deeper one is refused at the edge (`rejected`, `bad_payload`), before any stream has it
+    max_payload_depth: int = 64
     #: messages kept per group for resume and catch-up (the topic buffer's retention)
     retain_messages: int = 100_000
     #: publish ids remembered per sender for idempotent retries

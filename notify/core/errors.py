@@ -56,6 +56,9 @@ class RejectCode(StrEnum):
     #: the log could not store it (e.g. a full disk); nothing of it was delivered, and the
     #: same id may be published again
     STORAGE_FAILED = "storage_failed"
+    #: the payload is JSON that cannot be carried as is (G12), refused at the edge: an integer
+    #: outside 64 bits, a lone surrogate, NaN/Infinity, nested deeper than `max_payload_depth`
+    BAD_PAYLOAD = "bad_payload"
 
 
 class CloseCode(IntEnum):

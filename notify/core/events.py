@@ -11,6 +11,11 @@ from typing import Any
 
 from notify.core.view import MemberId
 
+#: A client's correlation id (DESIGN §3): a string or an integer (JSON-RPC style), bounded at the
+#: edge (at most 256 characters; a signed 64-bit integer). The core never looks inside it; it only
+#: echoes it, exactly as sent, in the replies and errors about that request.
+Req = str | int
+
 
 class Order(StrEnum):
     FIFO = "fifo"
@@ -49,7 +54,7 @@ class Hello:
 
 @dataclass(frozen=True, slots=True)
 class Join:
-    req: str
+    req: Req
     group: str
     want_state: bool = False
     resume: ResumePoint | None = None
@@ -58,17 +63,18 @@ class Join:
 
 @dataclass(frozen=True, slots=True)
 class Leave:
-    req: str
+    req: Req
     group: str
 
 
 @dataclass(frozen=True, slots=True)
 class Publish:
-    req: str
+    req: Req
     group: str
     id: str
     view: int
     order: Order
+    #: opaque to the core (never inspected, only carried): see `actions.Message.payload`
     payload: Any
     atomic: bool = False
     same_view: bool = False
@@ -107,7 +113,7 @@ class CheckpointChunk:
     empty group, or a donor lost with nobody to replace it). The last chunk carries the sha256
     of the snapshot and the position."""
 
-    req: str
+    req: Req
     group: str
     index: int
     last: bool

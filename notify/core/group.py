@@ -57,6 +57,7 @@ from notify.core.events import (
     Join,
     Order,
     Publish,
+    Req,
     ResumePoint,
     StateChunk,
 )
@@ -128,7 +129,7 @@ class Intake:
     conn: ConnId
     publish: Publish
     from_member: bool
-    retries: list[tuple[ConnId, str]]
+    retries: list[tuple[ConnId, Req]]
 
 
 class Group:
@@ -274,7 +275,7 @@ class Group:
         self._advance(out, now)
         return out
 
-    def leave(self, member: MemberId, conn: ConnId, req: str, now: float) -> list[Action]:
+    def leave(self, member: MemberId, conn: ConnId, req: Req, now: float) -> list[Action]:
         out: list[Action] = []
         if member not in self.slots:
             code = ErrorCode.JOIN_PENDING if self.membership.is_joining(member) else \
@@ -746,7 +747,7 @@ class Group:
                          now: float) -> list[Action]:
         return self.transfers.checkpoint_chunk(member, conn, f, now)
 
-    def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: str,
+    def checkpoint_committed(self, cp: Checkpoint, conn: ConnId, req: Req,
                              now: float) -> list[Action]:
         return self.transfers.committed(cp, conn, req, now)
 

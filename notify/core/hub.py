@@ -42,6 +42,7 @@ from notify.core.events import (
     Join,
     Leave,
     Publish,
+    Req,
     StateChunk,
 )
 from notify.core.group import Group
@@ -343,7 +344,7 @@ class Hub:
         member = session.member
         return self._group_call(p.group, lambda g: g.publish(member, conn, p, now))
 
-    def _member_call(self, conn: ConnId, name: str, req: str | None,
+    def _member_call(self, conn: ConnId, name: str, req: Req | None,
                      call: Callable[[Group], list[Action]]) -> list[Action]:
         if name not in self.groups:
             return [Send(conn, Error(ErrorCode.NO_GROUP, f"no group {name!r}", req))]
@@ -375,7 +376,7 @@ class Hub:
         self._after_call(g)
         return out
 
-    def checkpoint_committed(self, group: str, cp: Checkpoint, conn: ConnId, req: str,
+    def checkpoint_committed(self, group: str, cp: Checkpoint, conn: ConnId, req: Req,
                              now: float) -> list[Action]:
         """Storage made `cp` durable (see `CommitCheckpoint`)."""
         self._now = now

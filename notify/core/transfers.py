@@ -34,7 +34,7 @@ from notify.core.actions import (
 )
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
-from notify.core.events import AcceptFrom, CheckpointChunk, ResumePoint, StateChunk
+from notify.core.events import AcceptFrom, CheckpointChunk, Req, ResumePoint, StateChunk
 from notify.core.view import MemberId
 from state_transfer.position import includes
 from state_transfer.relay import Ask, Decision, Forward, Relay, Transfer
@@ -72,7 +72,7 @@ class GroupTransfers:
         return (m for m in g.view.members
                 if m not in exclude and g.slots[m].conn is not None)
 
-    def start(self, joiner: MemberId, req: str, now: float,
+    def start(self, joiner: MemberId, req: Req, now: float,
               joining: frozenset[MemberId]) -> list[Says]:
         """At the install of the current view: `joiner` asked for state (the members joining
         with it have none to give)."""
@@ -202,7 +202,7 @@ class GroupTransfers:
                 return f"{stream} has no seq {seq}"
         return None
 
-    def committed(self, cp: Checkpoint, conn: ConnId, req: str, now: float) -> list[Action]:
+    def committed(self, cp: Checkpoint, conn: ConnId, req: Req, now: float) -> list[Action]:
         """Storage holds `cp` and checked its bytes: it is the group's checkpoint from now on
         (storage commits in the order the core asked, so the last one committed is the latest)."""
         g = self._g

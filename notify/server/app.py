@@ -37,10 +37,12 @@ from notify.core.actions import (
     CommitCheckpoint,
     DiscardCheckpoint,
     Error,
+    Rejected,
     StoreCheckpointChunk,
 )
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
+from notify.core.events import Req
 from notify.eventlog import EventLog
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
@@ -265,17 +267,15 @@ class NotifyServer:
         try:
             async for data in ws:
                 self.stats.frames_in += 1
-                frame = parse_any(data)
-                if isinstance(frame, Error):
-                    self._count_error(frame.code)
-                    outbox.push(dumps(frame))
+                frame = parse_any(data, self.config.limits)
+                if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
+                    self._apply([Send(conn, frame)])
                     continue
                 if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups \
                         and not await self._bring_back(frame.group):
-                    req = frame.req
-                    outbox.push(dumps(Error(ErrorCode.UNAVAILABLE,
-                                            f"group {frame.group!r} cannot be read from the log "
-                                            "right now; try again", req)))
+                    self._apply([Send(conn, Error(
+                        ErrorCode.UNAVAILABLE, f"group {frame.group!r} cannot be read from the "
+                        "log right now; try again", frame.req))])
                     continue
                 try:
                     if isinstance(frame, Authenticate):
@@ -287,7 +287,8 @@ class NotifyServer:
                 except Exception:  # a bug of ours must not take the server down (G12)
                     self.stats.internal_errors += 1
                     log.exception("core_error", conn=conn, frame=type(frame).__name__)
-                    outbox.push(dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped")))
+                    outbox.push(dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped",
+                                            getattr(frame, "req", None))))
                     continue
                 self._apply(actions)
         except ConnectionClosed:
@@ -393,7 +394,7 @@ class NotifyServer:
         if self._on_halt is not None:
             self._on_halt(reason)
 
-    def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: str) -> None:
+    def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: Req) -> None:
         self._apply(self.hub.checkpoint_committed(group, cp, conn, req, self._clock()))
 
     def _checkpoint_served(self, group: str, transfer: str, conn: int, size: int,

@@ -30,6 +30,7 @@ from notify.core.actions import (
 from notify.core.actions import ServeCheckpoint as Serve
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
+from notify.core.events import Req
 from notify.server.interpreter import Push
 from notify.server.wire import dumps
 from notify.storage.base import MessageLog
@@ -38,7 +39,7 @@ from state_transfer import ChunkError, verify
 log = structlog.get_logger("notify.server")
 
 #: (group, stored checkpoint, conn, req) once a checkpoint is durable and checked
-Committed = Callable[[str, Checkpoint, int, str], None]
+Committed = Callable[[str, Checkpoint, int, Req], None]
 #: (group, transfer, joiner, bytes, seconds) once a joiner got a checkpoint
 Served = Callable[[str, str, int, int, float], None]
 

@@ -3,26 +3,58 @@
 Client frames are validated by one discriminated-union `TypeAdapter` straight from the received
 text; a frame that fails becomes an `error` frame with a stable code (G12), never an exception
 that reaches the connection loop. Out-frames are the core's dataclasses, serialised once.
+
+Strictness (DESIGN §3, docs/protocol.md): every field has a strict type (a string is not a
+number, `true`/`false` are the only booleans, `1.0` is not an integer), every integer fits in 64
+bits, and an unknown field is refused by name (`extra="forbid"`, at every level), so that a typo
+or a JavaScript client's habits cannot silently change a guarantee (a misspelt `sameView` must
+not turn G6 off). `req` is a string or an integer and is echoed exactly as sent.
+
+The publish `payload` is opaque to the core, but it must be something every later step can
+carry (G12): orjson, which stores and fans it out, only writes 64-bit integers and valid
+Unicode, and writes NaN as `null`. So the edge checks it once, serialises it once, and hands
+the core an `orjson.Fragment` of those bytes: the log and every member's `deliver` reuse them
+as they are (`orjson.dumps` embeds a Fragment without re-encoding it). A payload that cannot be
+carried is refused right here with `rejected{code: bad_payload}`, before any stream sees it.
+
+Parsing is one pass of pydantic's JSON parser on the hot path. Only a frame that parser refuses
+takes the slow path (`_salvage`): a lenient reading, member by member, to say what was wrong and
+to echo the frame's `req` when it has a usable one (a lone surrogate, a NaN or a 10,000-level
+nesting in the payload is a bad payload of a request the client is waiting on, not line noise).
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from notify.core import events as ev
-from notify.core.actions import Error
-from notify.core.errors import ErrorCode
+from notify.core.actions import Error, Rejected
+from notify.core.config import Limits
+from notify.core.errors import ErrorCode, RejectCode
+
+I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
+MAX_REQ = 256
 
 Str = Annotated[str, Field(min_length=1, max_length=256)]
-Offset = Annotated[int, Field(ge=0)]
+#: a count, offset, seq, index or view version: non-negative, 64-bit
+Count = Annotated[int, Field(ge=0, le=I64_MAX)]
+I64 = Annotated[int, Field(ge=I64_MIN, le=I64_MAX)]
+#: the client's correlation id: a string (1-256 characters) or a 64-bit integer, never a bool
+ReqField = Annotated[str, Field(min_length=1, max_length=MAX_REQ)] | I64
+Offset = Count
 
 
 class _Frame(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
 Token = Annotated[str, Field(max_length=16_384)]
@@ -30,7 +62,7 @@ Token = Annotated[str, Field(max_length=16_384)]
 
 class HelloFrame(_Frame):
     type: Literal["hello"]
-    protocol: int
+    protocol: I64
     token: Token | None = None
     member: Str | None = None
     resume_session: Str | None = None
@@ -63,11 +95,10 @@ class RefreshFrame(_Frame):
 
 
 class ResumeModel(_Frame):
-    epoch: int
+    epoch: I64
     offset: Offset
-    streams: dict[Str, Annotated[int, Field(ge=0)]] = Field(default_factory=dict,
-                                                           max_length=100_000)
-    view: Annotated[int, Field(ge=0)] = 0
+    streams: dict[Str, Count] = Field(default_factory=dict, max_length=100_000)
+    view: Count = 0
 
     def to_core(self) -> ev.ResumePoint:
         return ev.ResumePoint(self.epoch, self.offset, dict(self.streams), self.view)
@@ -75,7 +106,7 @@ class ResumeModel(_Frame):
 
 class JoinFrame(_Frame):
     type: Literal["join"]
-    req: Str
+    req: ReqField
     group: Str
     want_state: bool = False
     resume: ResumeModel | None = None
@@ -88,7 +119,7 @@ class JoinFrame(_Frame):
 
 class LeaveFrame(_Frame):
     type: Literal["leave"]
-    req: Str
+    req: ReqField
     group: Str
 
     def to_core(self) -> ev.Leave:
@@ -97,17 +128,19 @@ class LeaveFrame(_Frame):
 
 class PublishFrame(_Frame):
     type: Literal["publish"]
-    req: Str
+    req: ReqField
     group: Str
     id: Str
-    view: Annotated[int, Field(ge=0)]
+    view: Count
     order: ev.Order = ev.Order.FIFO
     atomic: bool = False
     same_view: bool = False
-    payload: Any = None
+    #: any JSON value, `null` included, that `_payload` finds carryable
+    payload: Any
 
-    def to_core(self) -> ev.Publish:
-        return ev.Publish(self.req, self.group, self.id, self.view, self.order, self.payload,
+    def to_core(self, payload: orjson.Fragment) -> ev.Publish:
+        """The core event, carrying the payload as the bytes `_payload` checked and wrote."""
+        return ev.Publish(self.req, self.group, self.id, self.view, self.order, payload,
                           self.atomic, self.same_view)
 
 
@@ -124,12 +157,12 @@ class StateChunkFrame(_Frame):
     type: Literal["state_chunk"]
     group: Str
     transfer: Str
-    index: Annotated[int, Field(ge=0)]
+    index: Count
     last: bool
     #: base64 of at most 256 KiB of compressed snapshot (DESIGN §5)
     data: Annotated[str, Field(max_length=350_000)]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
-    streams: dict[Str, Annotated[int, Field(ge=0)]] | None = None
+    streams: dict[Str, Count] | None = None
 
     def to_core(self) -> ev.StateChunk:
         return ev.StateChunk(self.group, self.transfer, self.index, self.last, self.data,
@@ -138,9 +171,9 @@ class StateChunkFrame(_Frame):
 
 class CheckpointFrame(_Frame):
     type: Literal["checkpoint"]
-    req: Str
+    req: ReqField
     group: Str
-    index: Annotated[int, Field(ge=0)]
+    index: Count
     last: bool
     data: Annotated[str, Field(max_length=350_000)]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
@@ -156,7 +189,7 @@ class CheckpointFrame(_Frame):
 class FlushOkFrame(_Frame):
     type: Literal["flush_ok"]
     group: Str
-    view: int
+    view: Count
 
     def to_core(self) -> ev.FlushOk:
         return ev.FlushOk(self.group, self.view)
@@ -171,27 +204,32 @@ _adapter: TypeAdapter[Any] = TypeAdapter(ClientFrameModel)
 CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "checkpoint",
                 "refresh")
 
-Parsed = ev.ClientFrame | Authenticate | Refresh | Error
+Parsed = ev.ClientFrame | Authenticate | Refresh | Error | Rejected
+
+_DEFAULT_LIMITS = Limits()
 
 
-def parse_any(data: str | bytes) -> Parsed:
+def parse_any(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> Parsed:
     """One received WebSocket message → what the adapter acts on: a core event, a `hello` with
-    its token, a `refresh`, or the `error` frame to answer with."""
+    its token, a `refresh`, or the frame to answer with: an `error`, or a `rejected` for a
+    publish whose payload cannot be carried (G12)."""
     try:
         model = _adapter.validate_json(data)
     except ValidationError as e:
-        return _explain(data, e)
+        return _explain(data, e, limits)
+    if type(model) is PublishFrame:
+        return _publish(model, data, limits)
     if isinstance(model, HelloFrame):
         return Authenticate(model.to_core(), model.token)
     result: ev.ClientFrame | Refresh = model.to_core()
     return result
 
 
-def parse(data: str | bytes) -> ev.ClientFrame | Error:
-    """One received WebSocket message → a core event, or the `error` frame to answer with
+def parse(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> ev.ClientFrame | Error | Rejected:
+    """One received WebSocket message → a core event, or the frame to answer with
     (a `hello`'s token is dropped, a `refresh` is refused: for callers without
     authentication, like the simulator)."""
-    f = parse_any(data)
+    f = parse_any(data, limits)
     if isinstance(f, Authenticate):
         return f.hello
     if isinstance(f, Refresh):
@@ -199,28 +237,273 @@ def parse(data: str | bytes) -> ev.ClientFrame | Error:
     return f
 
 
-def _explain(data: str | bytes, e: ValidationError) -> Error:
-    req: str | None = None
+# -- the payload -------------------------------------------------------------------------------
+
+
+def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publish | Rejected:
+    """Check and serialise the payload once; the core carries the bytes as a Fragment.
+
+    pydantic's parser has already refused lone surrogates and nesting past 200 levels; what is
+    left to check costs almost nothing for an ordinary payload, because two exact gates keep the
+    slower checks off the hot path: orjson writes NaN and ±Infinity (a `NaN` literal, or `1e400`)
+    as `null`, so only a payload whose bytes hold a `null` can hold one; and a payload cannot
+    nest deeper than it has brackets."""
     try:
-        raw = orjson.loads(data)
+        body = orjson.dumps(model.payload)
+    except TypeError:  # an integer outside 64 bits: orjson cannot write it
+        return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
+    depth = limits.max_payload_depth
+    if b"null" in body and _non_finite(data, model.payload, depth):
+        return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
+    if body.count(b"[") + body.count(b"{") > depth and _deeper_than(model.payload, depth):
+        return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
+    if len(body) > limits.max_frame_bytes:  # re-written numbers may come out longer (1E2)
+        return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
+    return model.to_core(orjson.Fragment(body))
+
+
+def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:
+    """Whether the payload holds NaN or ±Infinity. orjson's own parser refuses both (a literal
+    and an overflowing number alike), and every other field of a publish that pydantic accepted
+    is a string, an integer or a boolean: so orjson reading the frame without complaint is a
+    C-speed proof that there is none. Otherwise the walk says for sure."""
+    try:
+        orjson.loads(data)
     except orjson.JSONDecodeError:
-        return Error(ErrorCode.BAD_FRAME, "not valid JSON")
+        return payload_problem(payload, depth, strings=False) is not None
+    return False
+
+
+def _deeper_than(value: Any, levels: int) -> bool:
+    """Whether `value` nests arrays and objects more than `levels` deep (`[[1]]` is 2), in C.
+
+    orjson's indented form puts each element of a container that is d levels deep on its own
+    line, indented 2·d spaces, so a container `levels + 1` deep is a line indented exactly
+    2·`levels` spaces that opens one (`[`, `{`, or `"key": [`). Strings cannot fool it: their
+    newlines are escaped. One indented serialisation and a substring search decide almost
+    every case; the regex runs only when some line is indented that far."""
+    if type(value) is not dict and type(value) is not list:
+        return False
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2)
+    if b"\n" + b" " * (2 * levels) not in text:
+        return False
+    return _opening_at(levels).search(text) is not None
+
+
+@functools.lru_cache(maxsize=8)
+def _opening_at(levels: int) -> re.Pattern[bytes]:
+    key = rb'(?:"[^"\\]*(?:\\.[^"\\]*)*": )?'
+    return re.compile(rb"\n {%d}" % (2 * levels) + key + rb"[\[{]")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def payload_problem(value: Any, max_depth: int, *, strings: bool = True) -> str | None:
+    """Why `value` (a parsed JSON value) cannot be carried, or None if it can.
+
+    Iterative, so a deep value costs no Python stack. `strings=False` skips the surrogate check
+    for values from pydantic's parser, which never produces a lone surrogate."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        t = type(v)
+        if t is dict or t is list:
+            if depth >= max_depth:
+                return f"nested deeper than {max_depth} levels"
+            if t is dict:
+                if strings and any(_SURROGATE.search(k) for k in v):
+                    return "a key holds a lone surrogate (not valid Unicode)"
+                stack.extend((x, depth + 1) for x in v.values())
+            else:
+                stack.extend((x, depth + 1) for x in v)
+        elif t is str:
+            if strings and _SURROGATE.search(v):
+                return "a string holds a lone surrogate (not valid Unicode)"
+        elif t is int:
+            if not I64_MIN <= v <= U64_MAX:  # (str() of a huge int may raise: not used)
+                return f"an integer of {v.bit_length()} bits is outside 64 bits"
+        elif t is float and not math.isfinite(v):
+            return f"{v!r} is not a JSON number (NaN and Infinity are not JSON)"
+    return None
+
+
+# -- explaining a refused frame ----------------------------------------------------------------
+
+
+def _usable_req(v: Any) -> ev.Req | None:
+    """The frame's `req` if it can be echoed exactly as sent (else None)."""
+    if type(v) is str:
+        return v if len(v) <= MAX_REQ and not _SURROGATE.search(v) else None
+    if type(v) is int:
+        return v if I64_MIN <= v <= I64_MAX else None
+    return None
+
+
+def _describe(err: Any) -> str:
+    loc = err["loc"][1:]  # the first is the frame type (the union's tag)
+    where = ".".join(str(p) for p in loc) or "frame"
+    if err["type"] == "extra_forbidden":
+        return f"{where}: unknown field"
+    if loc[:1] == ("req",):  # one message for the str | int union, not one per member
+        return "req: must be a string of 1-256 characters or a 64-bit integer"
+    return f"{where}: {err['msg']}"
+
+
+def _explain(data: str | bytes, e: ValidationError, limits: Limits) -> Error | Rejected:
+    errors = e.errors()
+    if errors[0]["type"] == "json_invalid":
+        return _salvage(data, errors[0]["msg"], limits)
+    raw = pydantic_core.from_json(data)  # the same parser: it read this frame already
     if not isinstance(raw, dict):
         return Error(ErrorCode.BAD_FRAME, "a frame is a JSON object with a `type`")
-    if isinstance(raw.get("req"), str):
-        req = raw["req"][:256]
-    first = e.errors()[0]
+    return _refuse(raw, errors)
+
+
+def _text(s: str) -> str:
+    """Client text quoted in an error message, made carryable (a lone surrogate as `\\udXXX`)."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _refuse(raw: dict[str, Any], errors: list[Any]) -> Error:
+    req = _usable_req(raw.get("req"))
+    first = errors[0]
     if first["type"] == "union_tag_invalid":
         return Error(ErrorCode.UNKNOWN_TYPE,
-                     f"unknown frame type {str(raw.get('type'))[:64]!r}; "
-                     f"expected one of {', '.join(CLIENT_TYPES)}", req)
+                     _text(f"unknown frame type {str(raw.get('type'))[:64]!r}; "
+                           f"expected one of {', '.join(CLIENT_TYPES)}"), req)
     if first["type"] == "union_tag_not_found":
         return Error(ErrorCode.BAD_FRAME, "missing `type`", req)
-    problems = "; ".join(
-        f"{'.'.join(str(p) for p in err['loc'][1:]) or 'frame'}: {err['msg']}"
-        for err in e.errors()[:5]
-    )
-    return Error(ErrorCode.BAD_FRAME, f"{raw.get('type')}: {problems}", req)
+    problems = list(dict.fromkeys(_describe(err) for err in errors))[:5]
+    return Error(ErrorCode.BAD_FRAME, _text(f"{raw.get('type')}: {'; '.join(problems)}"), req)
+
+
+# -- the slow path: a frame pydantic's JSON parser refused ------------------------------------
+
+#: lenient where the strict parser is not: NaN, Infinity, big integers, lone surrogates
+_LENIENT = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+#: strings and runs of brackets: enough to find where a too-deep value ends
+_NESTING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+', re.S)
+#: no client frame has more members; more is not a frame worth reading on
+_MAX_MEMBERS = 32
+#: tokens of `_NESTING` read past a too-deep value before giving up on what follows it
+_SKIP_BUDGET = 100_000
+
+
+@dataclass(slots=True)
+class _Salvaged:
+    members: dict[str, Any]
+    #: members whose value nests deeper than the lenient parser goes (~1,000 levels)
+    deep: list[str]
+    #: the whole text was one JSON object (else: read up to where it broke)
+    complete: bool
+
+
+def _salvage(data: str | bytes, reason: str, limits: Limits) -> Error | Rejected:
+    """Say what is wrong with a frame the strict parser refused, and echo its `req` if a
+    usable one can be read.
+
+    The frame is read member by member with Python's lenient JSON decoder, so each member is
+    judged on its own: a publish whose only fault is its payload is refused as a publish
+    (`rejected`, `bad_payload`) when the rest of it is a valid publish; any other fault is a
+    `bad_frame`. Costs are bounded: at most `_MAX_MEMBERS` members, `_SKIP_BUDGET` tokens."""
+    reason = reason.removeprefix("Invalid JSON: ")
+    try:
+        text = data if isinstance(data, str) else data.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return Error(ErrorCode.BAD_FRAME, "not valid JSON: not UTF-8")
+    s = _read_members(text)
+    if s is None:
+        return Error(ErrorCode.BAD_FRAME, f"not valid JSON: {reason}")
+    req = _usable_req(s.members.get("req"))
+    depth = limits.max_payload_depth
+    faults = {k: f"nested deeper than {depth} levels" for k in s.deep}
+    for k, v in s.members.items():
+        if (p := payload_problem(v, depth)) is not None:
+            faults.setdefault(k, p)
+    for k in s.members:
+        if _SURROGATE.search(k):
+            faults.setdefault("(a key)", "a key holds a lone surrogate (not valid Unicode)")
+    kind = s.members.get("type")
+    if set(faults) == {"payload"} and kind == "publish" and (s.complete or s.deep == ["payload"]):
+        envelope = {k: v for k, v in s.members.items() if k != "payload"}
+        try:
+            model = _adapter.validate_json(orjson.dumps({**envelope, "payload": None}))
+        except ValidationError as e:
+            return _refuse(envelope, e.errors())
+        return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
+    if faults:
+        what = "; ".join(f"{k[:64]}: {p}" for k, p in list(faults.items())[:5])
+        where = kind[:64] if type(kind) is str else "frame"
+        return Error(ErrorCode.BAD_FRAME, _text(f"{where}: {what}"), req)
+    return Error(ErrorCode.BAD_FRAME, _text(f"not valid JSON: {reason}"), req)
+
+
+def _read_members(text: str) -> _Salvaged | None:
+    """The top-level members of a JSON object, as far as they can be read (None: the text does
+    not start as an object)."""
+    i = _WS.match(text).end()  # type: ignore[union-attr]
+    if not text.startswith("{", i):
+        return None
+    s = _Salvaged({}, [], complete=False)
+    i = _skip_ws(text, i + 1)
+    if text.startswith("}", i):
+        s.complete = not text[i + 1:].strip(" \t\n\r")
+        return s
+    while len(s.members) + len(s.deep) < _MAX_MEMBERS:
+        if not text.startswith('"', i):
+            return s
+        try:
+            key, i = json.decoder.scanstring(text, i + 1)  # type: ignore[attr-defined]
+        except ValueError:
+            return s
+        i = _skip_ws(text, i)
+        if not text.startswith(":", i):
+            return s
+        i = _skip_ws(text, i + 1)
+        try:
+            s.members[key], i = _LENIENT.raw_decode(text, i)
+        except RecursionError:
+            s.deep.append(key)
+            end = _skip_nested(text, i)
+            if end is None:
+                return s
+            i = end
+        except ValueError:
+            return s
+        i = _skip_ws(text, i)
+        if text.startswith(",", i):
+            i = _skip_ws(text, i + 1)
+        elif text.startswith("}", i):
+            s.complete = not text[i + 1:].strip(" \t\n\r")
+            return s
+        else:
+            return s
+    return s
+
+
+def _skip_ws(text: str, i: int) -> int:
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
+
+
+def _skip_nested(text: str, i: int) -> int | None:
+    """The index just past the array or object starting at `i` (None if that is not found
+    within the budget)."""
+    depth = 0
+    for n, m in enumerate(_NESTING.finditer(text, i)):
+        if n >= _SKIP_BUDGET:
+            return None
+        tok = m.group()
+        if tok[0] == '"':
+            continue
+        if tok[0] in "[{":
+            depth += len(tok)
+        elif len(tok) >= depth:
+            return m.start() + depth
+        else:
+            depth -= len(tok)
+    return None
 
 
 def dumps(frame: object) -> bytes:

@@ -315,8 +315,10 @@ class SqliteLog:
 
 
 def _message(r: tuple[object, ...]) -> Message:
+    # The payload column holds the bytes the edge checked and wrote (notify/server/wire.py):
+    # carried on as they are, never parsed again.
     return Message(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]),  # type: ignore[arg-type]
-                   orjson.loads(r[7]), r[8], r[9], bool(r[10]))  # type: ignore[arg-type]
+                   orjson.Fragment(r[7]), r[8], r[9], bool(r[10]))  # type: ignore[arg-type]
 
 
 def _row(m: Message) -> tuple[object, ...]:

@@ -66,7 +66,8 @@ async def test_metrics_after_a_scripted_scenario(make_server: MakeServer,
         await bob.expect("deliver")
     await alice.send("{not json")  # one bad frame
     await alice.expect("error")
-    await alice.send({"type": "publish", "req": "x", "group": "nowhere", "id": "x", "view": 0})
+    await alice.send({"type": "publish", "req": "x", "group": "nowhere", "id": "x", "view": 0,
+                      "payload": None})
     await alice.expect("rejected")
     for i in range(6):  # the bucket holds 5 at most, 4 are left: 2 of these are refused
         await alice.send({"type": "publish", "req": f"q{i}", "group": "g", "id": f"q{i}",

@@ -170,7 +170,7 @@ class Observer:
         return self.sim.hub.groups[group].topic.outcome(offset)
 
     def accepted(self, msg: Any, sending_view: int) -> None:
-        p = msg.payload
+        p = orjson.loads(orjson.dumps(msg.payload))  # the edge hands the core a Fragment
         info = MsgInfo(msg.group, msg.offset, msg.stream, msg.seq, msg.sender, msg.view,
                        sending_view, msg.atomic, msg.from_member, msg.id, p["sv"])
         self.msgs[(msg.group, msg.offset)] = info

@@ -1,0 +1,154 @@
+"""Every frame a `NotifyServer` sends, checked against docs/schema/protocol.schema.json.
+
+`FrameCheck.install()` wraps two things for the whole test session: `NotifyServer._handle`, to
+know which WebSocket connections are the server's (other servers in the tests, like the bench's
+bare relay, are not checked), and `ServerConnection.send`, the single place where the server's
+outboxes hand bytes to the socket. So what is checked is exactly what goes on the wire, from
+every real-socket test (integration, security, ops), whichever client read it.
+
+A frame the schema refuses is recorded, never raised inside the server (that would kill the
+sender task under test); the autouse fixture in tests/conftest.py fails the test that caused it.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+from websockets.asyncio.server import ServerConnection
+
+from notify.server import NotifyServer
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "schema" / "protocol.schema.json"
+SCHEMA: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())
+
+
+def validator(definition: str) -> Draft202012Validator:
+    """A validator for one definition of the schema (`ServerFrame`, `ClientFrame`, `Deliver`)."""
+    return Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]})
+
+
+def _single_server_types() -> dict[str, Draft202012Validator]:
+    out = {}
+    for alt in SCHEMA["$defs"]["SingleServerFrame"]["oneOf"]:
+        name = alt["$ref"].rsplit("/", 1)[1]
+        out[SCHEMA["$defs"][name]["properties"]["type"]["const"]] = validator(name)
+    return out
+
+
+SERVER_FRAME = validator("ServerFrame")
+CLIENT_FRAME = validator("ClientFrame")
+_BY_TYPE = _single_server_types()
+_BATCH = validator("Batch")
+
+
+def problems(message: str | bytes) -> list[str]:
+    """Why one server → client WebSocket message does not match the schema ([] if it does)."""
+    try:
+        return problems_of(orjson.loads(message))
+    except orjson.JSONDecodeError as e:
+        return [f"not JSON: {e}"]
+
+
+def frames_of(f: Any) -> list[Any]:
+    """The frames one message holds (a batch unpacked)."""
+    if isinstance(f, dict) and f.get("type") == "batch" and isinstance(f.get("frames"), list):
+        return list(f["frames"])
+    return [f]
+
+
+def problems_of(f: Any) -> list[str]:
+    """Each frame is checked against the definition its `type` names (the same answer as the
+    schema's `oneOf`, in a fraction of the time); a batch's envelope against `Batch`."""
+    if not isinstance(f, dict):
+        return ["not an object"]
+    out: list[str] = []
+    if f.get("type") == "batch":
+        out += [e.message for e in _BATCH.iter_errors({**f, "frames": []})]
+    for inner in frames_of(f):
+        v = _BY_TYPE.get(inner.get("type")) if isinstance(inner, dict) else None
+        if v is None:
+            out.append(f"no server frame has type {inner!r:.80}")
+            continue
+        out += [f"{inner.get('type')}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in v.iter_errors(inner)]
+    return out
+
+
+@dataclass
+class FrameCheck:
+    """What the hook saw: frames checked (by type), connections, failures."""
+
+    frames: int = 0
+    messages: int = 0
+    connections: int = 0
+    by_type: Counter[str] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+    _conns: weakref.WeakSet[ServerConnection] = field(default_factory=weakref.WeakSet)
+    _servers: weakref.WeakSet[NotifyServer] = field(default_factory=weakref.WeakSet)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _full_checked: set[str] = field(default_factory=set)
+
+    def check(self, message: Any) -> None:
+        if not isinstance(message, str | bytes):  # the server sends only text frames
+            self._fail(message, ["not a text frame"])
+            return
+        try:
+            f = orjson.loads(message)
+        except orjson.JSONDecodeError as e:
+            self._fail(message, [f"not JSON: {e}"])
+            return
+        found = problems_of(f)
+        inner = frames_of(f)
+        for x in inner:  # the first frame of each type also against the whole `oneOf`
+            t = x.get("type") if isinstance(x, dict) else None
+            if t not in self._full_checked:
+                self._full_checked.add(t)
+                found += [f"{t} (oneOf): {e.message}" for e in SERVER_FRAME.iter_errors(x)]
+        with self._lock:
+            self.messages += 1
+            self.frames += len(inner)
+            self.by_type.update(str(x.get("type")) for x in inner if isinstance(x, dict))
+        if found:
+            self._fail(message, found)
+
+    def _fail(self, message: Any, found: list[str]) -> None:
+        with self._lock:
+            self.failures.append(f"{message!r:.300} -> {found[:3]}")
+
+    def received(self) -> int:
+        """Frames the servers seen so far have received from their clients."""
+        return sum(srv.stats.frames_in for srv in list(self._servers))
+
+    def install(self) -> None:
+        check = self
+        handle = NotifyServer._handle
+        send = ServerConnection.send
+
+        async def _handle(srv: NotifyServer, ws: ServerConnection) -> None:
+            with check._lock:
+                check.connections += 1
+            check._conns.add(ws)
+            check._servers.add(srv)
+            await handle(srv, ws)
+
+        async def _send(ws: ServerConnection, message: Any, text: bool | None = None) -> None:
+            if ws in check._conns:
+                check.check(message)
+            await send(ws, message, text=text)
+
+        NotifyServer._handle = _handle  # type: ignore[method-assign]
+        ServerConnection.send = _send  # type: ignore[method-assign]
+        self._restore = (handle, send)
+
+    def uninstall(self) -> None:
+        NotifyServer._handle, ServerConnection.send = self._restore  # type: ignore[method-assign]
+
+
+CHECK = FrameCheck()

@@ -57,6 +57,8 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-outbound-bytes", "limits", int, "slow-consumer bound in bytes (default 16 MiB)"),
     ("--retain-messages", "limits", int,
      "messages kept per group, in memory and in the log (default 100,000)"),
+    ("--retain-bytes", "limits", int,
+     "payload bytes kept per group in memory for resume and catch-up (default 64 MiB)"),
     ("--retain-age", "server", float, "seconds after which stored messages are deleted"),
     ("--max-groups-per-session", "limits", int, "default 1,000"),
     ("--publish-rate", "limits", float, "publishes/s per connection (default 20,000; 0 = off)"),

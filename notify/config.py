@@ -87,6 +87,7 @@ class LimitSettings(_Section):
     max_outbound_frames: int = Field(default=_L.max_outbound_frames, ge=1)
     max_outbound_bytes: int = Field(default=_L.max_outbound_bytes, ge=1)
     retain_messages: int = Field(default=_L.retain_messages, ge=1)
+    retain_bytes: int = Field(default=_L.retain_bytes, ge=1)
     max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
     publish_rate: float = Field(default=_L.publish_rate, ge=0)
     publish_burst: int = Field(default=_L.publish_burst, ge=1)
@@ -177,7 +178,7 @@ class Settings(BaseSettings):
                    max_payload_depth=lim.max_payload_depth,
                    max_outbound_frames=lim.max_outbound_frames,
                    max_outbound_bytes=lim.max_outbound_bytes,
-                   retain_messages=lim.retain_messages,
+                   retain_messages=lim.retain_messages, retain_bytes=lim.retain_bytes,
                    max_groups_per_session=lim.max_groups_per_session,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
                    max_pending_atomic=lim.max_pending_atomic),

@@ -33,6 +33,8 @@ class Message:
     ts: float
     id: str
     from_member: bool = True
+    #: the payload's size in bytes (what `Limits.retain_bytes` counts)
+    size: int = 0
 
 
 # --- server -> client frames -------------------------------------------------------------------

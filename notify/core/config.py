@@ -44,8 +44,10 @@ class Limits:
     #: how deeply a publish `payload` may nest arrays and objects (`[[1]]` is 2 levels); a
     #: deeper one is refused at the edge (`rejected`, `bad_payload`), before any stream has it
     max_payload_depth: int = 64
-    #: messages kept per group for resume and catch-up (the topic buffer's retention)
+    #: messages kept per group for resume and catch-up (the topic buffer's retention), and
+    #: their payload bytes at most (G14: 100,000 messages of 1 MiB would be 100 GiB)
     retain_messages: int = 100_000
+    retain_bytes: int = 64 << 20
     #: publish ids remembered per sender for idempotent retries
     idempotency_window: int = 10_000
     #: outbound frames queued for one member before it is cut as a slow consumer

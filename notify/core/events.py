@@ -78,6 +78,8 @@ class Publish:
     payload: Any
     atomic: bool = False
     same_view: bool = False
+    #: the payload's size in bytes, as the edge wrote it (retention counts bytes, G14)
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,8 @@ class Group:
         self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
                                      install_hold=t.install_hold)
         self.topic = Topic(name, retain=config.limits.retain_messages,
-                           idempotency_window=config.limits.idempotency_window, head=head)
+                           idempotency_window=config.limits.idempotency_window, head=head,
+                           retain_bytes=config.limits.retain_bytes)
         self.atomics = AtomicTracker()
         #: unresolved atomic messages per sender (the `max_pending_atomic` limit)
         self.slots: dict[MemberId, Slot] = {}
@@ -486,7 +487,7 @@ class Group:
                 last_before[stream] = topic.last_offset(stream)
             msg = topic.accept(sender=x.sender, publish_id=p.id, order=p.order, view=p.view,
                                atomic=p.atomic, payload=p.payload, now=now,
-                               from_member=x.from_member)
+                               from_member=x.from_member, size=p.size)
             if p.atomic:
                 self.atomics.add(msg, self.view.members, now)
             elif not x.from_member:  # a non-member's ids live on from its last publish

@@ -35,10 +35,11 @@ def external_stream(sender: MemberId) -> str:
 
 
 class Topic:
-    __slots__ = ("_last", "_log", "_outcomes", "_publish_ids", "_retain", "_retained", "_seqs",
-                 "_window", "group", "head")
+    __slots__ = ("_bytes", "_last", "_log", "_max_bytes", "_outcomes", "_publish_ids", "_retain",
+                 "_retained", "_seqs", "_window", "group", "head")
 
-    def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0) -> None:
+    def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0,
+                 retain_bytes: int = 1 << 62) -> None:
         self.group = group
         #: offset of the last accepted message (0 = none yet)
         self.head = head
@@ -46,7 +47,10 @@ class Topic:
         #: offset of each stream's latest message, where known (not for streams whose every
         #: message was deleted before a restart)
         self._last: dict[str, int] = {}
-        self._log: deque[Message] = deque(maxlen=retain)
+        self._log: deque[Message] = deque()
+        #: payload bytes retained, and their bound
+        self._bytes = 0
+        self._max_bytes = retain_bytes
         #: retained messages per stream: a stream's retained messages are the last of its
         #: seqs, so its first retained seq is `seq - count + 1` (O(1) resume checks)
         self._retained: dict[str, int] = {}
@@ -73,6 +77,7 @@ class Topic:
         payload: Any,
         now: float,
         from_member: bool,
+        size: int = 0,
     ) -> Message:
         stream = self.stream_of(order, sender, from_member)
         seq = self._seqs.get(stream, 0) + 1
@@ -81,7 +86,7 @@ class Topic:
         self._last[stream] = self.head
         msg = Message(
             self.group, self.head, stream, seq, sender, view, atomic, payload, now, publish_id,
-            from_member,
+            from_member, size,
         )
         self._keep(msg)
         ids = self._publish_ids.setdefault(sender, OrderedDict())
@@ -107,6 +112,7 @@ class Topic:
         for m in reversed(messages):
             gone = self._log.pop()
             assert gone is m, "only the latest messages can be retracted"
+            self._bytes -= m.size
             self._uncount(m.stream)
             if m.seq > 1:
                 self._seqs[m.stream] = m.seq - 1
@@ -136,13 +142,17 @@ class Topic:
                 ids.popitem(last=False)
 
     def _keep(self, m: Message) -> None:
+        """Retain `m`, dropping the oldest past `retain` messages or `retain_bytes` bytes (the
+        newest message always stays)."""
         log = self._log
-        if len(log) == self._retain and log:
-            gone = log[0]
+        log.append(m)
+        self._bytes += m.size
+        self._retained[m.stream] = self._retained.get(m.stream, 0) + 1
+        while len(log) > self._retain or (self._bytes > self._max_bytes and len(log) > 1):
+            gone = log.popleft()
+            self._bytes -= gone.size
             self._outcomes.pop(gone.offset, None)
             self._uncount(gone.stream)
-        log.append(m)
-        self._retained[m.stream] = self._retained.get(m.stream, 0) + 1
 
     def _uncount(self, stream: str) -> None:
         n = self._retained[stream] - 1

@@ -138,10 +138,10 @@ class PublishFrame(_Frame):
     #: any JSON value, `null` included, that `_payload` finds carryable
     payload: Any
 
-    def to_core(self, payload: orjson.Fragment) -> ev.Publish:
+    def to_core(self, body: bytes) -> ev.Publish:
         """The core event, carrying the payload as the bytes `_payload` checked and wrote."""
-        return ev.Publish(self.req, self.group, self.id, self.view, self.order, payload,
-                          self.atomic, self.same_view)
+        return ev.Publish(self.req, self.group, self.id, self.view, self.order,
+                          orjson.Fragment(body), self.atomic, self.same_view, len(body))
 
 
 class AckFrame(_Frame):
@@ -259,7 +259,7 @@ def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publi
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     if len(body) > limits.max_frame_bytes:  # re-written numbers may come out longer (1E2)
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
-    return model.to_core(orjson.Fragment(body))
+    return model.to_core(body)
 
 
 def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:

@@ -317,8 +317,9 @@ class SqliteLog:
 def _message(r: tuple[object, ...]) -> Message:
     # The payload column holds the bytes the edge checked and wrote (notify/server/wire.py):
     # carried on as they are, never parsed again.
+    body: bytes = r[7]  # type: ignore[assignment]
     return Message(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]),  # type: ignore[arg-type]
-                   orjson.Fragment(r[7]), r[8], r[9], bool(r[10]))  # type: ignore[arg-type]
+                   orjson.Fragment(body), r[8], r[9], bool(r[10]), len(body))  # type: ignore[arg-type]
 
 
 def _row(m: Message) -> tuple[object, ...]:

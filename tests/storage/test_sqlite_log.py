@@ -22,8 +22,9 @@ _tickets = itertools.count(1)
 
 def plain(m: Message) -> Message:
     """`m` with its payload as a plain value: the log hands it back as an `orjson.Fragment`
-    of the stored bytes (never parsed again), which compares by identity."""
-    return dataclasses.replace(m, payload=orjson.loads(orjson.dumps(m.payload)))
+    of the stored bytes (never parsed again), which compares by identity; and no size (the
+    log counts the stored bytes, a test message has none)."""
+    return dataclasses.replace(m, payload=orjson.loads(orjson.dumps(m.payload)), size=0)
 
 
 def msg(offset: int, group: str = "g", payload: Any = None) -> Message:

@@ -73,3 +73,19 @@ def test_G14_token_entries_of_closed_connections_do_not_pile_up() -> None:
                             Identity(f"m{i}", ALLOW_ALL, net.now + 3600)))
         net.drop(conn)
     assert len(hub._token_heap) <= 2 * len(hub._conns) + 65
+
+
+def test_G14_retention_in_memory_counts_payload_bytes() -> None:
+    from notify.core.events import Order
+    from notify.core.topic import Topic
+
+    t = Topic("g", retain=1000, idempotency_window=10, retain_bytes=250)
+    for i in range(10):
+        t.accept(sender="a", publish_id=f"p{i}", order=Order.FIFO, view=1, atomic=False,
+                 payload=None, now=0.0, from_member=True, size=100)
+    assert t.first_retained == 9  # two messages of 100 bytes fit in 250
+    assert not t.can_replay(5, {}, external=False)
+    assert t.can_replay(8, {}, external=False)
+    big = t.accept(sender="a", publish_id="big", order=Order.FIFO, view=1, atomic=False,
+                   payload=None, now=0.0, from_member=True, size=10_000)
+    assert t.first_retained == big.offset  # the newest one always stays

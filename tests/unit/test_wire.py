@@ -39,7 +39,7 @@ def test_publish_parses_to_core_event_with_the_payload_serialised_once() -> None
     assert isinstance(f, ev.Publish)
     assert isinstance(f.payload, orjson.Fragment)
     assert orjson.dumps(f.payload) == b'{"a":[1,2],"b":null}'
-    assert f == ev.Publish("1", "g", "x", 3, ev.Order.TOTAL, f.payload, True, True)
+    assert f == ev.Publish("1", "g", "x", 3, ev.Order.TOTAL, f.payload, True, True, size=20)
 
 
 def test_join_with_resume_point() -> None:

@@ -277,6 +277,7 @@ class Hub:
                                       {"max_frame_bytes": lim.max_frame_bytes,
                                        "max_outbound_frames": lim.max_outbound_frames,
                                        "max_outbound_bytes": lim.max_outbound_bytes,
+                                       "max_payload_depth": lim.max_payload_depth,
                                        "max_groups": lim.max_groups_per_session,
                                        "suspect_timeout_ms": int(t.suspect_timeout * 1000),
                                        "publish_rate": int(lim.publish_rate),

@@ -109,7 +109,6 @@ class Slot:
     conn: ConnId | None
     accept_from: AcceptFrom
     state: MemberState = MemberState.CONNECTED
-    suspect_deadline: float | None = None
     lost_at: float | None = None  # when the connection was lost (for the resume gap)
 
     def on(self, event: MemberEvent) -> None:
@@ -170,6 +169,10 @@ class Group:
         #: senders not in the view, and when their publish ids may be forgotten (G14); in
         #: time order (each deadline is now + departed_ids, refreshed by moving to the end)
         self._departed: dict[MemberId, float] = {}
+        #: SUSPECT members and when their removal is due (`suspect_timeout`, or the recovery
+        #: window after a restart): kept apart from the slots so a deadline costs nothing to
+        #: find in a large view
+        self._suspects: dict[MemberId, float] = {}
 
     @classmethod
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
@@ -191,8 +194,8 @@ class Group:
             g._installs.append(install)
             deadline = now + config.timeouts.recovery_window
             for member in install.members:
-                g.slots[member] = Slot(None, AcceptFrom.MEMBERS, MemberState.SUSPECT, deadline,
-                                       now)
+                g.slots[member] = Slot(None, AcceptFrom.MEMBERS, MemberState.SUSPECT, now)
+                g._suspects[member] = deadline
         for m in recent:
             if m.atomic:
                 g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
@@ -299,7 +302,7 @@ class Group:
                 self._joiner_conns.pop(member, None)
             return out
         slot.on(MemberEvent.REMOVE)
-        slot.suspect_deadline = None
+        self._suspects.pop(member, None)
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
@@ -333,7 +336,7 @@ class Group:
         slot.on(MemberEvent.DISCONNECT)
         slot.conn = None
         self._party_lost(out, member, now)
-        slot.suspect_deadline = now + self.config.timeouts.suspect_timeout
+        self._suspects[member] = now + self.config.timeouts.suspect_timeout
         slot.lost_at = now
         self._slots_changed()
         self.log(out, "member.suspect", now, member=member)
@@ -350,7 +353,8 @@ class Group:
         gap_ms = 0.0 if slot.lost_at is None else (now - slot.lost_at) * 1000
         slot.on(MemberEvent.RESUME)
         slot.conn = conn
-        slot.suspect_deadline = slot.lost_at = None
+        slot.lost_at = None
+        self._suspects.pop(member, None)
         slot.accept_from = join.accept_from
         self._slots_changed()
         self.log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))
@@ -498,11 +502,13 @@ class Group:
         out.append(self.writes.start(
             Append(self.name, self.writes.next_ticket(), tuple(msgs)), now))
         log = self.config.event_log
+        members = self._recipients(True)
         for x, msg in zip(items, msgs, strict=True):
             p = x.publish
-            out.append(Fanout(msg, self._recipients(x.from_member),
+            out.append(Fanout(msg, members if x.from_member else self._recipients(False),
                               Send(x.conn, Published(p.req, p.id, msg.offset))))
-            out.extend(Send(c, Published(req, p.id, msg.offset)) for c, req in x.retries)
+            if x.retries:
+                out.extend(Send(c, Published(req, p.id, msg.offset)) for c, req in x.retries)
             if log:
                 self.log(out, "msg.accept", now, member=x.sender, offset=msg.offset,
                           stream=msg.stream, seq=msg.seq, sender=x.sender,
@@ -694,6 +700,7 @@ class Group:
         leaver_conns: dict[MemberId, ConnId] = {}
         for mem in p.leaving:
             s = self.slots.pop(mem)
+            self._suspects.pop(mem, None)
             c = self._leaver_conns.pop(mem, None) or s.conn
             if c is not None:
                 leaver_conns[mem] = c
@@ -760,25 +767,23 @@ class Group:
     # -- time ------------------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        candidates = [s.suspect_deadline for s in self.slots.values()
-                      if s.suspect_deadline is not None]
-        d = self.membership.next_deadline()
-        if d is not None:
-            candidates.append(d)
-        m = self.membership
-        ack = self.atomics.next_deadline(self.config.timeouts.ack_timeout,
-                                         lambda x: x not in self.slots or m.is_leaving(x))
-        if ack is not None:
-            candidates.append(ack)
-        t = self.transfers.next_deadline()
-        if t is not None:
-            candidates.append(t)
-        w = self.writes.in_flight
-        if w is not None and not self.halted:
-            candidates.append(w.since + self.config.timeouts.write_timeout)
-        if self._departed:
-            candidates.append(next(iter(self._departed.values())))
-        return min(candidates) if candidates else None
+        """The earliest time `tick` has something to do (None: nothing is due, ever)."""
+        m, t = self.membership, self.config.timeouts
+        best = min(self._suspects.values()) if self._suspects else None
+        for d in (m.next_deadline(),
+                  self.atomics.next_deadline(t.ack_timeout, self._excused) if self.atomics
+                  else None,
+                  self.transfers.next_deadline(),
+                  None if self.writes.in_flight is None or self.halted
+                  else self.writes.in_flight.since + t.write_timeout,
+                  next(iter(self._departed.values())) if self._departed else None):
+            if d is not None and (best is None or d < best):
+                best = d
+        return best
+
+    def _excused(self, member: MemberId) -> bool:
+        """Not to be blamed for a missing ACK any more: gone, or on its way out."""
+        return member not in self.slots or self.membership.is_leaving(member)
 
     def tick(self, now: float) -> list[Action]:
         out: list[Action] = []
@@ -796,11 +801,10 @@ class Group:
             if sender not in self.slots:
                 self.topic.forget_ids(sender)
         m = self.membership
-        for mem, s in list(self.slots.items()):
-            if s.suspect_deadline is not None and now >= s.suspect_deadline:
-                s.suspect_deadline = None
-                if not m.is_leaving(mem):
-                    self._request_removal(out, mem, Reason.SUSPECT, now)
+        due = [mem for mem, at in self._suspects.items() if now >= at]  # in suspicion order
+        for mem in due:
+            if self._suspects.pop(mem, None) is not None and not m.is_leaving(mem):
+                self._request_removal(out, mem, Reason.SUSPECT, now)
         p = m.proposal
         if p is not None and now >= p.deadline:
             for mem in sorted(m.unflushed()):

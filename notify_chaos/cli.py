@@ -23,7 +23,7 @@ from pathlib import Path
 from notify_chaos import report as report_mod
 from notify_chaos.runner import Runner, prepare_out
 from notify_chaos.scenario import Scenario, ScenarioError, load
-from notify_chaos.verdict import check_dir
+from notify_chaos.verdict import check_run
 
 SHIPPED = Path(__file__).parent / "scenarios"
 
@@ -98,7 +98,7 @@ def run(scenario_path: Path, out: Path) -> int:
     if not summary.get("t0"):
         print(f"run failed before t=0: {failure}", file=sys.stderr)
         return 2
-    verdict = check_dir(out / "logs")
+    verdict = check_run(out)
     rep = report_mod.build(out, s, verdict, failure)
     _print_summary(rep)
     if failure:
@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("scenario", help="a YAML file, or the name of a shipped scenario")
     r.add_argument("--out", required=True, type=Path, help="directory for logs and the report")
     sub.add_parser("list", help="the shipped scenarios")
-    c = sub.add_parser("check", help="the verdict over an earlier run's logs")
+    c = sub.add_parser("check", help="the verdict again over an earlier run's logs and acks")
     c.add_argument("dir", type=Path)
     a = p.parse_args(argv)
     if a.cmd == "list":
         return _list()
     if a.cmd == "check":
-        v = check_dir(a.dir / "logs")
+        v = check_run(a.dir)
         print(json.dumps(v, indent=2))
         return 0 if v["ok"] else 1
     return run(resolve(a.scenario), a.out)

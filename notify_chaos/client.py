@@ -13,7 +13,7 @@ what the application was handed
 A publisher joins its groups, prints `ready`, waits for `start_at` (wall clock), then publishes
 at `rate` msg/s (round-robin over its groups, each publish its own task so a slow ack does not
 slow the rate; FIFO per sender is kept by the SDK's queue) until `stop_at`. Every
-acknowledgement (`published`) goes to `acks-<name>.jsonl` as `{pid, group, offset, sent_ts,
+acknowledgement (`published`) goes to `acks_dir/acks-<name>.jsonl` as `{pid, group, offset, sent_ts,
 ts}`; every failure as `{pid, group, error, ts}`. It then waits for the answers still due
 (bounded) and exits.
 
@@ -145,7 +145,7 @@ class ChaosClient:
 
     async def publish(self, groups: list[Group]) -> None:
         cfg = self.cfg
-        acks = open(Path(cfg["log_dir"]) / f"acks-{self.name}.jsonl", "ab")  # noqa: SIM115
+        acks = open(Path(cfg["acks_dir"]) / f"acks-{self.name}.jsonl", "ab")  # noqa: SIM115
         pad = "x" * cfg["size"]
         inflight: set[asyncio.Task[None]] = set()
 

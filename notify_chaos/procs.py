@@ -51,6 +51,7 @@ class Node:
         self.proc: subprocess.Popen[bytes] | None = None
         self._out: IO[bytes] | None = None
         self.starts = 0
+        self.pids: list[int] = []
         self.paused = False
         #: (time, returncode) of exits nobody asked for (fail-stop, crash)
         self.unexpected_exits: list[tuple[float, int]] = []
@@ -68,6 +69,7 @@ class Node:
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.starts += 1
+        self.pids.append(self.proc.pid)
         self.expect_down = False
 
     async def ready(self, timeout: float = 20.0) -> None:

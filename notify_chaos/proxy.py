@@ -13,7 +13,7 @@ Faults (set and cleared at run time, on every connection at once):
 - `loss(percent, rto_ms)`: TCP never hands its reader a hole, so a lost segment shows up as a
   retransmission: each chunk is "lost" with that probability and released one retransmission
   timeout later (`rto_ms`, default 200 ms, doubling while it is lost again), holding back
-  everything behind it. `lost` counts them.
+  everything behind it. `lost_chunks` counts the chunks lost at least once, `lost` every loss.
 - `slow(bytes_per_s)`: a token bucket per direction; chunks wait for their bytes.
 - `cut()`: every current connection is aborted (both ends see a reset) and new ones are refused
   until `uncut()` — a link that is down, not one that blips.
@@ -50,7 +50,8 @@ class Counters:
     accepted: int = 0
     refused: int = 0
     chunks: int = 0
-    lost: int = 0
+    lost: int = 0  # retransmissions (a chunk can be lost more than once)
+    lost_chunks: int = 0  # chunks lost at least once
     bytes: int = 0
     cuts: int = 0
     delays: list[float] = field(default_factory=list)  # sampled added delay per chunk (s)
@@ -169,8 +170,12 @@ class LinkProxy:
                 release = now
                 if f.delay_s or f.jitter_s:
                     release += max(0.0, f.delay_s + self._rng.uniform(-f.jitter_s, f.jitter_s))
-                if f.loss:
+                if f.loss and self._rng.random() < f.loss:
+                    self.counters.lost_chunks += 1
                     rto = f.rto_s
+                    self.counters.lost += 1
+                    release += rto
+                    rto = min(rto * 2, 60.0)
                     while self._rng.random() < f.loss:
                         self.counters.lost += 1
                         release += rto

@@ -65,7 +65,7 @@ def collect(out: Path) -> dict[str, Any]:
     run = json.loads((out / "run.json").read_text())
     t0 = run["t0"]
     events, _ = read_jsonl(log_files(out / "logs", "events-"))
-    acks, _ = read_jsonl(log_files(out / "logs", "acks-"))
+    acks, _ = read_jsonl(log_files(out / "acks", "acks-"))
     subs = [e for e in events if e.get("event") == "client.deliver"
             and str(e.get("member", "")).startswith("subscriber-")]
     return {

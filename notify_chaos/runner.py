@@ -6,7 +6,8 @@ Layout of `--out DIR`:
     run.json               timing of the run: t0 (wall clock of t=0), each action's real
                            start/end, node (re)starts and unexpected exits, proxy counters
     logs/node-1/           the server's event log (DESIGN §6)
-    logs/events-*.jsonl    each client's event log; logs/acks-publisher-*.jsonl its acks
+    logs/events-*.jsonl    each client's event log
+    acks/acks-publisher-N.jsonl  each publisher's acknowledgements (and failed publishes)
     data/node-1/           the node's data directory and its stdout/stderr (server-K.out)
     clients/               client configs and stderr
     report.json, report.html
@@ -82,6 +83,7 @@ class Runner:
         s, out = self.s, self.out
         (out / "logs").mkdir(parents=True, exist_ok=True)
         (out / "clients").mkdir(exist_ok=True)
+        (out / "acks").mkdir(exist_ok=True)
         for i in range(1, s.system.nodes + 1):
             n = Node(f"node-{i}", out / "data", s.system.store, s.system.server_args)
             self.d.nodes[n.name] = n
@@ -104,7 +106,7 @@ class Runner:
             self.d.links[(name, node.name)] = proxy
             groups = (c.subscribers if role == "subscriber" else c.publishers).groups
             cfg = {"name": name, "role": role, "url": f"ws://127.0.0.1:{proxy.port}",
-                   "groups": groups, "log_dir": str(out / "logs"),
+                   "groups": groups, "log_dir": str(out / "logs"), "acks_dir": str(out / "acks"),
                    "options": c.options.model_dump(), "stop_file": str(out / "clients" / "stop"),
                    "start_at": start_at, "stop_at": start_at + s.duration,
                    "rate": c.publishers.rate, "size": c.publishers.size,
@@ -210,7 +212,7 @@ class Runner:
             codes = await asyncio.gather(*(p.wait(grace) for p in pubs))
             self.d.note("publishers.done", codes=codes)
             # the subscribers' finish line: the last acknowledged offset of each group
-            last = last_acked(self.out / "logs")
+            last = last_acked(self.out / "acks")
             stop = {**last, "_deadline": time.time() + s.drain}
             (self.out / "clients" / "stop").write_text(json.dumps(stop))
             codes = await asyncio.gather(*(p.wait(s.drain + 5) for p in subs))
@@ -236,6 +238,8 @@ class Runner:
         return {
             "t0": self.d.t0,
             "events": self.d.events,
+            "pids": [*(p for n in self.d.nodes.values() for p in n.pids),
+                     *(c.proc.pid for c in self.d.clients.values())],
             "nodes": {n.name: {"port": n.port, "starts": n.starts,
                                "unexpected_exits": n.unexpected_exits}
                       for n in self.d.nodes.values()},
@@ -246,10 +250,10 @@ class Runner:
         }
 
 
-def last_acked(logs: Path) -> dict[str, int]:
+def last_acked(acks: Path) -> dict[str, int]:
     """group -> offset of the most recent acknowledgement (the latest epoch's head)."""
     best: dict[str, tuple[float, int]] = {}
-    for f in logs.glob("acks-*.jsonl"):
+    for f in acks.glob("acks-*.jsonl"):
         for line in f.read_bytes().splitlines():
             with contextlib.suppress(ValueError):
                 r = orjson.loads(line)
@@ -263,7 +267,7 @@ def prepare_out(out: Path) -> None:
         if not (out / "run.json").exists() and not (out / "scenario.yaml").exists():
             raise RuntimeError(f"{out} is not empty and not an earlier chaos run: refusing to "
                                "overwrite it")
-        for sub in ("logs", "data", "clients"):
+        for sub in ("logs", "data", "clients", "acks"):
             shutil.rmtree(out / sub, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
 

@@ -279,9 +279,15 @@ def loads(text: str, source: str = "<scenario>") -> Scenario:
         msgs = []
         for err in e.errors():
             loc = tuple(err["loc"])
+            m = re.match(r"actions\[([0-9]+)\]", err["msg"].removeprefix("Value error, "))
+            if not loc and m:  # a check across fields that names its action
+                loc = ("actions", int(m.group(1)))
             line = _line_of(loc, lines)
             where = ".".join(str(x) for x in loc) or "(top)"
             msg = err["msg"].removeprefix("Value error, ")
+            if isinstance(err.get("input"), str | int | float) and err["type"] not in (
+                    "value_error", "assertion_error"):
+                msg += f" (got {err['input']!r})"
             msgs.append(f"{source}:{line if line is not None else '?'}: {where}: {msg}")
         raise ScenarioError("\n".join(msgs)) from None
 

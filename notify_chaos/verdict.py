@@ -70,14 +70,16 @@ class _Cat:
     def __init__(self) -> None:
         self.count = 0
         self.examples: list[str] = []
+        self.by_rule: dict[str, int] = defaultdict(int)
 
-    def add(self, text: str, n: int = 1) -> None:
-        self.count += n
+    def add(self, text: str, rule: str) -> None:
+        self.count += 1
+        self.by_rule[rule] += 1
         if len(self.examples) < EXAMPLES:
             self.examples.append(text)
 
     def out(self) -> dict[str, Any]:
-        return {"count": self.count, "examples": self.examples}
+        return {"count": self.count, "examples": self.examples, "by_rule": dict(self.by_rule)}
 
 
 def check(events: list[Event], acks: list[Event] | None = None,
@@ -104,11 +106,11 @@ def check(events: list[Event], acks: list[Event] | None = None,
             seen_pid[(d["group"], _member(d), d["pid"])].add((d.get("epoch", 0), d["offset"]))
     for (g, m, ep, off), times in sorted(seen_off.items(), key=str):
         if times > 1:
-            dup.add(f"{m} delivered {g} offset {off} (epoch {ep}) {times} times")
+            dup.add(f"{m} delivered {g} offset {off} (epoch {ep}) {times} times", "offset")
     for (g, m, pid), places in sorted(seen_pid.items()):
         if len(places) > 1:
             dup.add(f"{m} delivered {g} message {pid} at {len(places)} places: "
-                    f"{sorted(places)}")
+                    f"{sorted(places)}", "publish_id")
 
     # order: seq never goes down within (group, member, epoch, stream)
     last: dict[tuple[Any, ...], Event] = {}
@@ -117,7 +119,8 @@ def check(events: list[Event], acks: list[Event] | None = None,
         prev = last.get(key)
         if prev is not None and d["seq"] < prev["seq"]:
             order.add(f"{key[1]} in {key[0]} {key[3]}: offset {d['offset']} (seq {d['seq']}) "
-                      f"after offset {prev['offset']} (seq {prev['seq']})")
+                      f"after offset {prev['offset']} (seq {prev['seq']})",
+                      "G4" if d["stream"] == "total" else "G3")
         last[key] = d
 
     # G1: one member list per (group, epoch, view)
@@ -131,7 +134,7 @@ def check(events: list[Event], acks: list[Event] | None = None,
     for (g, ep, ver), by in sorted(lists.items(), key=str):
         if len(by) > 1:
             vd.add(f"{g} view {ver} (epoch {ep}) installed with different members: "
-                   + "; ".join(f"{list(k)} at {sorted(ms)}" for k, ms in by.items()))
+                   + "; ".join(f"{list(k)} at {sorted(ms)}" for k, ms in by.items()), "G1")
 
     # G2: survivors of v -> v+1 delivered the same view-v messages (the Spark job's rule)
     survivors: dict[tuple[Any, ...], list[str]] = defaultdict(list)
@@ -156,7 +159,7 @@ def check(events: list[Event], acks: list[Event] | None = None,
             have = in_view.get((g, ep, ver, m), set())
             for off in sorted(set(union) - have):
                 vd.add(f"{m} installed {g} view {ver + 1} from {ver} without offset {off}, "
-                       f"which {union[off]} of {len(ms)} survivors delivered in it")
+                       f"which {union[off]} of {len(ms)} survivors delivered in it", "G2")
 
     # acked_lost
     if acks:
@@ -192,7 +195,6 @@ def check(events: list[Event], acks: list[Event] | None = None,
                     last_ev[_member(e)] = e
             gone = {m: e["ts"] for m, e in last_ev.items()
                     if e.get("event") == "client.disconnect"}
-        per_member: dict[str, int] = defaultdict(int)
         for a in sorted(acks, key=lambda a: a["ts"]):
             if "offset" not in a or a.get("aborted"):
                 continue
@@ -203,9 +205,8 @@ def check(events: list[Event], acks: list[Event] | None = None,
                 if m in gone and gone[m] <= a["ts"]:
                     continue  # it had left for good before the ack
                 if a["pid"] not in got.get(k, ()):
-                    per_member[m] += 1
                     lost.add(f"{m} never delivered {a['group']} {a['pid']} (acked at offset "
-                             f"{a['offset']}, t={a['ts']:.3f})")
+                             f"{a['offset']}, t={a['ts']:.3f})", m)
     checked = {"deliveries": len(deliveries), "views": len(views),
                "acks": sum(1 for a in acks or () if "offset" in a),
                "members": len({(d["group"], _member(d)) for d in deliveries})}

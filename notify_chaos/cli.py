@@ -4,6 +4,7 @@
     notify-chaos run sigkill-sqlite --out DIR    # a shipped scenario by name
     notify-chaos list                            # shipped scenarios, one line each
     notify-chaos check DIR                       # the verdict again over DIR/logs
+    notify-chaos table DIR...                    # runs' results as a Markdown table
 
 Exit status: 0 the verdict is clean; 1 it found a violation (acknowledged-but-lost, duplicate,
 out of order, views that disagree); 2 the run itself failed (bad scenario, a process that did not
@@ -132,7 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="the shipped scenarios")
     c = sub.add_parser("check", help="the verdict again over an earlier run's logs and acks")
     c.add_argument("dir", type=Path)
+    t = sub.add_parser("table", help="earlier runs' results as one Markdown table")
+    t.add_argument("dirs", type=Path, nargs="+")
     a = p.parse_args(argv)
+    if a.cmd == "table":
+        print(report_mod.MARKDOWN_HEAD)
+        for d in a.dirs:
+            for row in report_mod.markdown_rows(json.loads((d / "report.json").read_text())):
+                print(row)
+        return 0
     if a.cmd == "list":
         return _list()
     if a.cmd == "check":

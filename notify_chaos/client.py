@@ -15,11 +15,12 @@ at `rate` msg/s (round-robin over its groups, each publish its own task so a slo
 slow the rate; FIFO per sender is kept by the SDK's queue) until `stop_at`. Every
 acknowledgement (`published`) goes to `acks_dir/acks-<name>.jsonl` as `{pid, group, offset, sent_ts,
 ts}`; every failure as `{pid, group, error, ts}`. It then waits for the answers still due
-(bounded) and exits.
+(bounded) and prints `published`.
 
-A subscriber joins, prints `ready`, and delivers until the runner writes `stop_file` (JSON:
-group -> the offset of the last acknowledged message) and it has delivered that offset in each
-group, or `stop_deadline` passes. SIGTERM ends either role cleanly (logs flushed).
+Then every client (a subscriber from the start) delivers until the runner writes `stop_file`
+(JSON: group -> the offset of the last acknowledged message, and `_deadline`) and it has
+delivered that offset in each group, or the deadline passes. SIGTERM ends either role cleanly
+(logs flushed).
 """
 
 from __future__ import annotations
@@ -121,10 +122,11 @@ class ChaosClient:
                 consumers.append(asyncio.create_task(self.consume(grp)))
             print("ready", flush=True)
             try:
-                if subscriber:
-                    await self.subscribe()
-                else:
+                if not subscriber:
                     await self.publish(groups)
+                    print("published", flush=True)
+                # every member (a publisher too) delivers up to the last acknowledged offset
+                await self.subscribe()
             finally:
                 for t in consumers:
                     t.cancel()

@@ -163,6 +163,16 @@ class ClientProc:
             raise RuntimeError(f"{self.name} did not get ready (exit {self.proc.returncode}); "
                                f"see {self._out.name}")
 
+    async def line(self, expect: bytes, timeout: float) -> bool:
+        """Wait for this line on the client's stdout (`ready`, `published`)."""
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        try:
+            got = await asyncio.wait_for(asyncio.to_thread(stdout.readline), timeout)
+        except TimeoutError:
+            return False
+        return bool(got.strip() == expect)
+
     def pause(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)
         self.paused = True

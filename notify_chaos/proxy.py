@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import socket
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ class Counters:
 
 class LinkProxy:
     def __init__(self, upstream_port: int, *, name: str = "link", upstream_host: str = "127.0.0.1",
-                 rng: random.Random | None = None, max_queued_bytes: int = 64 << 20) -> None:
+                 rng: random.Random | None = None, max_queued_bytes: int = 256 << 10,
+                 sock_buf: int | None = 128 << 10) -> None:
         self.name = name
         self.upstream = (upstream_host, upstream_port)
         self.port = 0
@@ -67,6 +69,7 @@ class LinkProxy:
         self.counters = Counters()
         self._rng = rng or random.Random()
         self._max_queued = max_queued_bytes
+        self._sock_buf = sock_buf
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -141,7 +144,7 @@ class LinkProxy:
             writer.transport.abort()
             return
         try:
-            up_r, up_w = await asyncio.wait_for(asyncio.open_connection(*self.upstream), 5)
+            up_r, up_w = await asyncio.wait_for(self._connect_upstream(), 5)
         except (OSError, TimeoutError):
             self.counters.refused += 1
             writer.transport.abort()
@@ -151,6 +154,7 @@ class LinkProxy:
             writer.transport.abort()
             return
         self.counters.accepted += 1
+        self._bound_buffers(writer.get_extra_info("socket"))
         conn = _Conn(writer, up_w)
         self._conns.add(conn)
         for src, dst in ((reader, up_w), (up_r, writer)):
@@ -158,6 +162,24 @@ class LinkProxy:
             budget = _Budget(self._max_queued)
             self._spawn(self._read(src, q, budget, conn))
             self._spawn(self._write(dst, q, budget, conn))
+
+    def _bound_buffers(self, sock: socket.socket | None) -> None:
+        """Kernel socket buffers like a real path's (loopback's autotuning lets them grow to
+        tens of MB, which would hide a receiver that stopped reading from the server)."""
+        if sock is not None and self._sock_buf:
+            for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+                sock.setsockopt(socket.SOL_SOCKET, opt, self._sock_buf)
+
+    async def _connect_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self._bound_buffers(sock)  # before connecting: the window is set at the handshake
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, self.upstream)
+        except BaseException:
+            sock.close()
+            raise
+        return await asyncio.open_connection(sock=sock)
 
     async def _read(self, src: asyncio.StreamReader, q: asyncio.Queue[tuple[float, bytes] | None],
                     budget: _Budget, conn: _Conn) -> None:
@@ -224,7 +246,9 @@ class LinkProxy:
 
 
 class _Budget:
-    """Bytes a direction may hold in its queue (a delayed link cannot buffer without bound)."""
+    """Bytes a direction may hold in its queue, like a socket buffer: past it the proxy stops
+    reading, so a receiver that does not read pushes back on the sender (a proxy that buffered
+    without bound would hide a slow consumer from the server)."""
 
     def __init__(self, limit: int) -> None:
         self.free = limit

@@ -262,6 +262,30 @@ def table3(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def markdown_rows(report: dict[str, Any]) -> list[str]:
+    """The docs' results table (docs/chaos.md): one Markdown row per action."""
+    v = report["verdict"]
+    verdict = "ok" if v["ok"] else "**fails**: " + ", ".join(
+        f"{k} {v[k]['count']}" for k in ("acked_lost", "duplicates", "out_of_order",
+                                        "view_disagreements") if v[k]["count"])
+    rows = []
+    for a in report["actions"]:
+        b, d, af = a["before"], a["during"], a["after"]
+        pub = " → ".join(_fmt(w["publisher"]["mb_s"]) for w in (b, d, af))
+        sub = " → ".join(_fmt(w["subscriber"]["mb_s"]) for w in (b, d, af))
+        lat = [f'{_fmt(w["latency_s"]["p50"])} / {_fmt(w["latency_s"]["p99"])}'
+               for w in (b, d, af)]
+        rows.append(f'| {report["scenario"]} | {a["label"]} | {pub} | {sub} | {lat[0]} | '
+                    f'{lat[1]} | {lat[2]} | {_fmt(a["recovery_s"])} | '
+                    f'{d["publisher"]["errors"]} | {verdict} |')
+    return rows
+
+
+MARKDOWN_HEAD = ("| scenario | action | publisher MB/s before → during → after | subscriber MB/s "
+                 "before → during → after | latency p50 / p99 s, before | during | after | "
+                 "recovery s | publish errors during | verdict |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|")
+
 TABLE3_HEAD = ["action", "pub MB/s before", "during", "after", "sub MB/s before", "during",
                "after", "latency p50/p99 s before", "during", "after", "recovery s"]
 

@@ -15,8 +15,9 @@ Layout of `--out DIR`:
 Sequence: nodes start and listen; one `LinkProxy` per (client, node) link is put in front of
 the node; subscribers, then publishers join (each prints `ready`); t=0 is a moment every
 publisher waits for; actions fire at their `start` and are undone at their end; publishers stop
-at `duration`; the runner then writes the last acknowledged offset of each group for the
-subscribers, which stop when they delivered it (or after `drain`); everything is stopped by PID
+at `duration` (and say so when their last answers are in); the runner then writes the last
+acknowledged offset of each group, and every client stops when it delivered it (or after
+`drain`); everything is stopped by PID
 in a `finally`, which a Ctrl-C also reaches.
 """
 
@@ -209,14 +210,14 @@ class Runner:
             grace = s.clients.options.request_timeout + 10
             await asyncio.sleep(max(0.0, t0_mono + s.duration - time.monotonic()))
             await asyncio.gather(*actions)
-            codes = await asyncio.gather(*(p.wait(grace) for p in pubs))
-            self.d.note("publishers.done", codes=codes)
+            done = await asyncio.gather(*(p.line(b"published", grace) for p in pubs))
+            self.d.note("publishers.done", ok=done)
             # the subscribers' finish line: the last acknowledged offset of each group
             last = last_acked(self.out / "acks")
             stop = {**last, "_deadline": time.time() + s.drain}
             (self.out / "clients" / "stop").write_text(json.dumps(stop))
-            codes = await asyncio.gather(*(p.wait(s.drain + 5) for p in subs))
-            self.d.note("subscribers.done", codes=codes)
+            codes = await asyncio.gather(*(p.wait(s.drain + 5) for p in [*pubs, *subs]))
+            self.d.note("clients.done", codes=codes)
         finally:
             await self.teardown()
         return self.summary()

@@ -188,8 +188,8 @@ class Action(_Model):
         link = "->" in self.target
         if link and mode not in LINK_MODES:
             raise ValueError(f"mode {mode} applies to a process, not a link ({self.target})")
-        if mode in NODE_MODES and not self.target.startswith("node-"):
-            raise ValueError(f"mode {mode} applies to node-N")
+        if mode in (*NODE_MODES, "kill") and not self.target.startswith("node-"):
+            raise ValueError(f"mode {mode} applies to node-N (a client is not restarted)")
         return self
 
     @property

@@ -73,6 +73,8 @@ def test_seconds() -> None:
     (("start: 1m, duration: 0.5m", "start: 1m, duration: 1.5m"), 18, "after duration"),
     (("target: \"client->node-1\"", "target: \"node-1->nats-2\""), 18, "NATS"),
     (("{target: subscriber-2, start: 5s, duration: 1s, mode: pause}",
+      "{target: subscriber-2, start: 5s, duration: 1s, mode: kill}"), 20, "applies to node-N"),
+    (("{target: subscriber-2, start: 5s, duration: 1s, mode: pause}",
       "{target: \"client->node-1\", start: 5s, duration: 1s, mode: kill}"), 20, "not a link"),
 ])
 def test_a_bad_file_is_refused_naming_the_line(change: tuple[str, str], line: int,

@@ -1,0 +1,277 @@
+"""`notify-chaos run`: deploy on this machine, drive the clients, inject the faults, collect.
+
+Layout of `--out DIR`:
+
+    scenario.yaml          the scenario as run
+    run.json               timing of the run: t0 (wall clock of t=0), each action's real
+                           start/end, node (re)starts and unexpected exits, proxy counters
+    logs/node-1/           the server's event log (DESIGN §6)
+    logs/events-*.jsonl    each client's event log
+    acks/acks-publisher-N.jsonl  each publisher's acknowledgements (and failed publishes)
+    data/node-1/           the node's data directory and its stdout/stderr (server-K.out)
+    clients/               client configs and stderr
+    report.json, report.html
+
+Sequence: nodes start and listen; one `LinkProxy` per (client, node) link is put in front of
+the node; subscribers, then publishers join (each prints `ready`); t=0 is a moment every
+publisher waits for; actions fire at their `start` and are undone at their end; publishers stop
+at `duration` (and say so when their last answers are in); the runner then writes the last
+acknowledged offset of each group, and every client stops when it delivered it (or after
+`drain`); everything is stopped by PID
+in a `finally`, which a Ctrl-C also reaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from notify_chaos.procs import ClientProc, Node
+from notify_chaos.proxy import LinkProxy
+from notify_chaos.scenario import Action, Scenario
+
+
+@dataclass
+class Deployment:
+    out: Path
+    nodes: dict[str, Node] = field(default_factory=dict)
+    clients: dict[str, ClientProc] = field(default_factory=dict)
+    #: (client name, node name) -> the proxy on that link
+    links: dict[tuple[str, str], LinkProxy] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    t0: float = 0.0
+
+    def note(self, what: str, **kw: Any) -> None:
+        self.events.append({"t": round(time.time() - self.t0, 3) if self.t0 else None,
+                            "ts": time.time(), "event": what, **kw})
+
+    def client_names(self, spec: str) -> list[str]:
+        if spec in ("client", "clients"):
+            return list(self.clients)
+        return [spec] if spec in self.clients else []
+
+    def link_proxies(self, target: str) -> list[LinkProxy]:
+        if "->" in target:
+            src, dst = (x.strip() for x in target.split("->"))
+            return [p for (c, n), p in self.links.items()
+                    if n == dst and c in self.client_names(src)]
+        if target.startswith("node-"):
+            return [p for (_, n), p in self.links.items() if n == target]
+        names = self.client_names(target)
+        return [p for (c, _), p in self.links.items() if c in names]
+
+
+class Runner:
+    def __init__(self, scenario: Scenario, out: Path, source_text: str | None = None) -> None:
+        self.s, self.out = scenario, out
+        self.source_text = source_text
+        self.d = Deployment(out)
+        self._node_watch: asyncio.Task[None] | None = None
+
+    # -- deployment ------------------------------------------------------------------------------
+
+    async def deploy(self) -> None:
+        s, out = self.s, self.out
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        (out / "clients").mkdir(exist_ok=True)
+        (out / "acks").mkdir(exist_ok=True)
+        for i in range(1, s.system.nodes + 1):
+            n = Node(f"node-{i}", out / "data", s.system.store, s.system.server_args)
+            self.d.nodes[n.name] = n
+            n.start()
+        for n in self.d.nodes.values():
+            await n.ready()
+            self.d.note("node.start", node=n.name, port=n.port, pid=n.proc.pid if n.proc else None)
+
+    async def start_clients(self) -> float:
+        """Subscribers join first; then publishers start and wait for t=0, which is set far
+        enough ahead for them to be ready (a Python process takes about a second to start).
+        Returns t=0 (wall clock)."""
+        s, out = self.s, self.out
+        c = s.clients
+        node = self.d.nodes["node-1"]
+
+        async def spawn(role: str, i: int, start_at: float) -> ClientProc:
+            name = f"{role}-{i}"
+            proxy = await LinkProxy(node.port, name=f"{name}->{node.name}").start()
+            self.d.links[(name, node.name)] = proxy
+            groups = (c.subscribers if role == "subscriber" else c.publishers).groups
+            cfg = {"name": name, "role": role, "url": f"ws://127.0.0.1:{proxy.port}",
+                   "groups": groups, "log_dir": str(out / "logs"), "acks_dir": str(out / "acks"),
+                   "options": c.options.model_dump(), "stop_file": str(out / "clients" / "stop"),
+                   "start_at": start_at, "stop_at": start_at + s.duration,
+                   "rate": c.publishers.rate, "size": c.publishers.size,
+                   "order": c.publishers.order, "atomic": c.publishers.atomic}
+            path = out / "clients" / f"{name}.json"
+            path.write_text(json.dumps(cfg, indent=1))
+            p = ClientProc(name, path, out / "clients" / f"{name}.err")
+            self.d.clients[name] = p
+            return p
+
+        subs = [await spawn("subscriber", i, 0.0) for i in range(1, c.subscribers.count + 1)]
+        await asyncio.gather(*(p.ready() for p in subs))
+        start_at = time.time() + 2.0 + 0.2 * c.publishers.count + s.warmup
+        pubs = [await spawn("publisher", i, start_at) for i in range(1, c.publishers.count + 1)]
+        await asyncio.gather(*(p.ready() for p in pubs))
+        if time.time() > start_at:
+            self.d.note("publishers.late", by_s=round(time.time() - start_at, 3))
+        return start_at
+
+    # -- faults ----------------------------------------------------------------------------------
+
+    def _processes(self, target: str) -> list[Node | ClientProc]:
+        if target in self.d.nodes:
+            return [self.d.nodes[target]]
+        return [self.d.clients[c] for c in self.d.client_names(target)]
+
+    async def apply(self, a: Action, on: bool) -> None:
+        """Start (`on`) or end one action."""
+        p = a.params
+        if a.mode == "kill":
+            for x in self._processes(a.target):
+                assert isinstance(x, Node), "kill applies to nodes"
+                if on:
+                    await asyncio.to_thread(
+                        x.kill, signal.SIGTERM if p.get("signal") == "TERM" else signal.SIGKILL)
+                else:
+                    x.start()
+                    await x.ready()
+        elif a.mode == "pause":
+            for x in self._processes(a.target):
+                x.pause() if on else x.resume()
+        elif a.mode == "disk_full":
+            await asyncio.to_thread(self.d.nodes[a.target].disk_full, on)
+        else:
+            for proxy in self.d.link_proxies(a.target):
+                if a.mode == "delay":
+                    proxy.delay(p["ms"] if on else 0, p.get("jitter_ms", 0) if on else 0)
+                elif a.mode == "loss":
+                    proxy.loss(p["percent"] if on else 0, p.get("rto_ms", 200))
+                elif a.mode == "slow":
+                    proxy.slow(p["bytes_per_s"] if on else None)
+                elif a.mode == "cut":
+                    proxy.cut() if on else proxy.uncut()
+
+    async def _action(self, i: int, a: Action, t0_mono: float) -> None:
+        await asyncio.sleep(max(0.0, t0_mono + a.start - time.monotonic()))
+        started = time.time()
+        await self.apply(a, True)
+        self.d.note("action.start", action=i, label=a.label)
+        await asyncio.sleep(max(0.0, t0_mono + a.end - time.monotonic()))
+        ended = time.time()
+        await self.apply(a, False)
+        self.d.note("action.end", action=i, label=a.label,
+                    applied_s=round(ended - started, 3), undone_s=round(time.time() - ended, 3))
+
+    async def _watch_nodes(self) -> None:
+        """A node that exits on its own (fail-stop) is recorded and, like under a service
+        manager, started again after `system.restart_on_exit`."""
+        while True:
+            await asyncio.sleep(0.1)
+            for n in self.d.nodes.values():
+                if n.expect_down or n.proc is None or n.proc.poll() is None:
+                    continue
+                code = n.proc.returncode
+                n.unexpected_exits.append((time.time(), code))
+                n.expect_down = True
+                self.d.note("node.exit", node=n.name, code=code)
+                delay = self.s.system.restart_on_exit
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    n.start()
+                    await n.ready()
+                    self.d.note("node.restart", node=n.name)
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        s = self.s
+        try:
+            await self.deploy()
+            start_at = await self.start_clients()
+            # t=0: the publishers start publishing (they wait for this moment)
+            self.d.t0 = start_at
+            t0_mono = time.monotonic() + (start_at - time.time())
+            self._node_watch = asyncio.create_task(self._watch_nodes())
+            actions = [asyncio.create_task(self._action(i, a, t0_mono))
+                       for i, a in enumerate(s.actions)]
+            pubs = [c for n, c in self.d.clients.items() if n.startswith("publisher")]
+            subs = [c for n, c in self.d.clients.items() if n.startswith("subscriber")]
+            grace = s.clients.options.request_timeout + 10
+            await asyncio.sleep(max(0.0, t0_mono + s.duration - time.monotonic()))
+            await asyncio.gather(*actions)
+            done = await asyncio.gather(*(p.line(b"published", grace) for p in pubs))
+            self.d.note("publishers.done", ok=done)
+            # the subscribers' finish line: the last acknowledged offset of each group
+            last = last_acked(self.out / "acks")
+            stop = {**last, "_deadline": time.time() + s.drain}
+            (self.out / "clients" / "stop").write_text(json.dumps(stop))
+            codes = await asyncio.gather(*(p.wait(s.drain + 5) for p in [*pubs, *subs]))
+            self.d.note("clients.done", codes=codes)
+        finally:
+            await self.teardown()
+        return self.summary()
+
+    async def teardown(self) -> None:
+        if self._node_watch is not None:
+            self._node_watch.cancel()
+            await asyncio.gather(self._node_watch, return_exceptions=True)
+        for c in self.d.clients.values():
+            await asyncio.to_thread(c.stop)
+        for p in self.d.links.values():
+            await p.close()
+        for n in self.d.nodes.values():
+            if n.paused:
+                n.resume()
+            await asyncio.to_thread(n.stop)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "t0": self.d.t0,
+            "events": self.d.events,
+            "pids": [*(p for n in self.d.nodes.values() for p in n.pids),
+                     *(c.proc.pid for c in self.d.clients.values())],
+            "nodes": {n.name: {"port": n.port, "starts": n.starts,
+                               "unexpected_exits": n.unexpected_exits}
+                      for n in self.d.nodes.values()},
+            "links": {f"{c}->{n}": {"accepted": p.counters.accepted, "refused": p.counters.refused,
+                                    "chunks": p.counters.chunks, "lost": p.counters.lost,
+                                    "bytes": p.counters.bytes, "cuts": p.counters.cuts}
+                      for (c, n), p in self.d.links.items()},
+        }
+
+
+def last_acked(acks: Path) -> dict[str, int]:
+    """group -> offset of the most recent acknowledgement (the latest epoch's head)."""
+    best: dict[str, tuple[float, int]] = {}
+    for f in acks.glob("acks-*.jsonl"):
+        for line in f.read_bytes().splitlines():
+            with contextlib.suppress(ValueError):
+                r = orjson.loads(line)
+                if "offset" in r and r["ts"] > best.get(r["group"], (0.0, 0))[0]:
+                    best[r["group"]] = (r["ts"], r["offset"])
+    return {g: o for g, (_, o) in best.items()}
+
+
+def prepare_out(out: Path) -> None:
+    if out.exists() and any(out.iterdir()):
+        if not (out / "run.json").exists() and not (out / "scenario.yaml").exists():
+            raise RuntimeError(f"{out} is not empty and not an earlier chaos run: refusing to "
+                               "overwrite it")
+        for sub in ("logs", "data", "clients", "acks"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")

@@ -1,0 +1,301 @@
+"""The scenario file (seed 004's template, DESIGN §10): YAML validated with pydantic.
+
+    name: sigkill-sqlite
+    description: one line for `notify-chaos list`
+    duration: 30s     # how long publishers publish (`20s`, `500ms`, `2m` or seconds)
+    drain: 15s               # after that, at most this long for subscribers to catch up
+    system: {nodes: 1, store: sqlite, server_args: [--suspect-timeout, "2"], nats: 0}
+    clients:
+      publishers: {count: 2, groups: [g1], rate: 100, size: 100, order: fifo, atomic: false}
+      subscribers: {count: 2, groups: [g1]}
+    actions:
+      - {target: node-1, start: 10s, duration: 2s, mode: kill}
+
+Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
+document is composed once to learn where every key and list item sits, then validated.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml  # type: ignore[import-untyped]
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|min|m|h)?\s*$")
+
+
+def parse_seconds(v: Any) -> float:
+    """`20s`, `500ms`, `1.5m`, `2h` or a plain number of seconds."""
+    if isinstance(v, bool):
+        raise ValueError("a duration, not a boolean")
+    if isinstance(v, int | float):
+        return float(v)
+    if isinstance(v, str):
+        m = _DURATION.match(v)
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    raise ValueError(f"not a duration: {v!r} (use e.g. 20s, 500ms, 2m or a number of seconds)")
+
+
+Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class System(_Model):
+    nodes: int = Field(default=1, ge=1)
+    store: Literal["sqlite", "memory"] = "sqlite"
+    server_args: list[str] = Field(default_factory=list)
+    #: NATS servers for cluster mode (DESIGN §9); 0 until the cluster exists
+    nats: int = Field(default=0, ge=0)
+    #: a node that exits on its own (e.g. fail-stop, status 70) is started again, as a service
+    #: manager would, after this many seconds; null: left down
+    restart_on_exit: Seconds | None = 1.0
+
+    @model_validator(mode="after")
+    def _today(self) -> System:
+        if self.nats:
+            raise ValueError("nats: cluster mode does not exist yet (DESIGN §9); use 0")
+        if self.nodes != 1:
+            raise ValueError("nodes: only 1 until cluster mode exists (DESIGN §9): separate "
+                             "nodes would be separate services")
+        return self
+
+
+def _as_list(v: Any) -> Any:
+    return [v] if isinstance(v, str) else v
+
+
+class ClientOptionsSpec(_Model):
+    """`client_sdk.ClientOptions` fields the scenario may set."""
+
+    heartbeat_interval: Seconds = 1.0
+    heartbeat_timeout: Seconds = 3.0
+    backoff_base: Seconds = 0.05
+    backoff_cap: Seconds = 0.5
+    request_timeout: Seconds = 30.0
+    max_pending_publishes: int = Field(default=10_000, ge=1)
+
+
+class _Members(_Model):
+    count: int = Field(default=1, ge=0)
+    groups: Annotated[list[str], BeforeValidator(_as_list), Field(min_length=1)] = ["g1"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _group_alias(cls, v: Any) -> Any:
+        if isinstance(v, dict) and "group" in v:
+            v = dict(v)
+            if "groups" in v:
+                raise ValueError("give `group` or `groups`, not both")
+            v["groups"] = v.pop("group")
+        return v
+
+
+class Publishers(_Members):
+    #: messages per second, per publisher (spread over its groups)
+    rate: float = Field(default=100.0, gt=0, le=50_000)
+    #: payload bytes (padding; the payload also carries the id and the send time)
+    size: int = Field(default=100, ge=0, le=900_000)
+    order: Literal["fifo", "total"] = "fifo"
+    atomic: bool = False
+
+
+class Subscribers(_Members):
+    pass
+
+
+class Clients(_Model):
+    publishers: Publishers = Field(default_factory=Publishers)
+    subscribers: Subscribers = Field(default_factory=Subscribers)
+    options: ClientOptionsSpec = Field(default_factory=ClientOptionsSpec)
+
+
+Mode = Literal["kill", "pause", "delay", "loss", "cut", "slow", "disk_full"]
+PROCESS_MODES = ("kill", "pause")
+LINK_MODES = ("delay", "loss", "cut", "slow")
+NODE_MODES = ("disk_full",)
+
+_TARGET = re.compile(
+    r"^(?:(?P<node>node-[1-9][0-9]*)|(?P<nats>nats-[1-9][0-9]*)|(?P<clients>clients)"
+    r"|(?P<client>(?:publisher|subscriber)-[1-9][0-9]*)"
+    r"|(?P<src>clients?|(?:publisher|subscriber)-[1-9][0-9]*|node-[1-9][0-9]*)"
+    r"\s*->\s*(?P<dst>(?:node|nats)-[1-9][0-9]*))$")
+
+
+class Action(_Model):
+    """One fault: `target`, from `start` for `duration`, `mode`, `params`.
+
+    Targets: `node-N` (a notify server), `nats-N`, `clients` (every client), `publisher-N`,
+    `subscriber-N`, or a link `SRC->DST` where SRC is `client`/`clients` (every client),
+    `publisher-N`, `subscriber-N` or `node-N` and DST is `node-N` or `nats-N`. A link mode on a
+    process target means every link into or out of it."""
+
+    target: str
+    start: Seconds
+    duration: Seconds = Field(gt=0)
+    mode: Mode
+    params: dict[str, Any] = Field(default_factory=dict)
+    name: str | None = None
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        m = _TARGET.match(v.strip())
+        if not m:
+            raise ValueError(f"bad target {v!r}: node-N, nats-N, clients, publisher-N, "
+                             "subscriber-N, or a link like client->node-1")
+        if m.group("nats") or (m.group("dst") or "").startswith("nats"):
+            raise ValueError(f"{v}: no NATS servers yet (cluster mode, DESIGN §9)")
+        if (m.group("src") or "").startswith("node"):
+            raise ValueError(f"{v}: node-to-node links exist only in cluster mode")
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _params(self) -> Action:
+        p, mode = self.params, self.mode
+        allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
+                   "slow": {"bytes_per_s"}, "cut": set(), "kill": {"signal"}, "pause": set(),
+                   "disk_full": set()}[mode]
+        unknown = set(p) - allowed
+        if unknown:
+            raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "
+                             f"(allowed: {sorted(allowed) or 'none'})")
+        if mode == "delay" and not _num(p.get("ms"), 0):
+            raise ValueError("mode delay needs params.ms (a number ≥ 0)")
+        if mode == "delay" and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
+            raise ValueError("params.jitter_ms must be a number ≥ 0")
+        if mode == "loss" and not _num(p.get("percent"), 0, 100):
+            raise ValueError("mode loss needs params.percent (0 to 100)")
+        if mode == "slow" and not _num(p.get("bytes_per_s"), 1):
+            raise ValueError("mode slow needs params.bytes_per_s (≥ 1)")
+        if mode == "kill" and p.get("signal", "KILL") not in ("KILL", "TERM"):
+            raise ValueError("params.signal: KILL or TERM")
+        link = "->" in self.target
+        if link and mode not in LINK_MODES:
+            raise ValueError(f"mode {mode} applies to a process, not a link ({self.target})")
+        if mode in (*NODE_MODES, "kill") and not self.target.startswith("node-"):
+            raise ValueError(f"mode {mode} applies to node-N (a client is not restarted)")
+        return self
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration
+
+    @property
+    def label(self) -> str:
+        return self.name or f"{self.mode} {self.target}"
+
+
+def _num(v: Any, lo: float, hi: float | None = None) -> bool:
+    return (isinstance(v, int | float) and not isinstance(v, bool) and v >= lo
+            and (hi is None or v <= hi))
+
+
+class Scenario(_Model):
+    name: str | None = None
+    description: str = ""
+    duration: Seconds = Field(gt=0)
+    #: after publishing stops, subscribers get at most this long to deliver the rest
+    drain: Seconds = 15.0
+    #: seconds of traffic before t=0 that the report leaves out (connections settle)
+    warmup: Seconds = 1.0
+    system: System = Field(default_factory=System)
+    clients: Clients = Clients()
+    actions: list[Action] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _fit(self) -> Scenario:
+        pubs, subs = self.clients.publishers.count, self.clients.subscribers.count
+        for i, a in enumerate(self.actions):
+            if a.end > self.duration:
+                raise ValueError(f"actions[{i}] ends at {a.end:g}s, after duration "
+                                 f"{self.duration:g}s")
+            for kind, n in (("publisher", pubs), ("subscriber", subs), ("node", 1)):
+                for m in re.finditer(rf"{kind}-([0-9]+)", a.target):
+                    if int(m.group(1)) > n:
+                        raise ValueError(f"actions[{i}]: {a.target} does not exist "
+                                         f"({n} {kind}s)")
+        return self
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names the file and line."""
+
+
+def _positions(node: yaml.Node, path: tuple[Any, ...],
+               out: dict[tuple[Any, ...], int]) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value
+            out[(*path, key)] = k.start_mark.line + 1
+            _positions(v, (*path, key), out)
+            out[(*path, key)] = k.start_mark.line + 1  # the key's line, not the value's
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _positions(v, (*path, i), out)
+
+
+def _line_of(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
+    path = tuple(x for x in loc if not (isinstance(x, str) and "[" in x))  # drop union tags
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
+
+
+def loads(text: str, source: str = "<scenario>") -> Scenario:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise ScenarioError(f"{where}: not valid YAML: {getattr(e, 'problem', e)}") from e
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario is a YAML mapping (duration, system, ...)")
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _positions(node, (), lines)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            m = re.match(r"actions\[([0-9]+)\]", err["msg"].removeprefix("Value error, "))
+            if not loc and m:  # a check across fields that names its action
+                loc = ("actions", int(m.group(1)))
+            line = _line_of(loc, lines)
+            where = ".".join(str(x) for x in loc) or "(top)"
+            msg = err["msg"].removeprefix("Value error, ")
+            if isinstance(err.get("input"), str | int | float) and err["type"] not in (
+                    "value_error", "assertion_error"):
+                msg += f" (got {err['input']!r})"
+            msgs.append(f"{source}:{line if line is not None else '?'}: {where}: {msg}")
+        raise ScenarioError("\n".join(msgs)) from None
+
+
+def load(path: str | Path) -> Scenario:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ScenarioError(f"{p}: {e.strerror}") from e
+    return loads(text, str(p))

@@ -1,0 +1,231 @@
+"""The safety verdict of a chaos run, from the delivery logs alone (DESIGN §6, §10).
+
+A fast, single-process checker over the client event logs and the publishers' acknowledgements.
+Its order, duplicate and virtual-synchrony rules are the Spark `check` job's
+(`spark_analysis/check.py`) and are tested to agree with it on the same logs
+(tests/spark/test_chaos_agrees.py); `acked_lost` needs the acks, which only the chaos tool has.
+
+- **acked_lost**: a message whose publish was acknowledged (`published`: durable, G10) that a
+  subscriber which was a member *throughout* never delivered. Throughout: the subscriber had
+  installed a view of the group before the acknowledgement, and no `Removed` ended its
+  membership after it. A `Reset` does not excuse anything: after a reset the server's log no
+  longer holds what it acknowledged — which is exactly the loss a memory store suffers on a crash
+  (the negative control). Messages are matched by publish id (`pid`, carried in the payload),
+  never by offset: a reset log reuses offsets.
+- **duplicates**: a member delivered the same offset twice within one epoch of the group's log
+  (Spark: "G7/G8 duplicate"), or the same publish id at two different offsets.
+- **out_of_order**: within one member, one epoch and one stream (`fifo:<sender>` or `total`),
+  `seq` went down in delivery order (Spark: "G3 FIFO", "G4 total order").
+- **view_disagreements**: two members installed the same view (group, epoch, version) with
+  different member lists (G1); or a member that installed v+1 right after v had not delivered
+  every view-v message another such member delivered in v (Spark: "G2 virtual synchrony").
+
+Delivery order within a member is (`recv_ts`, `n`), as in the Spark job. Each category gives a
+count and up to `EXAMPLES` examples; `ok` is true when all four counts are zero.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+EXAMPLES = 5
+
+Event = dict[str, Any]
+
+
+def read_jsonl(paths: Iterable[Path]) -> tuple[list[Event], int]:
+    """Every JSON object line of `paths`; returns (events, bad line count)."""
+    out: list[Event] = []
+    bad = 0
+    for p in paths:
+        for line in p.read_bytes().splitlines():
+            if not line.strip():
+                continue
+            try:
+                x = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                bad += 1
+                continue
+            if isinstance(x, dict):
+                out.append(x)
+            else:
+                bad += 1
+    return out, bad
+
+
+def log_files(logs: Path, prefix: str) -> list[Path]:
+    return sorted(p for p in logs.rglob(f"{prefix}*.jsonl*") if p.is_file())
+
+
+def _member(e: Event) -> str:
+    return str(e.get("member") or e.get("node"))
+
+
+class _Cat:
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+        self.by_rule: dict[str, int] = defaultdict(int)
+
+    def add(self, text: str, rule: str) -> None:
+        self.count += 1
+        self.by_rule[rule] += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(text)
+
+    def out(self) -> dict[str, Any]:
+        return {"count": self.count, "examples": self.examples, "by_rule": dict(self.by_rule)}
+
+
+def check(events: list[Event], acks: list[Event] | None = None,
+          subscribers: set[str] | None = None, *, gone_ends_membership: bool = True
+          ) -> dict[str, Any]:
+    """The verdict over client (and server) events and publisher acks.
+
+    `subscribers`: the members whose deliveries acked messages must reach (default: every
+    member that logged a delivery or a view). `gone_ends_membership`: a member whose log ends
+    with a disconnect (it never came back) is not owed what was acknowledged after it left; a
+    chaos run turns this off, since its subscribers are all meant to be there at the end."""
+    deliveries = sorted((e for e in events if e.get("event") == "client.deliver"),
+                        key=lambda e: (_member(e), e.get("recv_ts") or e["ts"], e.get("n") or 0))
+    views = sorted((e for e in events if e.get("event") == "client.view"),
+                   key=lambda e: (_member(e), e["ts"]))
+    lost, dup, order, vd = _Cat(), _Cat(), _Cat(), _Cat()
+
+    # duplicates, by offset within an epoch, and by publish id
+    seen_off: dict[tuple[Any, ...], int] = defaultdict(int)
+    seen_pid: dict[tuple[str, str, str], set[tuple[Any, int]]] = defaultdict(set)
+    for d in deliveries:
+        seen_off[(d["group"], _member(d), d.get("epoch", 0), d["offset"])] += 1
+        if d.get("pid") is not None:
+            seen_pid[(d["group"], _member(d), d["pid"])].add((d.get("epoch", 0), d["offset"]))
+    for (g, m, ep, off), times in sorted(seen_off.items(), key=str):
+        if times > 1:
+            dup.add(f"{m} delivered {g} offset {off} (epoch {ep}) {times} times", "offset")
+    for (g, m, pid), places in sorted(seen_pid.items()):
+        if len(places) > 1:
+            dup.add(f"{m} delivered {g} message {pid} at {len(places)} places: "
+                    f"{sorted(places)}", "publish_id")
+
+    # order: seq never goes down within (group, member, epoch, stream)
+    last: dict[tuple[Any, ...], Event] = {}
+    for d in deliveries:
+        key = (d["group"], _member(d), d.get("epoch", 0), d["stream"])
+        prev = last.get(key)
+        if prev is not None and d["seq"] < prev["seq"]:
+            order.add(f"{key[1]} in {key[0]} {key[3]}: offset {d['offset']} (seq {d['seq']}) "
+                      f"after offset {prev['offset']} (seq {prev['seq']})",
+                      "G4" if d["stream"] == "total" else "G3")
+        last[key] = d
+
+    # G1: one member list per (group, epoch, view)
+    lists: dict[tuple[Any, ...], dict[tuple[str, ...], list[str]]] = defaultdict(
+        lambda: defaultdict(list))
+    for v in views:
+        if v.get("removed") or v.get("members") is None:
+            continue
+        lists[(v["group"], v.get("epoch", 0), v["view"])][tuple(sorted(v["members"]))].append(
+            _member(v))
+    for (g, ep, ver), by in sorted(lists.items(), key=str):
+        if len(by) > 1:
+            vd.add(f"{g} view {ver} (epoch {ep}) installed with different members: "
+                   + "; ".join(f"{list(k)} at {sorted(ms)}" for k, ms in by.items()), "G1")
+
+    # G2: survivors of v -> v+1 delivered the same view-v messages (the Spark job's rule)
+    survivors: dict[tuple[Any, ...], list[str]] = defaultdict(list)
+    prev_view: dict[tuple[str, str], Event] = {}
+    for v in views:
+        k = (v["group"], _member(v))
+        p = prev_view.get(k)
+        if (p is not None and v["view"] == p["view"] + 1 and not v.get("removed")
+                and not p.get("removed")):
+            survivors[(v["group"], v.get("epoch", 0), p["view"])].append(_member(v))
+        prev_view[k] = v
+    in_view: dict[tuple[Any, ...], set[int]] = defaultdict(set)
+    for d in deliveries:
+        if d.get("msg_view") is None or d["msg_view"] >= (d.get("view") or 0):
+            in_view[(d["group"], d.get("epoch", 0), d.get("view"), _member(d))].add(d["offset"])
+    for (g, ep, ver), ms in sorted(survivors.items(), key=str):
+        union: dict[int, int] = defaultdict(int)
+        for m in ms:
+            for off in in_view.get((g, ep, ver, m), ()):
+                union[off] += 1
+        for m in sorted(ms):
+            have = in_view.get((g, ep, ver, m), set())
+            for off in sorted(set(union) - have):
+                vd.add(f"{m} installed {g} view {ver + 1} from {ver} without offset {off}, "
+                       f"which {union[off]} of {len(ms)} survivors delivered in it", "G2")
+
+    # acked_lost
+    if acks:
+        members = subscribers
+        if members is None:
+            members = {_member(e) for e in deliveries} | {_member(v) for v in views}
+        got: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for d in deliveries:
+            if d.get("pid") is not None:
+                got[(d["group"], _member(d))].add(d["pid"])
+        # membership changes per (group, member), in time order: True = in a view, False =
+        # Removed
+        changes: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
+        for v in views:
+            k = (v["group"], _member(v))
+            if v.get("removed"):
+                changes[k].append((v["ts"], False))
+            elif _member(v) in (v.get("members") or ()):
+                changes[k].append((v["ts"], True))
+
+        def throughout(k: tuple[str, str], t: float) -> bool:
+            """A member at `t` (its last change before is a view with it) and never removed
+            after it."""
+            before = [inside for ts, inside in changes.get(k, ()) if ts < t]
+            return bool(before) and before[-1] and all(
+                inside for ts, inside in changes.get(k, ()) if ts >= t)
+
+        gone: dict[str, float] = {}
+        if gone_ends_membership:
+            last_ev: dict[str, Event] = {}
+            for e in sorted(events, key=lambda e: e.get("ts", 0.0)):
+                if str(e.get("event", "")).startswith("client."):
+                    last_ev[_member(e)] = e
+            gone = {m: e["ts"] for m, e in last_ev.items()
+                    if e.get("event") == "client.disconnect"}
+        for a in sorted(acks, key=lambda a: a["ts"]):
+            if "offset" not in a or a.get("aborted"):
+                continue
+            for m in sorted(members):
+                k = (a["group"], m)
+                if not throughout(k, a["ts"]):
+                    continue
+                if m in gone and gone[m] <= a["ts"]:
+                    continue  # it had left for good before the ack
+                if a["pid"] not in got.get(k, ()):
+                    lost.add(f"{m} never delivered {a['group']} {a['pid']} (acked at offset "
+                             f"{a['offset']}, t={a['ts']:.3f})", m)
+    checked = {"deliveries": len(deliveries), "views": len(views),
+               "acks": sum(1 for a in acks or () if "offset" in a),
+               "members": len({(d["group"], _member(d)) for d in deliveries})}
+    res: dict[str, Any] = {"acked_lost": lost.out(), "duplicates": dup.out(),
+                           "out_of_order": order.out(), "view_disagreements": vd.out(),
+                           "checked": checked}
+    res["ok"] = all(res[k]["count"] == 0 for k in
+                    ("acked_lost", "duplicates", "out_of_order", "view_disagreements"))
+    return res
+
+
+def check_run(out: Path, subscribers: set[str] | None = None) -> dict[str, Any]:
+    """The verdict over a run directory: `out/logs` (client and server event logs) and
+    `out/acks` (the publishers' acknowledgements)."""
+    events, bad = read_jsonl(log_files(out / "logs", "events-"))
+    acks, bad_acks = read_jsonl(log_files(out / "acks", "acks-"))
+    if subscribers is None:
+        subscribers = {_member(e) for e in events
+                       if str(_member(e)).startswith("subscriber-")} or None
+    res = check(events, acks, subscribers, gone_ends_membership=False)
+    res["checked"]["bad_lines"] = bad + bad_acks
+    return res

@@ -1,0 +1,119 @@
+"""`notify-chaos run` end to end, as an operator runs it: real `notify serve`, real SDK client
+processes, a real SIGKILL. The same scenario (a subscriber away while the server is killed and
+restarted) must pass on SQLite (G10) and fail on the memory store (the negative control)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+SCENARIO = Path(__file__).parent / "ci_kill_while_away.yaml"
+CMD = [sys.executable, "-m", "notify_chaos.cli"]
+
+
+def _run(scenario: Path, out: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CMD, "run", str(scenario), "--out", str(out)], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead too (reaped by nobody yet)
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _assert_all_stopped(out: Path) -> None:
+    pids = json.loads((out / "run.json").read_text())["pids"]
+    assert pids
+    assert [p for p in pids if _alive(p)] == []
+
+
+def test_sigkill_on_sqlite_passes_with_three_windows_per_action(tmp_path: Path) -> None:
+    started = time.monotonic()
+    r = _run(SCENARIO, tmp_path / "out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert time.monotonic() - started < 60
+    out = tmp_path / "out"
+    rep = json.loads((out / "report.json").read_text())
+    v = rep["verdict"]
+    assert v["ok"] is True
+    assert {k: v[k]["count"] for k in ("acked_lost", "duplicates", "out_of_order",
+                                       "view_disagreements")} == dict.fromkeys(
+        ("acked_lost", "duplicates", "out_of_order", "view_disagreements"), 0)
+    assert v["checked"]["acks"] > 500 and v["checked"]["deliveries"] > 1500
+    assert [a["mode"] for a in rep["actions"]] == ["cut", "kill"]
+    for a in rep["actions"]:
+        for w in ("before", "during", "after"):
+            win = a[w]
+            assert set(win) >= {"publisher", "subscriber", "latency_s"}
+            assert set(win["publisher"]) == {"msg_s", "mb_s", "errors"}
+            assert set(win["subscriber"]) == {"msg_s", "mb_s", "disconnects"}
+            assert set(win["latency_s"]) == {"p50", "p99", "max"}
+        assert a["before"]["to_s"] - a["before"]["from_s"] == pytest.approx(
+            a["after"]["to_s"] - a["after"]["from_s"])
+        assert a["before"]["publisher"]["msg_s"] > 50  # 100 msg/s asked
+        assert a["recovery_s"] is not None
+    kill = rep["actions"][1]
+    assert kill["during"]["publisher"]["msg_s"] < kill["before"]["publisher"]["msg_s"] / 2
+    assert rep["nodes"]["node-1"]["starts"] == 2
+    html = (out / "report.html").read_text()
+    assert "<svg" in html and "recovery s" in html and "OK" in html
+    _assert_all_stopped(out)
+    # the verdict can be computed again from the files alone
+    again = subprocess.run([*CMD, "check", str(out)], capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and json.loads(again.stdout)["ok"] is True
+
+
+def test_negative_control_memory_store_loses_acked_messages(tmp_path: Path) -> None:
+    scenario = tmp_path / "memory.yaml"
+    scenario.write_text(SCENARIO.read_text().replace("store: sqlite", "store: memory"))
+    r = _run(scenario, tmp_path / "out")
+    assert r.returncode == 1, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert rep["verdict"]["ok"] is False
+    assert rep["verdict"]["acked_lost"]["count"] > 0
+    assert "never delivered" in rep["verdict"]["acked_lost"]["examples"][0]
+    assert "VIOLATIONS" in r.stdout
+    _assert_all_stopped(tmp_path / "out")
+
+
+def test_a_bad_scenario_exits_2_naming_the_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SCENARIO.read_text().replace("mode: kill", "mode: explode"))
+    r = _run(bad, tmp_path / "out", timeout=30)
+    assert r.returncode == 2
+    assert f"{bad}:17:" in r.stderr and "explode" in r.stderr
+
+
+def test_ctrl_c_stops_every_process_and_exits_2(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = subprocess.Popen([*CMD, "run", str(SCENARIO), "--out", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not list((out / "acks").glob("*.jsonl")):
+            time.sleep(0.1)  # until publishing has started
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    assert p.returncode == 2, err
+    assert "interrupted" in err
+    _assert_all_stopped(out)

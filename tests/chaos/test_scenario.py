@@ -1,0 +1,108 @@
+"""The scenario file: good files parse to what they say, bad ones are refused with the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from notify_chaos.cli import shipped
+from notify_chaos.scenario import ScenarioError, load, loads, parse_seconds
+
+GOOD = """\
+name: demo
+description: one line
+duration: 2m
+drain: 500ms
+system:
+  nodes: 1
+  store: memory
+  server_args: [--suspect-timeout, "2"]
+  nats: 0
+clients:
+  publishers: {count: 2, group: g1, rate: 50, size: 4000, order: total, atomic: true}
+  subscribers: {count: 3, groups: [g1, g2]}
+actions:
+  - target: node-1
+    start: 10s
+    duration: 2
+    mode: kill
+  - {target: "client->node-1", start: 1m, duration: 0.5m, mode: delay,
+     params: {ms: 10, jitter_ms: 5}}
+  - {target: subscriber-2, start: 5s, duration: 1s, mode: pause}
+  - {target: "subscriber-1->node-1", start: 5s, duration: 1s, mode: loss, params: {percent: 5}}
+"""
+
+
+def test_a_good_file_parses_with_units_and_aliases() -> None:
+    s = loads(GOOD)
+    assert (s.name, s.duration, s.drain) == ("demo", 120.0, 0.5)
+    assert s.system.store == "memory" and s.system.server_args == ["--suspect-timeout", "2"]
+    p, sub = s.clients.publishers, s.clients.subscribers
+    assert (p.count, p.groups, p.rate, p.size, p.order, p.atomic) == (2, ["g1"], 50, 4000,
+                                                                      "total", True)
+    assert sub.groups == ["g1", "g2"]
+    kill, delay, pause, loss = s.actions
+    assert (kill.target, kill.start, kill.duration, kill.mode) == ("node-1", 10, 2, "kill")
+    assert (delay.start, delay.end, delay.params) == (60, 90, {"ms": 10, "jitter_ms": 5})
+    assert pause.mode == "pause" and loss.params == {"percent": 5}
+
+
+def test_seconds() -> None:
+    assert [parse_seconds(x) for x in ("20s", "500ms", "1.5m", "2h", 3, 2.5, " 7 ")] == [
+        20, 0.5, 90, 7200, 3, 2.5, 7]
+    for bad in ("ten", "5 days", True, None, "-3s"):
+        with pytest.raises(ValueError):
+            parse_seconds(bad)
+
+
+@pytest.mark.parametrize(("change", "line", "words"), [
+    (("duration: 2m", "duration: soon"), 3, "not a duration"),
+    (("    mode: kill", "    mode: explode"), 17, "kill"),
+    (("  - target: node-1", "  - target: router-1"), 14, "bad target"),
+    (("nats: 0", "nats: 2"), 5, "cluster mode"),
+    (("nodes: 1", "nodes: 3"), 5, "only 1"),
+    (("params: {ms: 10, jitter_ms: 5}", "params: {jitter_ms: 5}"), 18, "needs params.ms"),
+    (("params: {percent: 5}", "params: {percent: 150}"), 21, "percent"),
+    (("params: {percent: 5}", "params: {percent: 5, colour: red}"), 21, "colour"),
+    (("rate: 50", "rate: -1"), 11, "greater than 0"),
+    (("count: 3", "count: three"), 12, "integer"),
+    (("  store: memory", "  store: postgres"), 7, "sqlite"),
+    (("    start: 10s", "    start: 10s\n    colour: red"), 16, "colour"),
+    (("{target: subscriber-2,", "{target: subscriber-9,"), 20, "does not exist"),
+    (("start: 1m, duration: 0.5m", "start: 1m, duration: 1.5m"), 18, "after duration"),
+    (("target: \"client->node-1\"", "target: \"node-1->nats-2\""), 18, "NATS"),
+    (("{target: subscriber-2, start: 5s, duration: 1s, mode: pause}",
+      "{target: subscriber-2, start: 5s, duration: 1s, mode: kill}"), 20, "applies to node-N"),
+    (("{target: subscriber-2, start: 5s, duration: 1s, mode: pause}",
+      "{target: \"client->node-1\", start: 5s, duration: 1s, mode: kill}"), 20, "not a link"),
+])
+def test_a_bad_file_is_refused_naming_the_line(change: tuple[str, str], line: int,
+                                                words: str) -> None:
+    old, new = change
+    assert old in GOOD
+    with pytest.raises(ScenarioError) as e:
+        loads(GOOD.replace(old, new), "demo.yaml")
+    assert f"demo.yaml:{line}:" in str(e.value), str(e.value)
+    assert words in str(e.value)
+
+
+def test_not_yaml_or_not_a_mapping() -> None:
+    with pytest.raises(ScenarioError, match=r"x.yaml:3: not valid YAML"):
+        loads("duration: 1\nclients: [a, {b\n", "x.yaml")
+    with pytest.raises(ScenarioError, match="a YAML mapping"):
+        loads("- 1\n- 2\n", "x.yaml")
+    with pytest.raises(ScenarioError, match="duration"):
+        loads("description: no duration\n", "x.yaml")
+
+
+def test_every_shipped_scenario_is_valid_short_and_described(tmp_path: Path) -> None:
+    names = shipped()
+    assert {"sigkill-sqlite", "cut-short", "cut-long", "slow-consumer", "delay-10ms",
+            "disk-full", "negative-memory-sigkill"} <= set(names)
+    for name, path in names.items():
+        s = load(path)
+        assert s.description and "\n" not in s.description, name
+        assert s.duration + s.drain < 120, name  # each under 2 minutes
+    neg = load(names["negative-memory-sigkill"])
+    assert neg.system.store == "memory" and any(a.mode == "kill" for a in neg.actions)

@@ -1,0 +1,125 @@
+"""The chaos verdict can fail: planted loss, duplicate, reordering and disagreeing views are each
+caught, and the clean histories pass. Built on the Spark tests' hand-made logs
+(tests/spark/handmade.py), extended with publish ids and acknowledgements."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from notify_chaos.verdict import check
+from tests.spark import handmade
+
+Line = dict[str, Any]
+CATS = ("acked_lost", "duplicates", "out_of_order", "view_disagreements")
+
+
+def _events(h: dict[str, list[Line]]) -> list[Line]:
+    return [x for lines in h.values() for x in lines]
+
+
+def _counts(v: dict[str, Any]) -> dict[str, int]:
+    return {k: v[k]["count"] for k in CATS}
+
+
+def with_acks(h: dict[str, list[Line]]) -> tuple[dict[str, list[Line]], list[Line]]:
+    """The hand-made history with a publish id on every delivery and an ack for every message
+    that was delivered (acked just after its accept, before anyone delivered it)."""
+    h = copy.deepcopy(h)
+    acks: dict[int, Line] = {}
+    for lines in h.values():
+        for x in lines:
+            if x["event"] == "client.deliver":
+                x["pid"] = f"{x['sender']}-{x['offset']}"
+                acks[x["offset"]] = {"pid": x["pid"], "group": x["group"], "offset": x["offset"],
+                                     "sent_ts": x["sent_ts"], "ts": x["sent_ts"] + 0.0001}
+    return h, sorted(acks.values(), key=lambda a: a["ts"])
+
+
+def test_clean_history_passes() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    v = check(_events(h), acks)
+    assert v["ok"] and _counts(v) == dict.fromkeys(CATS, 0)
+    assert v["checked"]["deliveries"] == 17 and v["checked"]["acks"] == 6
+
+
+@pytest.mark.parametrize(("variant", "category"), [
+    ("reordered_fifo", "out_of_order"),
+    ("duplicate", "duplicates"),
+    ("missing_in_view", "view_disagreements"),
+])
+def test_each_planted_violation_is_caught(variant: str, category: str) -> None:
+    build, _ = handmade.VARIANTS[variant]
+    v = check(_events(build()))
+    assert not v["ok"]
+    counts = _counts(v)
+    assert counts[category] >= 1, counts
+    assert all(n == 0 for k, n in counts.items() if k != category), counts
+    assert v[category]["examples"]
+
+
+def test_planted_loss_of_an_acked_message_is_caught() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    # bob never delivers offset 7 (alice's message in view 2, acked while bob was a member)
+    h["bob"] = [x for x in h["bob"] if not (x["event"] == "client.deliver" and x["offset"] == 7)]
+    v = check(_events(h), acks)
+    assert _counts(v) == {"acked_lost": 1, "duplicates": 0, "out_of_order": 0,
+                          "view_disagreements": 0}
+    assert "bob never delivered g1 alice-7" in v["acked_lost"]["examples"][0]
+
+
+def test_a_member_not_in_the_group_throughout_is_not_owed_the_message() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    # carol was removed (view 2 without her): offset 7 was acked after she stopped being a
+    # member; so she is not owed it (she logs no Removed: her last view is 1, and she is not in
+    # view 2). Mark her removal explicitly, as the SDK's Removed event would.
+    h["carol"].append({"ts": acks[-1]["ts"] - 1, "event": "client.view", "node": "carol",
+                       "group": "g1", "member": "carol", "view": 2, "members": [],
+                       "removed": True})
+    late = {"pid": "alice-99", "group": "g1", "offset": 99, "sent_ts": handmade.T0 - 10,
+            "ts": handmade.T0 - 10}  # acked before anyone had joined
+    v = check(_events(h), [*acks, late])
+    assert v["ok"], v
+
+
+def test_a_reset_does_not_excuse_a_loss() -> None:
+    """After a Reset (the server's log was lost: memory store restarted) a member still owed
+    what was acknowledged while it was a member: that is the negative control's loss."""
+    h, acks = with_acks(handmade.clean_history())
+    t = acks[-1]["ts"]
+    h["bob"] = [x for x in h["bob"] if not (x["event"] == "client.deliver" and x["offset"] == 7)]
+    h["bob"].append({"ts": t + 1, "event": "client.reset", "node": "bob", "group": "g1",
+                     "member": "bob", "reason": "offset_unavailable", "epoch": 42})
+    v = check(_events(h), acks)
+    assert v["acked_lost"]["count"] == 1
+
+
+def test_duplicate_by_publish_id_at_two_offsets() -> None:
+    """A publish re-sent after its log was reset lands at a new offset: delivered twice."""
+    h, acks = with_acks(handmade.clean_history())
+    d = next(x for x in h["alice"] if x["event"] == "client.deliver" and x["offset"] == 7)
+    h["alice"].append({**d, "offset": 1, "epoch": 42, "seq": 1, "recv_ts": d["recv_ts"] + 1,
+                       "n": d["n"] + 1})
+    v = check(_events(h), acks)
+    assert _counts(v)["duplicates"] == 1
+    assert "at 2 places" in v["duplicates"]["examples"][0]
+
+
+def test_offsets_reused_in_a_new_epoch_are_not_duplicates_or_disorder() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    d = next(x for x in h["alice"] if x["event"] == "client.deliver" and x["offset"] == 7)
+    h["alice"].append({**d, "offset": 7, "seq": 1, "epoch": 42, "pid": "alice-new",
+                       "recv_ts": d["recv_ts"] + 1, "n": d["n"] + 1})
+    v = check(_events(h), acks)
+    assert v["ok"], v
+
+
+def test_views_with_different_member_lists_disagree() -> None:
+    h = handmade.clean_history()
+    v2 = next(x for x in h["bob"] if x["event"] == "client.view" and x["view"] == 2)
+    v2["members"] = ["alice", "bob", "mallory"]
+    v = check(_events(h))
+    assert _counts(v)["view_disagreements"] == 1
+    assert "view 2" in v["view_disagreements"]["examples"][0]

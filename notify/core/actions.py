@@ -193,10 +193,31 @@ class CheckpointStored:
     type: str = field(default="checkpoint_stored", init=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Ephemeral:
+    """An ephemeral publish (presence, cursors): to the current view's members but its sender,
+    at most once; it has no offset or seq because it is in no log and no stream."""
+
+    group: str
+    sender: MemberId
+    view: int
+    payload: Any
+    ts: float
+    type: str = field(default="ephemeral", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """The answer to `ping` (`req` as the ping had it, or null)."""
+
+    req: Req | None = None
+    type: str = field(default="pong", init=False)
+
+
 OutFrame = (
     Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
     | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
-    | CheckpointStored
+    | CheckpointStored | Ephemeral | Pong
 )
 
 # --- actions -----------------------------------------------------------------------------------

@@ -80,6 +80,17 @@ class Publish:
     same_view: bool = False
     #: the payload's size in bytes, as the edge wrote it (retention counts bytes, G14)
     size: int = 0
+    #: presence, cursors: to the current view's other members at most once, never stored,
+    #: never replayed, no `published` answer (DESIGN §3)
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """An application-level heartbeat (browsers cannot see WebSocket pings): answered `pong`,
+    with the same `req` if it had one (a client can time the round trip)."""
+
+    req: Req | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,4 +135,6 @@ class CheckpointChunk:
     position: ResumePoint | None = None
 
 
-ClientFrame = Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk | CheckpointChunk
+ClientFrame = (
+    Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk | CheckpointChunk | Ping
+)

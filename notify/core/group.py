@@ -32,6 +32,7 @@ from notify.core.actions import (
     Confirm,
     ConnId,
     Deliver,
+    Ephemeral,
     Error,
     Fanout,
     Halt,
@@ -450,6 +451,8 @@ class Group:
     # -- messaging -------------------------------------------------------------------------------
 
     def publish(self, member: MemberId, conn: ConnId, p: Publish, now: float) -> list[Action]:
+        if p.ephemeral:
+            return self._ephemeral(member, conn, p, now)
         waiting = self._intake_ids.get((member, p.id))
         if waiting is not None:  # a retry of a publish still waiting: answered with it
             waiting.retries.append((conn, p.req))
@@ -476,6 +479,18 @@ class Group:
         out = []
         self._advance(out, now)
         return out
+
+    def _ephemeral(self, member: MemberId, conn: ConnId, p: Publish,
+                   now: float) -> list[Action]:
+        """Presence and cursors: at most once to the view's other members connected now;
+        nothing to store, number or replay, and no `published` (DESIGN §3). Refused like any
+        publish (a view change, a stale stamp), and to non-members: presence is the view's."""
+        code = self._refusal(member, p) or (
+            None if member in self.slots else RejectCode.NOT_MEMBER)
+        if code is not None:
+            return [Send(conn, Rejected(p.req, p.id, code))]
+        frame = Ephemeral(self.name, member, self.view.version, p.payload, now)
+        return [Send(c, frame) for c in self._recipients(True) if c != conn]
 
     def _append_intake(self, out: list[Action], now: float) -> None:
         """Number what waits in the intake and store it as one batch; its fan-out and answers

@@ -28,7 +28,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from notify.core.actions import Action, Close, ConnId, Error, LogEvent, Rejected, Send, Welcome
+from notify.core.actions import (
+    Action,
+    Close,
+    ConnId,
+    Error,
+    LogEvent,
+    Pong,
+    Rejected,
+    Send,
+    Welcome,
+)
 from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
@@ -41,6 +51,7 @@ from notify.core.events import (
     Hello,
     Join,
     Leave,
+    Ping,
     Publish,
     Req,
     StateChunk,
@@ -153,6 +164,8 @@ class Hub:
         self._now = now
         if isinstance(frame, Hello):
             return self.hello(conn, frame, now, None)
+        if isinstance(frame, Ping):  # before hello too: a heartbeat needs no session
+            return [Send(conn, Pong(frame.req))]
         session = self._conns.get(conn)
         if session is None:
             req = getattr(frame, "req", None)

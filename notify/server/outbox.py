@@ -30,8 +30,8 @@ _CLOSE = b""
 
 
 class Outbox:
-    __slots__ = ("_bound", "_bytes", "_closing", "_exempt", "_exempt_bytes", "_mailbox",
-                 "_max_bytes", "_sent", "_task", "_ws", "on_slow")
+    __slots__ = ("_bound", "_bytes", "_closer", "_closing", "_exempt", "_exempt_bytes",
+                 "_mailbox", "_max_bytes", "_sent", "_task", "_ws", "on_slow")
 
     def __init__(self, ws: ServerConnection, bound: int, *, max_bytes: int = 1 << 62,
                  on_slow: Callable[[], None] | None = None,
@@ -42,6 +42,8 @@ class Outbox:
         self._bound = bound
         self._mailbox: Mailbox[bytes] = Mailbox()
         self._closing = False
+        #: the close under way (kept: a task nobody holds may vanish)
+        self._closer: asyncio.Task[None] | None = None
         #: queued frames (and their bytes) that do not count against the bound (a resume's
         #: replay, see `push`)
         self._exempt = 0
@@ -78,12 +80,13 @@ class Outbox:
         if self._closing:
             return
         self._closing = True
+        loop = asyncio.get_running_loop()
         if drain and not self._task.done():
             self._mailbox.put(_CLOSE)
-            asyncio.get_running_loop().create_task(self._close_after_drain(code, reason))
+            self._closer = loop.create_task(self._close_after_drain(code, reason))
             return
         self._task.cancel()
-        asyncio.get_running_loop().create_task(self._ws.close(code, reason))
+        self._closer = loop.create_task(self._ws.close(code, reason))
 
     def abort(self) -> None:
         """Drop the connection at once, sending nothing more (fail-stop: see NotifyServer.halt)."""

@@ -46,6 +46,7 @@ _CLIENT = {
     "CheckpointFrame": "checkpoint: a chunk of a member's snapshot, stored as the group's "
                        "checkpoint.",
     "RefreshFrame": "refresh: a new token for this connection's member.",
+    "PingFrame": "ping: an application-level heartbeat, answered pong (with its req).",
     "ResumeModel": "A resume point: the log position a member's knowledge ends at.",
 }
 _SERVER = {
@@ -64,6 +65,9 @@ _SERVER = {
     "StateRequest": "state_request: to the donor, snapshot your state now.",
     "StateChunkOut": "state_chunk: a snapshot chunk, to the joiner.",
     "CheckpointStored": "checkpoint_stored: the checkpoint is durable and now the group's.",
+    "Ephemeral": "ephemeral: an ephemeral publish (presence, cursors), at most once, from "
+                 "another member of the view; in no log.",
+    "Pong": "pong: the answer to ping (`req` as sent, or null).",
 }
 
 _REFRESHED = {

@@ -34,7 +34,14 @@ from typing import Annotated, Any, Literal
 
 import orjson
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from notify.core import events as ev
 from notify.core.actions import Error, Rejected
@@ -135,13 +142,30 @@ class PublishFrame(_Frame):
     order: ev.Order = ev.Order.FIFO
     atomic: bool = False
     same_view: bool = False
+    #: presence, cursors: at most once to the view's other members, never stored
+    ephemeral: bool = False
     #: any JSON value, `null` included, that `_payload` finds carryable
     payload: Any
+
+    @model_validator(mode="after")
+    def _ephemeral_is_plain(self) -> PublishFrame:
+        if self.ephemeral and (self.atomic or self.order is not ev.Order.FIFO):
+            raise ValueError("an ephemeral publish is neither atomic nor in the total order")
+        return self
 
     def to_core(self, body: bytes) -> ev.Publish:
         """The core event, carrying the payload as the bytes `_payload` checked and wrote."""
         return ev.Publish(self.req, self.group, self.id, self.view, self.order,
-                          orjson.Fragment(body), self.atomic, self.same_view, len(body))
+                          orjson.Fragment(body), self.atomic, self.same_view, len(body),
+                          self.ephemeral)
+
+
+class PingFrame(_Frame):
+    type: Literal["ping"]
+    req: ReqField | None = None
+
+    def to_core(self) -> ev.Ping:
+        return ev.Ping(self.req)
 
 
 class AckFrame(_Frame):
@@ -197,12 +221,12 @@ class FlushOkFrame(_Frame):
 
 ClientFrameModel = Annotated[
     HelloFrame | JoinFrame | LeaveFrame | PublishFrame | AckFrame | FlushOkFrame
-    | StateChunkFrame | CheckpointFrame | RefreshFrame,
+    | StateChunkFrame | CheckpointFrame | RefreshFrame | PingFrame,
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Any] = TypeAdapter(ClientFrameModel)
 CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "checkpoint",
-                "refresh")
+                "refresh", "ping")
 
 Parsed = ev.ClientFrame | Authenticate | Refresh | Error | Rejected
 

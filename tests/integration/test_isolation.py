@@ -142,3 +142,26 @@ async def test_G14_the_slow_consumer_bound_counts_bytes_too(
     assert server.stats.slow_consumers == 1
     assert sent < 200  # about 256 KiB plus the kernel buffers, far from a million frames
     assert await w.close_code(timeout=3 * TIMEOUT) == CloseCode.SLOW_CONSUMER
+
+
+async def test_G11_a_slow_consumer_is_suspected_at_once_not_when_its_socket_closes(
+        make_server, connect_client: Connect, open_raw: OpenRaw) -> None:
+    """The 4001 close frame cannot pass a reader's full buffers until it reads again, but the
+    member is SUSPECT from the cut: it is removed after suspect_timeout like any lost member,
+    not after the heartbeat gives up on its socket."""
+    server = await make_server(suspect_timeout=0.3, flush_timeout=1.0, limits=Limits(
+        max_outbound_frames=200))
+    s = await connect_client(server, "s")
+    await s.join("g")
+    w = await open_raw(server, "w", sock=small_rcvbuf_socket(server), max_queue=1)
+    await w.join("g")
+    await events_until(s, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    sent = 0
+    while server.stats.slow_consumers == 0 and sent < 20_000:
+        await asyncio.wait_for(asyncio.gather(
+            *(s.publish("g", {"i": sent + k, "pad": PAD}) for k in range(50))), TIMEOUT)
+        sent += 50
+    assert server.stats.slow_consumers == 1
+    removed = await events_until(s, "g", lambda e: isinstance(e, ViewInstalled) and e.view == 3,
+                                 timeout=3.0)  # far below the 15 s heartbeat timeout
+    assert removed[-1].members == ("s",)

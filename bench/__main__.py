@@ -1,4 +1,4 @@
-"""`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`)."""
+"""`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    benches = {"fanout": "bench.fanout", "catchup": "bench.catchup"}
+    benches = {"fanout": "bench.fanout", "catchup": "bench.catchup", "core": "bench.core"}
     if not argv or argv[0] not in benches:
         print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
         return 2

@@ -1,0 +1,77 @@
+"""Core-only cost per publish: `parse` + `Hub` + the action interpreter, no sockets.
+
+    python -m bench core [--members 50] [--publishes 20000] [--atomic]
+
+One group of `--members` members; one of them publishes 100-byte-ish messages; storage answers
+every write at once and the outboxes are no-ops, so what is measured is the server's own work
+per message (the edge's parse, the core's rules and write pipeline, the serialisation of the
+`deliver` once and its hand-over to every recipient). With `--atomic` every member also ACKs
+every message. Not a DESIGN §8 target: a profile aid for the fan-out path (`bench fanout`
+measures what users see).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from notify.core import CoreConfig, Hub, LogEvent, Write
+from notify.core.events import Ack, FlushOk, Hello, Join
+from notify.server.interpreter import CheckpointAction, Interpreter
+from notify.server.wire import parse
+
+
+class _Host:
+    """The interpreter's host with nothing behind it."""
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+        pass
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        pass
+
+    def write(self, write: Write, done: Callable[[str | None], None]) -> None:
+        done(None)
+
+    def event(self, e: LogEvent) -> None:
+        pass
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        pass
+
+    def halt(self, reason: str) -> None:
+        raise SystemExit(f"halted: {reason}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench core", description=__doc__)
+    p.add_argument("--members", type=int, default=50)
+    p.add_argument("--publishes", type=int, default=20_000)
+    p.add_argument("--atomic", action="store_true")
+    a = p.parse_args(argv)
+    hub = Hub(CoreConfig(), new_token=lambda: "t", epoch=1)
+    run = Interpreter(hub, _Host(), lambda: 0.0).run
+    for c in range(1, a.members + 1):
+        run(hub.opened(c, 0.0))
+        run(hub.handle(c, Hello(1, f"m{c}"), 0.0))
+        run(hub.handle(c, Join(f"j{c}", "g"), 0.0))
+        proposal = hub.groups["g"].membership.proposal
+        for m in sorted(proposal.flush_set) if proposal is not None else ():
+            run(hub.handle(int(m[1:]), FlushOk("g", proposal.version), 0.0))
+    view = hub.groups["g"].view.version
+    atomic = b"true" if a.atomic else b"false"
+    frames = [parse(b'{"type":"publish","req":"r%d","group":"g","id":"p%d","view":%d,'
+                    b'"atomic":%s,"payload":{"i":%d,"pad":"%s"}}'
+                    % (i, i, view, atomic, i, b"x" * 70)) for i in range(a.publishes)]
+    start = time.perf_counter()
+    for f in frames:
+        run(hub.handle(1, f, 0.0))  # type: ignore[arg-type]
+        if a.atomic:
+            offset = hub.groups["g"].topic.head
+            for c in range(1, a.members + 1):
+                run(hub.handle(c, Ack("g", (offset,)), 0.0))
+    took = time.perf_counter() - start
+    print(f"{a.publishes} {'atomic ' if a.atomic else ''}publishes to {a.members} members: "
+          f"{took / a.publishes * 1e6:.1f} us each ({a.publishes / took:,.0f}/s)")
+    return 0

@@ -230,6 +230,10 @@ class Send:
     #: part of a replay to a member that resumes: one burst that says nothing about how fast
     #: the member reads, so it does not count toward its slow-consumer bound (G11)
     replay: bool = False
+    #: speaks only of what is stored already, and changes nothing storage must keep (the
+    #: commit of a delivered atomic message: commits are never stored): it may leave ahead of
+    #: the frames held behind a write under way (notify/core/writes.py)
+    overtakes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -605,13 +605,16 @@ class Group:
         if unknown:
             out.append(Send(conn, Error(ErrorCode.UNKNOWN_OFFSET,
                                         f"no pending atomic message at {unknown[:10]}")))
-        if committed:  # only aborts are stored (see StoreView)
+        if committed:
+            # A commit is never stored (after a crash an atomic with no stored abort counts as
+            # committed), and every member of the sending view delivered the message (it
+            # ACKed it): the confirm need not wait for a write under way.
             offs = tuple(m.offset for m in committed)
             frame = self._outcome_frame(offs, True)
             for s in self.slots.values():
                 if s.conn is not None:
-                    out.append(Send(s.conn, frame))
-            self._resolved(out, committed, True, "", now)
+                    out.append(Send(s.conn, frame, overtakes=True))
+            self._resolved(out, committed, True, "", now, overtakes=True)
         return out
 
     def _outcome_frame(self, offsets: tuple[int, ...], committed: bool) -> Confirm | Abort:
@@ -619,14 +622,14 @@ class Group:
             Abort(self.name, offsets, "member_failed")
 
     def _resolved(self, out: list[Action], msgs: list[Message], committed: bool, reason: str,
-                  now: float) -> None:
+                  now: float, *, overtakes: bool = False) -> None:
         for m in msgs:
             self.topic.record_outcome(m.offset, committed)
             sender = self.slots.get(m.sender)
             conn = sender.conn if sender is not None else self._leaver_conns.get(m.sender)
             if conn is not None:
                 out.append(Send(conn, Outcome(m.id, self.name, m.offset, committed,
-                                              reason or None)))
+                                              reason or None), overtakes=overtakes))
             if committed:
                 self.log(out, "atomic.commit", now, offset=m.offset, sender=m.sender,
                           duration_ms=round((now - m.ts) * 1000, 3))

@@ -87,7 +87,7 @@ class Writes:
             if isinstance(a, Append | StoreView):
                 holding = True
                 out.append(a)
-            elif holding and isinstance(a, _SAYS):
+            elif holding and isinstance(a, _SAYS) and not (isinstance(a, Send) and a.overtakes):
                 self._held.append(a)
             else:
                 out.append(a)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from drive import G, Net, delivered, form
 
 from notify.core import Append, StoreView
-from notify.core.events import FlushOk, Join
+from notify.core.events import Ack, FlushOk, Join
 from notify.core.events import ResumePoint as RP
 
 
@@ -166,3 +166,18 @@ def test_G13_storage_that_stops_answering_halts_at_the_write_deadline() -> None:
     assert net.halts == []
     net.advance(2)
     assert len(net.halts) == 1 and "did not finish a write" in net.halts[0]
+
+
+def test_G5_a_confirm_does_not_wait_for_an_unrelated_write() -> None:
+    """A commit is never stored and the message was delivered to every member that ACKed it:
+    its confirm leaves at once, ahead of a batch being written (atomic latency under load)."""
+    net, a, b = held_net()
+    net.publish(a, "m1", atomic=True)
+    net.finish_writes()
+    net.take(a), net.take(b)
+    net.publish(b, "m2")  # a write under way
+    net.send(a, Ack(G, (1,)))
+    net.send(b, Ack(G, (1,)))
+    assert [f["offsets"] for f in net.take(b, "confirm")] == [[1]]
+    assert [f["committed"] for f in net.take(a, "outcome")] == [True]
+    assert net.take(b, "deliver", "published") == []  # m2 still waits for its write

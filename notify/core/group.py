@@ -348,6 +348,17 @@ class Group:
         out: list[Action] = []
         assert join.resume is not None
         err = self._check_resume_point(join.resume, join.accept_from)
+        # Installs from before its latest (re)join are not its views (one may be the install
+        # that removed an earlier membership): replay from the install that let it in.
+        joined_at = max((i.view for i in self._installs if member in i.joined), default=0)
+        since = replace(join.resume, view=max(join.resume.view, joined_at - 1))
+        if err is None and self._installs and since.view < self.view.version and \
+                since.view + 1 < self._installs[0].view:
+            # G1: it missed views no longer remembered (`_INSTALL_HISTORY`): resuming would
+            # skip them silently. It joins afresh instead (the SDK does, with state transfer).
+            err = (ErrorCode.OFFSET_UNAVAILABLE,
+                   f"views {since.view + 1}-{self._installs[0].view - 1} since yours are no "
+                   "longer remembered; join afresh")
         if err is not None:
             out.append(Send(conn, Error(err[0], err[1], join.req)))
             return out
@@ -362,10 +373,6 @@ class Group:
         m = self.membership
         outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
         out.append(Send(conn, ViewResume(self.name, self.view.version)))
-        # Installs from before its latest (re)join are not its views (one may be the install
-        # that removed an earlier membership): replay from the install that let it in.
-        joined_at = max((i.view for i in self._installs if member in i.joined), default=0)
-        since = replace(join.resume, view=max(join.resume.view, joined_at - 1))
         count = self._replay(out, conn, since, slot.accept_from)
         out.append(Send(conn, CatchupDone(self.name, self.topic.head, count)))
         if outcome is not None:

@@ -7,6 +7,7 @@ test states exactly which frames it expects.
 
 from __future__ import annotations
 
+import pytest
 from drive import G, Net, delivered, form, view
 
 from client_sdk.events import Message
@@ -319,3 +320,28 @@ def test_new_incarnation_removes_the_old_one_at_once() -> None:
     net.send(b2, Join("j2", G))
     net.send(a, FlushOk(G, 4))
     assert view(net) == (4, ("a", "b"))
+
+
+def test_G1_a_resume_across_more_installs_than_remembered_is_refused_not_skipped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """b answered every view change but its connection died with the installs still on their
+    way (its resume point says view 2). When the group remembers fewer installs than b missed,
+    its resume is refused (offset_unavailable: it joins afresh) rather than skipping views."""
+    import notify.core.group
+
+    monkeypatch.setattr(notify.core.group, "_INSTALL_HISTORY", 2)
+    net = Net()
+    a, b = form(net, "a", "b")
+    for i in range(2):  # views 3 and 4 (a joins... and leaves) with b flushing blindly
+        c = net.connect(f"c{i}")
+        net.send(c, Join(f"j{i}", G))
+        net.flush(a, b)
+        net.send(c, Leave(f"l{i}", G))
+        net.flush(a, b)
+    assert net.hub.groups[G].view.version == 6
+    net.drop(b)
+    b2 = net.connect("b", net.sessions[b])
+    net.send(b2, Join("r", G, resume=RP(1, 0, {}, 2)))
+    (err,) = net.take(b2, "error")
+    assert err["code"] == "offset_unavailable" and "no longer remembered" in err["message"]
+    assert net.take(b2, "view_resume", "view_install") == []

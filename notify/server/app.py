@@ -32,7 +32,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from notify.core import Action, CoreConfig, Group, Hub, Join, LogEvent, Publish, Send, Write
+from notify.core import Action, CoreConfig, Hub, Join, LogEvent, Publish, Send, Write
 from notify.core.actions import (
     CommitCheckpoint,
     DiscardCheckpoint,
@@ -118,11 +118,7 @@ class NotifyServer:
 
     def _adopt(self, sg: StoredGroup) -> None:
         now = self._clock()
-        self.hub.restore(Group.restored(
-            sg.group, self.config, epoch=sg.epoch, view=sg.view, head=sg.head,
-            seqs=sg.seqs, recent=sg.recent,
-            outcomes={o: False for o in sg.aborted}, checkpoint=sg.checkpoint,
-            install=sg.install, now=now), now)
+        self.hub.restore(sg.restore(self.config, now), now)
 
     async def _bring_back(self, group: str) -> bool:
         """A group that left memory (G14) comes back from the log before the hub sees the next

@@ -21,6 +21,8 @@ from typing import Protocol
 
 from notify.core.actions import Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
+from notify.core.config import CoreConfig
+from notify.core.group import Group
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,14 @@ class StoredGroup:
     checkpoint: Checkpoint | None = None
     #: the install of `view` (members, joined, left, offset), when stored
     install: ViewInstall | None = None
+
+    def restore(self, config: CoreConfig, now: float) -> Group:
+        """The group as the core had it: after a restart (its members SUSPECT for the recovery
+        window), or back in memory after it left (G14)."""
+        return Group.restored(self.group, config, epoch=self.epoch, view=self.view,
+                              head=self.head, seqs=self.seqs, recent=self.recent,
+                              outcomes={o: False for o in self.aborted},
+                              checkpoint=self.checkpoint, install=self.install, now=now)
 
 
 #: storage's answer to a write: None when it is durable, else what went wrong

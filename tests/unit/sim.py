@@ -41,9 +41,11 @@ from client_sdk.events import (
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Action, Error
+from notify.core.events import Join, Publish
 from notify.core.membership import GroupState
 from notify.server.interpreter import CheckpointAction, Done, Interpreter
 from notify.server.wire import parse
+from notify.storage import MemoryLog
 
 GROUPS = ("g1", "g2")
 EPOCH = 7
@@ -322,6 +324,8 @@ class Simulation:
         self.interpreter = Interpreter(self.hub, self, lambda: self.now)
         #: writes handed to storage, answered in order when the rng says so
         self.writes: deque[tuple[Write, Done]] = deque()
+        #: what storage holds, as the memory log keeps it (to bring back evicted groups)
+        self.log = MemoryLog()
         #: what storage holds: (group, offset) -> (stream, seq, sender), (member, id) -> offset
         self.durable: dict[tuple[str, int], tuple[str, int, str]] = {}
         self.durable_ids: dict[tuple[str, str], int] = {}
@@ -391,6 +395,7 @@ class Simulation:
                 self.count("write.failed")
                 self.apply_done(done, "injected: disk I/O error")
                 return
+            self.log.write(w, lambda error: None)  # no loop here: stored at once
             g = self.hub.groups[w.group]
             for m in w.messages:
                 self.durable[(m.group, m.offset)] = (m.stream, m.seq, m.sender)
@@ -404,6 +409,7 @@ class Simulation:
                 self.obs.fail(f"G1: stored view {i.view} of {i.group} after {last}")
             self.stored_views[i.group] = i.view
             self.stored_aborts.update((i.group, o) for o in w.aborted)
+            self.log.write(w, lambda error: None)
         self.apply_done(done, None)
 
     def apply_done(self, done: Done, error: str | None) -> None:
@@ -443,6 +449,13 @@ class Simulation:
         if isinstance(frame, Error):
             self.obs.fail(f"the client sent a frame the server cannot parse: {f} ({frame})")
             return
+        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
+            # As the server does (NotifyServer._bring_back): a group that left memory (G14)
+            # comes back from what storage holds before the hub sees the frame.
+            sg = self.log.load_group(frame.group, self.hub.config.limits.retain_messages)
+            if sg is not None:
+                self.count("group.reloaded")
+                self.hub.restore(sg.restore(self.hub.config, self.now), self.now)
         self.apply(self.hub.handle(c.id, frame, self.now))
 
     # -- clients -------------------------------------------------------------------------------

@@ -5,15 +5,21 @@ node, and a server that comes back from the stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import socket
 from pathlib import Path
 
 import pytest
 
+from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
+from notify.core import CoreConfig, Timeouts
 from notify.core.actions import Append, Write
+from notify.server import NotifyServer
 from notify.storage.base import StoredGroup
 from notify.storage.sqlite import SqliteLog
 from tests.cluster.conftest import NatsCluster
+from tests.integration.conftest import TIMEOUT, events_until
 from tests.storage.test_sqlite_log import msg, plain, view
 
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
@@ -113,3 +119,113 @@ async def test_a_second_writer_is_fenced_and_stores_nothing(nats_cluster: NatsCl
     finally:
         await a.close()
         await b.close()
+
+
+async def _stream_leader(log: JetStreamLog) -> str:
+    async def ask() -> str:
+        info = await log._nc.jsm().stream_info(log.stream)
+        assert info.cluster is not None and info.cluster.leader
+        return info.cluster.leader
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(ask(), log._loop))
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsCluster,
+                                                           victim: str) -> None:
+    """Appends go on while one nats-server is SIGKILLed (the stream leader, or a follower);
+    every acknowledged message is there when a fresh log reloads from the two survivors."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="R3", timeout=2.0)
+    acked: list[int] = []
+    refused = 0
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        leader = await _stream_leader(log)
+        names = [n.name for n in nats_cluster.nodes]
+        kill = names.index(leader) if victim == "leader" else next(
+            i for i, n in enumerate(names) if n != leader)
+        loop = asyncio.get_running_loop()
+        head, killed_at, after = 0, None, 0
+        deadline = loop.time() + 60
+        while after < 100:  # like the core: one write at a time, a failed one is retracted
+            assert loop.time() < deadline, (acked[-1:], refused, after)
+            batch = [msg(o) for o in range(head + 1, head + 4)]
+            if await append(log, *batch) is None:
+                head += 3
+                acked.extend(m.offset for m in batch)
+                if killed_at is not None:
+                    after += 1
+            else:
+                refused += 1
+                await asyncio.sleep(0.05)
+            if killed_at is None and head >= 60:
+                killed_at = head
+                await asyncio.to_thread(nats_cluster.kill, kill)
+    finally:
+        await log.close()
+    survivors = [n.url for i, n in enumerate(nats_cluster.nodes) if i != kill]
+    again = await asyncio.to_thread(JetStreamLog, survivors, stream="R3")
+    try:
+        sg = await asyncio.to_thread(again.load_group, "g", 10**6)
+    finally:
+        await again.close()
+    assert sg is not None and sg.head == head == acked[-1]
+    assert [m.offset for m in sg.recent] == acked == list(range(1, head + 1))
+    assert sg.seqs == {"fifo:a": head}
+
+
+@pytest.mark.timeout(120)
+async def test_a_server_on_jetstream_comes_back_from_the_stream(
+        nats_cluster: NatsCluster) -> None:
+    """Two SDK clients in a group on `NotifyServer(store=JetStreamLog(...))`; the server goes
+    away and a new one (a new log instance, same stream) restores the group: the members
+    resume their view, the messages are there, offsets and versions go on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    config = CoreConfig(Timeouts(suspect_timeout=0.5, flush_timeout=1.0))
+
+    async def serve() -> NotifyServer:
+        store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="E2E")
+        srv = NotifyServer(config, port=port, store=store)
+        await srv.start()
+        return srv
+
+    srv = await serve()
+    a = await Connection.connect(srv.url, "a")
+    b = await Connection.connect(srv.url, "b")
+    try:
+        await a.join("g")
+        assert (await b.join("g")).view == 2
+        published = {}
+        for i in range(30):
+            r = await a.publish("g", {"i": i}, publish_id=f"p{i}", atomic=i % 10 == 0)
+            published[r.id] = r.offset
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 30)
+        assert [e.payload["i"] for e in evs if isinstance(e, Message)] == list(range(30))
+        await a.drop()
+        await b.drop()
+        await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+        srv = await serve()  # a new server, a new log instance, the same stream
+        assert "g" in srv.hub.groups  # restored at start: its view has members
+        await b.reconnect()
+        evs = await events_until(b, "g", lambda e: isinstance(e, CaughtUp))
+        assert [e for e in evs if isinstance(e, ViewInstalled)] == []
+        assert any(isinstance(e, ViewResumed) and e.view == 2 for e in evs)
+        await a.reconnect()
+        await events_until(a, "g", lambda e: isinstance(e, CaughtUp))
+        retried = await a.publish("g", {"i": 0}, publish_id="p0")  # the id table came back
+        assert retried.offset == published["p0"]
+        fresh = await a.publish("g", "after restart")
+        assert fresh.offset == 31
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 31)
+        assert [e.offset for e in evs if isinstance(e, Message)] == [31]
+        await b.leave("g")  # the next view is the stored version + 1
+        evs = await events_until(a, "g", lambda e: isinstance(e, ViewInstalled))
+        assert (evs[-1].view, evs[-1].members) == (3, ("a",))
+    finally:
+        for c in (a, b):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.close(), TIMEOUT)
+        await asyncio.wait_for(srv.stop(), TIMEOUT)

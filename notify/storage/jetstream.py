@@ -56,7 +56,7 @@ import asyncio
 import contextlib
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -301,16 +301,14 @@ class JetStreamLog:
         if last == 0:
             return None
         messages: list[Message] = []
-        seqs: dict[str, int] = {}
         aborted: set[int] = set()
         view: dict[str, Any] | None = None
-        async for subject, seq, data in self._read(group, last):
+        async for subject, _seq, data in self._read(group, last):
             if subject.endswith(".m"):
                 m = _decode_message(group, data)
                 while messages and messages[-1].offset >= m.offset:
                     messages.pop()  # a retracted append's offsets, reused: superseded
                 messages.append(m)
-                seqs[m.stream] = m.seq if m.stream not in seqs else max(seqs[m.stream], m.seq)
             else:
                 view = orjson.loads(data)
                 aborted.update(view["aborted"])
@@ -320,15 +318,15 @@ class JetStreamLog:
         install = ViewInstall(group, view["view"], members, tuple(view["joined"]),
                               tuple(view["left"]), view["epoch"], view["offset"])
         head = max(messages[-1].offset if messages else 0, view["offset"])
-        # stream seqs of retracted (superseded) messages must not count
-        seqs = {}
+        # the streams' last seqs, over what was not superseded
+        seqs: dict[str, int] = {}
         for m in messages:
             seqs[m.stream] = max(seqs.get(m.stream, 0), m.seq)
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
                            messages[-recent:] if recent > 0 else [], frozenset(aborted), None,
                            install)
 
-    async def _read(self, group: str, last: int) -> Any:
+    async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
         """The group's records in log order, up to stream sequence `last`: (subject, seq, data)."""
         js = self._nc.jetstream()
         sub = await js.subscribe(f"{self.prefix}.{escape_group(group)}.>",

@@ -24,7 +24,7 @@ from tests.storage.test_sqlite_log import msg, plain, view
 
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
 
-from notify.storage.jetstream import (  # noqa: E402
+from notify.storage.jetstream import (
     JetStreamLog,
     escape_group,
     unescape_group,

@@ -31,12 +31,13 @@ the write is stored and answered `None`; otherwise it is answered with the reaso
 cannot be read, the group is marked unknown and its next write first resolves it the same way:
 the fence moves only onto a record this writer wrote, never onto someone else's.
 
-Reading back (`load`, `load_group`). One ordered ephemeral consumer (R1, in memory: no Raft
-group) over `<prefix>.<g>.>` reads the group's retained records in log order, up to the last
-sequence read beforehand by direct get. A message record at an offset at or below the head so
+Reading back (`load`, `load_group`). The group's last sequence is read from the stream leader
+(`STREAM.MSG.GET`, last per subject); then batched direct gets (`next_by_subj` over
+`<prefix>.<g>.>`, `read_batch` records per request, no consumer) read the group's retained
+records in log order up to it (a follower that is behind is asked again). A message record at an offset at or below the head so
 far supersedes what was there (the core reuses the offsets of a retracted append): the log is
-replayed as redo with truncation. Cost: one consumer and every retained record of the group,
-O(retention) per load, as SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
+replayed as redo with truncation. Cost: two leader gets, then every retained record of the group
+in requests of `read_batch`, O(retention) per load, as SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
 would need paging) and loads those whose last view has members.
 
@@ -64,7 +65,7 @@ import nats
 import orjson
 import structlog
 from nats.aio.client import Client
-from nats.js.api import DeliverPolicy, StreamConfig
+from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
@@ -109,11 +110,11 @@ class JetStreamLog:
                  prefix: str = "nlog", replicas: int = 3,
                  max_msgs_per_subject: int | None = None, max_age: float | None = None,
                  timeout: float = 5.0, connect_timeout: float = 15.0,
-                 max_batch: int = 500) -> None:
+                 max_batch: int = 500, read_batch: int = 256) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.stream, self.prefix, self.replicas = stream, prefix, replicas
         self.max_msgs_per_subject, self.max_age = max_msgs_per_subject, max_age
-        self.timeout, self.max_batch = timeout, max_batch
+        self.timeout, self.max_batch, self.read_batch = timeout, max_batch, read_batch
         self.writer = uuid.uuid4().hex[:12]
         #: the stream sequence of the group's last record, as this writer knows it
         self._last: dict[str, int] = {}
@@ -261,8 +262,9 @@ class JetStreamLog:
         best: tuple[int, str | None] = (0, None)
         for kind in ("m", "v"):
             try:
-                raw = await self._nc.jsm().get_msg(self.stream, subject=self._subject(group, kind),
-                                                   direct=True)
+                # STREAM.MSG.GET, answered by the stream leader: a direct get may be answered
+                # by a follower that is behind, and the fence must be set on the last record
+                raw = await self._nc.jsm().get_msg(self.stream, subject=self._subject(group, kind))
             except NotFoundError:
                 continue
             if raw.seq is not None and raw.seq > best[0]:
@@ -286,7 +288,7 @@ class JetStreamLog:
         out = []
         for subject in sorted(info.state.subjects or {}):
             group = unescape_group(subject.split(".")[-2])
-            raw = await self._nc.jsm().get_msg(self.stream, subject=subject, direct=True)
+            raw = await self._nc.jsm().get_msg(self.stream, subject=subject)
             if not orjson.loads(raw.data or b"{}").get("members"):
                 continue
             sg = await self._load_group(group, recent)
@@ -327,17 +329,38 @@ class JetStreamLog:
                            install)
 
     async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
-        """The group's records in log order, up to stream sequence `last`: (subject, seq, data)."""
-        js = self._nc.jetstream()
-        sub = await js.subscribe(f"{self.prefix}.{escape_group(group)}.>",
-                                 ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        """The group's records in log order, up to stream sequence `last`: (subject, seq, data).
+        Batched direct gets (`next_by_subj` over the group's subjects, `batch` records per
+        request): no consumer, so nothing for the meta layer to create (which stalls while a
+        killed node's meta leadership moves). A direct get may be answered by a follower that
+        is behind: a batch that ends short of `last` is asked again (bounded)."""
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        request = f"$JS.API.DIRECT.GET.{self.stream}"
+        subjects = f"{self.prefix}.{escape_group(group)}.>"
+        deadline = asyncio.get_running_loop().time() + self.timeout * 4
+        start = 1
         try:
-            while True:
-                msg = await sub.next_msg(timeout=self.timeout)
-                seq = msg.metadata.sequence.stream
-                yield msg.subject, seq, msg.data
-                if seq >= last:
-                    return
+            while start <= last:
+                await self._nc.publish(request, orjson.dumps(
+                    {"seq": start, "next_by_subj": subjects, "batch": self.read_batch}),
+                    reply=inbox)
+                got = 0
+                while True:
+                    m = await sub.next_msg(timeout=self.timeout)
+                    headers = m.headers or {}
+                    if headers.get("Status"):  # 204: end of this batch; 404: nothing more
+                        break
+                    seq = int(headers["Nats-Sequence"])
+                    if seq > last:
+                        continue  # newer than what the fence was set on: not ours to read
+                    got += 1
+                    start = seq + 1
+                    yield headers["Nats-Subject"], seq, m.data
+                if got == 0 and start <= last:  # a follower behind: ask again
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise TimeoutError(f"could not read {group!r} up to {last}")
+                    await asyncio.sleep(0.05)
         finally:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()

@@ -34,10 +34,11 @@ the fence moves only onto a record this writer wrote, never onto someone else's.
 Reading back (`load`, `load_group`). The group's last sequence is read from the stream leader
 (`STREAM.MSG.GET`, last per subject); then batched direct gets (`next_by_subj` over
 `<prefix>.<g>.>`, `read_batch` records per request, no consumer) read the group's retained
-records in log order up to it (a follower that is behind is asked again). A message record at an offset at or below the head so
-far supersedes what was there (the core reuses the offsets of a retracted append): the log is
-replayed as redo with truncation. Cost: two leader gets, then every retained record of the group
-in requests of `read_batch`, O(retention) per load, as SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
+records in log order up to it (a follower that is behind is asked again). A message record at
+an offset at or below the head so far supersedes what was there (the core reuses the offsets of
+a retracted append): the log is replayed as redo with truncation. Cost: two leader gets, then
+every retained record of the group in requests of `read_batch`, O(retention) per load, as
+SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
 would need paging) and loads those whose last view has members.
 
@@ -62,6 +63,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import nats
+import nats.errors
 import orjson
 import structlog
 from nats.aio.client import Client
@@ -146,19 +148,36 @@ class JetStreamLog:
             raise
 
     async def _connect(self, timeout: float) -> Client:
+        """Connect, and find or create the stream. A cluster that just started (or just lost
+        a node) can time out a stream request while its meta layer settles: asked again until
+        `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         nc = await asyncio.wait_for(nats.connect(
             servers=self.servers, connect_timeout=2, max_reconnect_attempts=-1,
             reconnect_time_wait=0.2, allow_reconnect=True), timeout)
-        js = nc.jsm()
         try:
-            await js.stream_info(self.stream)
-        except NotFoundError:
-            await js.add_stream(StreamConfig(
+            js = nc.jsm()
+            config = StreamConfig(
                 name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
                 allow_atomic=True, allow_direct=True, duplicate_window=120.0,
-                max_msgs_per_subject=self.max_msgs_per_subject or -1,
-                max_age=self.max_age))
-        return nc
+                max_msgs_per_subject=self.max_msgs_per_subject or -1, max_age=self.max_age)
+            while True:
+                try:
+                    try:
+                        await js.stream_info(self.stream)
+                    except NotFoundError:
+                        await js.add_stream(config)
+                    return nc
+                except (TimeoutError, nats.errors.Error) as e:
+                    if loop.time() + 0.2 > deadline:
+                        raise
+                    log.info("jetstream_stream_retry", stream=self.stream, error=_reason(e))
+                    await asyncio.sleep(0.2)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), 5)
+            raise
 
     def _subject(self, group: str, kind: str) -> str:
         return f"{self.prefix}.{escape_group(group)}.{kind}"

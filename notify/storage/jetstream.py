@@ -165,10 +165,13 @@ class JetStreamLog:
             while True:
                 try:
                     try:
-                        await js.stream_info(self.stream)
+                        info = await js.stream_info(self.stream)
                     except NotFoundError:
-                        await js.add_stream(config)
-                    return nc
+                        info = await js.add_stream(config)
+                    # a new stream answers publishes only once its Raft group has a leader
+                    if info.cluster is None or info.cluster.leader:
+                        return nc
+                    raise TimeoutError(f"stream {self.stream} has no leader yet")
                 except (TimeoutError, nats.errors.Error) as e:
                     if loop.time() + 0.2 > deadline:
                         raise
@@ -228,7 +231,20 @@ class JetStreamLog:
                      ids: list[str]) -> None:
         """One atomic batch, fenced on the group's last known record; on an unclear answer
         (timeout, connection), read back whether it is stored."""
-        batch = ids[0].replace(":", "-")  # unique per writer, write and part
+        for attempt in range(4):
+            try:
+                return await self._batch_once(group, records, ids, attempt)
+            except nats.errors.NoRespondersError:
+                # nobody listens on the subject (the stream has no leader at the moment, e.g.
+                # just created, or electing): nothing was stored; try again, bounded
+                if attempt == 3:
+                    raise
+                await asyncio.sleep(0.25 * (attempt + 1))
+
+    async def _batch_once(self, group: str, records: list[tuple[str, bytes]],
+                          ids: list[str], attempt: int) -> None:
+        # unique per writer, write, part and attempt
+        batch = ids[0].replace(":", "-") + f"-{attempt}"
         n = len(records)
         try:
             for i, ((subject, body), msg_id) in enumerate(zip(records, ids, strict=True), 1):
@@ -244,6 +260,8 @@ class JetStreamLog:
                 headers["Nats-Batch-Commit"] = "1"
                 reply = await self._nc.request(subject, body, headers=headers,
                                                timeout=self.timeout)
+        except nats.errors.NoRespondersError:
+            raise
         except Exception as e:
             self._unknown[group] = ids[-1]
             if await self._try_resolve(group):

@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -30,7 +32,14 @@ from notify.storage.jetstream import (
     unescape_group,
 )
 
+T = TypeVar("T")
+
 _ticket = iter(range(10**6, 10**9))
+
+
+async def bounded(aw: Awaitable[T]) -> T:
+    """Every wait on a client is bounded: a server that halted must fail the test, not hang it."""
+    return await asyncio.wait_for(aw, TIMEOUT)
 
 
 def write(log: JetStreamLog | SqliteLog, w: Write) -> asyncio.Future[str | None]:
@@ -192,14 +201,14 @@ async def test_a_server_on_jetstream_comes_back_from_the_stream(
         return srv
 
     srv = await serve()
-    a = await Connection.connect(srv.url, "a")
-    b = await Connection.connect(srv.url, "b")
+    a = await bounded(Connection.connect(srv.url, "a"))
+    b = await bounded(Connection.connect(srv.url, "b"))
     try:
-        await a.join("g")
-        assert (await b.join("g")).view == 2
+        await bounded(a.join("g"))
+        assert (await bounded(b.join("g"))).view == 2
         published = {}
         for i in range(30):
-            r = await a.publish("g", {"i": i}, publish_id=f"p{i}", atomic=i % 10 == 0)
+            r = await bounded(a.publish("g", {"i": i}, publish_id=f"p{i}", atomic=i % 10 == 0))
             published[r.id] = r.offset
         evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 30)
         assert [e.payload["i"] for e in evs if isinstance(e, Message)] == list(range(30))
@@ -209,19 +218,19 @@ async def test_a_server_on_jetstream_comes_back_from_the_stream(
 
         srv = await serve()  # a new server, a new log instance, the same stream
         assert "g" in srv.hub.groups  # restored at start: its view has members
-        await b.reconnect()
+        await bounded(b.reconnect())
         evs = await events_until(b, "g", lambda e: isinstance(e, CaughtUp))
         assert [e for e in evs if isinstance(e, ViewInstalled)] == []
         assert any(isinstance(e, ViewResumed) and e.view == 2 for e in evs)
-        await a.reconnect()
+        await bounded(a.reconnect())
         await events_until(a, "g", lambda e: isinstance(e, CaughtUp))
-        retried = await a.publish("g", {"i": 0}, publish_id="p0")  # the id table came back
+        retried = await bounded(a.publish("g", {"i": 0}, publish_id="p0"))  # the id table came back
         assert retried.offset == published["p0"]
-        fresh = await a.publish("g", "after restart")
+        fresh = await bounded(a.publish("g", "after restart"))
         assert fresh.offset == 31
         evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 31)
         assert [e.offset for e in evs if isinstance(e, Message)] == [31]
-        await b.leave("g")  # the next view is the stored version + 1
+        await bounded(b.leave("g"))  # the next view is the stored version + 1
         evs = await events_until(a, "g", lambda e: isinstance(e, ViewInstalled))
         assert (evs[-1].view, evs[-1].members) == (3, ("a",))
     finally:

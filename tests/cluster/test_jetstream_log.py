@@ -238,3 +238,33 @@ async def test_a_server_on_jetstream_comes_back_from_the_stream(
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.close(), TIMEOUT)
         await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+
+@pytest.mark.timeout(90)
+async def test_notify_serve_store_jetstream(nats_cluster: NatsCluster, tmp_path: Path) -> None:
+    """`notify serve --store jetstream --nats URL,URL,URL`: a real server process on the log;
+    SIGKILLed and started again, it comes back from the stream."""
+    from tests.integration.test_durability import ServerProcess, _free_port
+
+    sp = ServerProcess(tmp_path / "data", _free_port(), "--store", "jetstream",
+                       "--nats", ",".join(nats_cluster.urls), "--nats-stream", "CLI")
+    a: Connection | None = None
+    try:
+        sp.start()
+        a = await bounded(Connection.connect(sp.url, "a"))
+        await bounded(a.join("g"))
+        offsets = [(await bounded(a.publish("g", {"i": i}, publish_id=f"p{i}"))).offset
+                   for i in range(5)]
+        assert offsets == [1, 2, 3, 4, 5]
+        sp.kill()
+        await a.drop()
+        sp.start()
+        await bounded(a.reconnect())
+        await bounded(events_until(a, "g", lambda e: isinstance(e, CaughtUp)))
+        assert (await bounded(a.publish("g", {"i": 2}, publish_id="p2"))).offset == 3
+        assert (await bounded(a.publish("g", "next"))).offset == 6
+    finally:
+        if a is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(a.close(), TIMEOUT)
+        sp.stop()

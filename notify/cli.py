@@ -79,8 +79,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, metavar="TOML",
                    help="TOML configuration file (also NOTIFY_CONFIG). Precedence: flags > "
                         "NOTIFY_* environment > this file > defaults")
-    p.add_argument("--store", choices=["sqlite", "memory"], default=argparse.SUPPRESS,
-                   help="sqlite: DATA_DIR/notify.db, survives restarts (default); memory: does not")
+    p.add_argument("--store", choices=["sqlite", "memory", "jetstream"],
+                   default=argparse.SUPPRESS,
+                   help="sqlite: DATA_DIR/notify.db, survives restarts (default); memory: does "
+                        "not; jetstream: a replicated NATS JetStream stream (--nats, the "
+                        "cluster extra, docs/cluster.md)")
+    p.add_argument("--nats", type=lambda v: [u for u in v.split(",") if u],
+                   default=argparse.SUPPRESS, metavar="URL[,URL]",
+                   help="the NATS servers of the JetStream log")
+    p.add_argument("--nats-stream", default=argparse.SUPPRESS,
+                   help="the JetStream stream of the log (default NOTIFY)")
+    p.add_argument("--nats-replicas", type=int, default=argparse.SUPPRESS,
+                   help="its replicas when it is created (default 3)")
     p.add_argument("--event-log", nargs="?", const="", default=argparse.SUPPRESS, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
     p.add_argument("--origin", action="append", dest="origins", default=argparse.SUPPRESS,
@@ -100,7 +110,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         if name in given:
             field = name.removeprefix("auth_") if section == "auth" else name
             cli[section][field] = given[name]
-    for name in ("store", "event_log", "origins"):
+    for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas"):
         if name in given:
             cli["server"][name] = given[name]
     if "auth_required" in given:
@@ -135,10 +145,20 @@ async def _serve(a: argparse.Namespace) -> None:
     if srv.event_log is not None:
         events = EventLog(srv.event_log or Path(srv.data_dir) / "events", "server")
     Path(srv.data_dir).mkdir(parents=True, exist_ok=True)
-    store: MessageLog = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
-                                  retain_messages=config.limits.retain_messages,
-                                  retain_age=srv.retain_age) \
-        if srv.store == "sqlite" else MemoryLog(config.limits.retain_messages)
+    store: MessageLog
+    if srv.store == "jetstream":
+        from notify.storage.jetstream import JetStreamLog
+
+        # retention by count only: age could empty a group's subjects (no floors yet)
+        store = await asyncio.to_thread(
+            JetStreamLog, srv.nats, stream=srv.nats_stream, replicas=srv.nats_replicas,
+            max_msgs_per_subject=config.limits.retain_messages)
+    elif srv.store == "sqlite":
+        store = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
+                          retain_messages=config.limits.retain_messages,
+                          retain_age=srv.retain_age)
+    else:
+        store = MemoryLog(config.limits.retain_messages)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,
                           verifier=verifier, origins=srv.origins or None,
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,

@@ -35,7 +35,11 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=8765, ge=0, le=65535)
     data_dir: Path = Path("./data")
-    store: Literal["sqlite", "memory"] = "sqlite"
+    store: Literal["sqlite", "memory", "jetstream"] = "sqlite"
+    #: the NATS servers of the JetStream log (`store = "jetstream"`, docs/cluster.md)
+    nats: list[str] = Field(default_factory=list)
+    nats_stream: str = "NOTIFY"
+    nats_replicas: int = Field(default=3, ge=1, le=5)
     durability: Literal["normal", "full"] = "full"
     #: delete stored messages older than this many seconds (None: keep them; the count bound
     #: `limits.retain_messages` applies in any case)
@@ -53,6 +57,12 @@ class ServerSettings(_Section):
     shutdown_grace: float = Field(default=5.0, ge=0)
     #: on SIGTERM, seconds of `/readyz` 503 before the listener closes (load balancer drain)
     drain_delay: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _nats_urls(self) -> ServerSettings:
+        if self.store == "jetstream" and not self.nats:
+            raise ValueError("store = \"jetstream\" needs the NATS servers (nats, --nats)")
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

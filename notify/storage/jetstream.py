@@ -1,0 +1,468 @@
+"""The log on NATS JetStream: a replicated `MessageLog` (DESIGN §9, docs/cluster.md).
+
+Layout. One stream (R3 by default; `replicas`) holds every group; each group has a subject
+space of its own, `<prefix>.<g>.>`, where `<g>` is the group name escaped into ONE subject token
+(`escape_group`: letters, digits and `-` as they are, every other byte `_XX`, so `.`, `:`, `/`,
+`@` and non-ASCII names are safe and the escape is reversible). Two kinds of record:
+
+- `<prefix>.<g>.m`: one accepted message. Its body is the message's metadata as JSON, a newline,
+  and the payload bytes exactly as the edge wrote them (read back as an `orjson.Fragment`, never
+  parsed again);
+- `<prefix>.<g>.v`: one stored view (`StoreView`): the install and the atomic messages it aborted.
+
+Writes. Each `write` is ONE JetStream atomic batch (`Nats-Batch-Id/-Sequence/-Commit`, the stream
+has `allow_atomic`): an `Append`'s messages, or a view's one record. The first record carries
+`Nats-Expected-Last-Subject-Sequence` with `-Subject: <prefix>.<g>.>`: the sequence of the last
+record of the group this log instance knows (from loading the group, then from its own acks).
+If anyone else appended to the group since (a second owner), JetStream refuses the whole batch
+(10071 "wrong last sequence") and the write is answered `done(reason)`: nothing of it is stored.
+Every record carries `Nats-Msg-Id` (`<writer>:<ticket>:<i>`), which names this writer's records.
+`done(None)` is answered only after the commit's ack, i.e. after the batch is stored on a quorum
+of the stream's replicas (with `sync_interval: always`, fsynced there).
+
+A batch larger than `max_batch` messages is split into consecutive atomic batches, each fenced
+on the previous one's ack (NOT atomic as a whole: if a later part fails, the earlier parts stay
+in the log although the core retracted them; they are superseded when the core reuses those
+offsets, see below). The server's own limit on an atomic batch is 1000 messages.
+
+Ambiguous answers. A publish that times out (or loses its connection) may or may not be stored.
+The log then reads the group's last record back: if it is this write's last record (its msg id),
+the write is stored and answered `None`; otherwise it is answered with the reason. If even that
+cannot be read, the group is marked unknown and its next write first resolves it the same way:
+the fence moves only onto a record this writer wrote, never onto someone else's.
+
+Reading back (`load`, `load_group`). The group's last sequence is read from the stream leader
+(`STREAM.MSG.GET`, last per subject); then batched direct gets (`next_by_subj` over
+`<prefix>.<g>.>`, `read_batch` records per request, no consumer) read the group's retained
+records in log order up to it (a follower that is behind is asked again). A message record at
+an offset at or below the head so far supersedes what was there (the core reuses the offsets of
+a retracted append): the log is replayed as redo with truncation. Cost: two leader gets, then
+every retained record of the group in requests of `read_batch`, O(retention) per load, as
+SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
+`STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
+would need paging) and loads those whose last view has members.
+
+Threads. The seam is partly blocking (`load` is called on the event loop at start-up,
+`load_group`/`prune` from worker threads) and nats-py is asyncio, so the connection lives on a
+private event loop in a thread of its own (as SQLite has its writer thread). `write` hands the
+publish to that loop and `done` is answered on the caller's loop; every wait is bounded.
+
+Not built (yet): checkpoints (their methods raise `NotImplementedError`; an Object Store is the
+plan), `floors` (retention is the stream's `max_msgs_per_subject`/`max_age`; a group whose
+records all aged out loses its head and stream seqs), leases, routing and failover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import orjson
+import structlog
+from nats.aio.client import Client
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
+from notify.core.checkpoint import Checkpoint
+from notify.storage.base import Done, StoredGroup
+
+log = structlog.get_logger("notify.storage")
+
+T = TypeVar("T")
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def escape_group(group: str) -> str:
+    """The group name as one subject token, reversibly (`unescape_group`)."""
+    if not group:
+        return "_"
+    return "".join(chr(b) if b in _SAFE else f"_{b:02X}" for b in group.encode())
+
+
+def unescape_group(token: str) -> str:
+    if token == "_":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(token):
+        if token[i] == "_":
+            out.append(int(token[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(ord(token[i]))
+            i += 1
+    return out.decode()
+
+
+class FenceError(Exception):
+    """JetStream refused a write (e.g. 10071: another writer appended to the group)."""
+
+
+class JetStreamLog:
+    def __init__(self, servers: str | Sequence[str], *, stream: str = "NOTIFY",
+                 prefix: str = "nlog", replicas: int = 3,
+                 max_msgs_per_subject: int | None = None, max_age: float | None = None,
+                 timeout: float = 5.0, connect_timeout: float = 15.0,
+                 max_batch: int = 500, read_batch: int = 256) -> None:
+        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.stream, self.prefix, self.replicas = stream, prefix, replicas
+        self.max_msgs_per_subject, self.max_age = max_msgs_per_subject, max_age
+        self.timeout, self.max_batch, self.read_batch = timeout, max_batch, read_batch
+        self.writer = uuid.uuid4().hex[:12]
+        #: the stream sequence of the group's last record, as this writer knows it
+        self._last: dict[str, int] = {}
+        #: groups whose last write got no clear answer -> that write's last msg id
+        self._unknown: dict[str, str] = {}
+        self._tasks: set[Future[Any]] = set()
+        self.batches = 0
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="jetstream-log",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._nc: Client = self._call(self._connect(connect_timeout),
+                                          connect_timeout + 5)
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run `coro` on the log's loop and wait for it (bounded), from any other thread."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    async def _connect(self, timeout: float) -> Client:
+        """Connect, and find or create the stream. A cluster that just started (or just lost
+        a node) can time out a stream request while its meta layer settles: asked again until
+        `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        nc = await asyncio.wait_for(nats.connect(
+            servers=self.servers, connect_timeout=2, max_reconnect_attempts=-1,
+            reconnect_time_wait=0.2, allow_reconnect=True), timeout)
+        try:
+            js = nc.jsm()
+            config = StreamConfig(
+                name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
+                allow_atomic=True, allow_direct=True, duplicate_window=120.0,
+                max_msgs_per_subject=self.max_msgs_per_subject or -1, max_age=self.max_age)
+            while True:
+                try:
+                    try:
+                        info = await js.stream_info(self.stream)
+                    except NotFoundError:
+                        info = await js.add_stream(config)
+                    # a new stream answers publishes only once its Raft group has a leader
+                    if info.cluster is None or info.cluster.leader:
+                        return nc
+                    raise TimeoutError(f"stream {self.stream} has no leader yet")
+                except (TimeoutError, nats.errors.Error) as e:
+                    if loop.time() + 0.2 > deadline:
+                        raise
+                    log.info("jetstream_stream_retry", stream=self.stream, error=_reason(e))
+                    await asyncio.sleep(0.2)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(nc.close(), 5)
+            raise
+
+    def _subject(self, group: str, kind: str) -> str:
+        return f"{self.prefix}.{escape_group(group)}.{kind}"
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def write(self, write: Write, done: Done) -> None:
+        if self._closed:
+            raise RuntimeError("the log is closed")
+        caller = asyncio.get_running_loop()
+        fut = asyncio.run_coroutine_threadsafe(self._write(write), self._loop)
+        self._tasks.add(fut)
+
+        def answer(f: Future[str | None]) -> None:
+            self._tasks.discard(f)
+            try:
+                reason = f.result()
+            except BaseException as e:  # cancelled at close, or a bug: never leave it hanging
+                reason = _reason(e)
+            with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
+                caller.call_soon_threadsafe(done, reason)
+
+        fut.add_done_callback(answer)
+
+    async def _write(self, w: Write) -> str | None:
+        group = w.group
+        try:
+            if group in self._unknown:
+                await self._resolve(group)
+            if group not in self._last:
+                self._last[group] = await self._last_seq(group)
+            if isinstance(w, Append):
+                records = [(self._subject(group, "m"), _encode_message(m)) for m in w.messages]
+            else:
+                assert isinstance(w, StoreView)
+                records = [(self._subject(group, "v"), _encode_view(w))]
+            ids = [f"{self.writer}:{w.ticket}:{i}" for i in range(len(records))]
+            for start in range(0, len(records), self.max_batch):
+                part = slice(start, start + self.max_batch)
+                await self._batch(group, records[part], ids[part])
+            return None
+        except FenceError as e:
+            return f"refused by JetStream: {e}"
+        except Exception as e:
+            return _reason(e)
+
+    async def _batch(self, group: str, records: list[tuple[str, bytes]],
+                     ids: list[str]) -> None:
+        """One atomic batch, fenced on the group's last known record; on an unclear answer
+        (timeout, connection), read back whether it is stored."""
+        for attempt in range(4):
+            try:
+                return await self._batch_once(group, records, ids, attempt)
+            except nats.errors.NoRespondersError:
+                # nobody listens on the subject (the stream has no leader at the moment, e.g.
+                # just created, or electing): nothing was stored; try again, bounded
+                if attempt == 3:
+                    raise
+                await asyncio.sleep(0.25 * (attempt + 1))
+
+    async def _batch_once(self, group: str, records: list[tuple[str, bytes]],
+                          ids: list[str], attempt: int) -> None:
+        # unique per writer, write, part and attempt
+        batch = ids[0].replace(":", "-") + f"-{attempt}"
+        n = len(records)
+        try:
+            for i, ((subject, body), msg_id) in enumerate(zip(records, ids, strict=True), 1):
+                headers = {"Nats-Batch-Id": batch, "Nats-Batch-Sequence": str(i),
+                           "Nats-Msg-Id": msg_id}
+                if i == 1:
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(self._last[group])
+                    headers["Nats-Expected-Last-Subject-Sequence-Subject"] = (
+                        f"{self.prefix}.{escape_group(group)}.>")
+                if i < n:
+                    await self._nc.publish(subject, body, headers=headers)
+                    continue
+                headers["Nats-Batch-Commit"] = "1"
+                reply = await self._nc.request(subject, body, headers=headers,
+                                               timeout=self.timeout)
+        except nats.errors.NoRespondersError:
+            raise
+        except Exception as e:
+            self._unknown[group] = ids[-1]
+            if await self._try_resolve(group):
+                return  # it was stored after all
+            raise RuntimeError(f"no answer from JetStream ({_reason(e)})") from e
+        ack = orjson.loads(reply.data) if reply.data else {}
+        if "error" in ack:
+            err = ack["error"]
+            raise FenceError(f"{err.get('err_code')} {err.get('description')}")
+        if "seq" not in ack:
+            raise RuntimeError(f"unexpected answer from JetStream: {reply.data!r}")
+        self._last[group] = int(ack["seq"])
+        self.batches += 1
+
+    async def _try_resolve(self, group: str) -> bool:
+        try:
+            return await self._resolve(group)
+        except Exception:
+            log.warning("jetstream_unresolved", group=group)
+            return False
+
+    async def _resolve(self, group: str) -> bool:
+        """After an unclear answer: True if the group's last record is that write's (stored);
+        the fence moves onto it. Otherwise the fence stays where it was."""
+        mine = self._unknown[group]
+        seq, msg_id = await asyncio.wait_for(self._last_record(group), self.timeout)
+        del self._unknown[group]
+        if msg_id == mine:
+            self._last[group] = seq
+            return True
+        return False
+
+    async def _last_record(self, group: str) -> tuple[int, str | None]:
+        """(stream seq, msg id) of the group's last record; (0, None) if it has none."""
+        best: tuple[int, str | None] = (0, None)
+        for kind in ("m", "v"):
+            try:
+                # STREAM.MSG.GET, answered by the stream leader: a direct get may be answered
+                # by a follower that is behind, and the fence must be set on the last record
+                raw = await self._nc.jsm().get_msg(self.stream, subject=self._subject(group, kind))
+            except NotFoundError:
+                continue
+            if raw.seq is not None and raw.seq > best[0]:
+                best = (raw.seq, (raw.headers or {}).get("Nats-Msg-Id"))
+        return best
+
+    async def _last_seq(self, group: str) -> int:
+        return (await asyncio.wait_for(self._last_record(group), self.timeout))[0]
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def load_group(self, group: str, recent: int) -> StoredGroup | None:
+        return self._call(self._load_group(group, recent), self.timeout * 6)
+
+    def load(self, recent: int) -> list[StoredGroup]:
+        return self._call(self._load(recent), self.timeout * 60)
+
+    async def _load(self, recent: int) -> list[StoredGroup]:
+        info = await self._nc.jsm().stream_info(self.stream,
+                                                 subjects_filter=f"{self.prefix}.*.v")
+        out = []
+        for subject in sorted(info.state.subjects or {}):
+            group = unescape_group(subject.split(".")[-2])
+            raw = await self._nc.jsm().get_msg(self.stream, subject=subject)
+            if not orjson.loads(raw.data or b"{}").get("members"):
+                continue
+            sg = await self._load_group(group, recent)
+            if sg is not None:
+                out.append(sg)
+        return out
+
+    async def _load_group(self, group: str, recent: int) -> StoredGroup | None:
+        last = await self._last_seq(group)
+        self._last[group] = last  # the fence: what this writer knows of the group
+        self._unknown.pop(group, None)
+        if last == 0:
+            return None
+        messages: list[Message] = []
+        aborted: set[int] = set()
+        view: dict[str, Any] | None = None
+        async for subject, _seq, data in self._read(group, last):
+            if subject.endswith(".m"):
+                m = _decode_message(group, data)
+                while messages and messages[-1].offset >= m.offset:
+                    messages.pop()  # a retracted append's offsets, reused: superseded
+                messages.append(m)
+            else:
+                view = orjson.loads(data)
+                aborted.update(view["aborted"])
+        if view is None:
+            return None
+        members = tuple(view["members"])
+        install = ViewInstall(group, view["view"], members, tuple(view["joined"]),
+                              tuple(view["left"]), view["epoch"], view["offset"])
+        head = max(messages[-1].offset if messages else 0, view["offset"])
+        # the streams' last seqs, over what was not superseded
+        seqs: dict[str, int] = {}
+        for m in messages:
+            seqs[m.stream] = max(seqs.get(m.stream, 0), m.seq)
+        return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
+                           messages[-recent:] if recent > 0 else [], frozenset(aborted), None,
+                           install)
+
+    async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
+        """The group's records in log order, up to stream sequence `last`: (subject, seq, data).
+        Batched direct gets (`next_by_subj` over the group's subjects, `batch` records per
+        request): no consumer, so nothing for the meta layer to create (which stalls while a
+        killed node's meta leadership moves). A direct get may be answered by a follower that
+        is behind: a batch that ends short of `last` is asked again (bounded)."""
+        inbox = self._nc.new_inbox()
+        sub = await self._nc.subscribe(inbox)
+        request = f"$JS.API.DIRECT.GET.{self.stream}"
+        subjects = f"{self.prefix}.{escape_group(group)}.>"
+        deadline = asyncio.get_running_loop().time() + self.timeout * 4
+        start = 1
+        try:
+            while start <= last:
+                await self._nc.publish(request, orjson.dumps(
+                    {"seq": start, "next_by_subj": subjects, "batch": self.read_batch}),
+                    reply=inbox)
+                got = 0
+                while True:
+                    m = await sub.next_msg(timeout=self.timeout)
+                    headers = m.headers or {}
+                    if headers.get("Status"):  # 204: end of this batch; 404: nothing more
+                        break
+                    seq = int(headers["Nats-Sequence"])
+                    if seq > last:
+                        continue  # newer than what the fence was set on: not ours to read
+                    got += 1
+                    start = seq + 1
+                    yield headers["Nats-Subject"], seq, m.data
+                if got == 0 and start <= last:  # a follower behind: ask again
+                    if asyncio.get_running_loop().time() > deadline:
+                        raise TimeoutError(f"could not read {group!r} up to {last}")
+                    await asyncio.sleep(0.05)
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def read_after(self, group: str, offset: int) -> Iterator[Message]:
+        sg = self.load_group(group, 1 << 62)
+        return iter([m for m in (sg.recent if sg else []) if m.offset > offset])
+
+    # -- retention, checkpoints ------------------------------------------------------------------
+
+    def prune(self, now: float) -> int:
+        return 0  # the stream's limits (max_msgs_per_subject, max_age) do it
+
+    def stage_checkpoint_chunk(self, group: str, key: str, index: int, data: str) -> None:
+        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+
+    def checkpoint_chunks(self, group: str, key: str) -> Iterator[str]:
+        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+
+    def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
+        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+
+    def discard_checkpoint(self, group: str, key: str) -> None:
+        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        pending = [asyncio.wrap_future(f) for f in list(self._tasks)]
+        if pending:  # every write in flight answers (each is bounded by the publish timeout)
+            await asyncio.wait(pending, timeout=self.timeout * 3)
+        with contextlib.suppress(Exception):
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                asyncio.wait_for(self._nc.close(), 5), self._loop))
+        await asyncio.to_thread(self._stop_loop)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+def _encode_message(m: Message) -> bytes:
+    meta = orjson.dumps({"o": m.offset, "s": m.stream, "q": m.seq, "f": m.sender, "v": m.view,
+                         "a": m.atomic, "t": m.ts, "i": m.id, "fm": m.from_member})
+    return meta + b"\n" + orjson.dumps(m.payload)
+
+
+def _decode_message(group: str, data: bytes) -> Message:
+    meta, _, body = data.partition(b"\n")
+    d = orjson.loads(meta)
+    return Message(group, d["o"], d["s"], d["q"], d["f"], d["v"], d["a"], orjson.Fragment(body),
+                   d["t"], d["i"], d["fm"], len(body))
+
+
+def _encode_view(w: StoreView) -> bytes:
+    i = w.install
+    return orjson.dumps({"epoch": i.epoch, "view": i.view, "members": list(i.members),
+                         "joined": list(i.joined), "left": list(i.left), "offset": i.offset,
+                         "aborted": list(w.aborted)})
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -1,0 +1,270 @@
+"""The log on JetStream against a real 3-node cluster (DESIGN §9): a round trip that loads what
+the SQLite log loads for the same writes, the fence against a second writer, R3 under a killed
+node, and a server that comes back from the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
+from notify.core import CoreConfig, Timeouts
+from notify.core.actions import Append, Write
+from notify.server import NotifyServer
+from notify.storage.base import StoredGroup
+from notify.storage.sqlite import SqliteLog
+from tests.cluster.conftest import NatsCluster
+from tests.integration.conftest import TIMEOUT, events_until
+from tests.storage.test_sqlite_log import msg, plain, view
+
+pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
+
+from notify.storage.jetstream import (
+    JetStreamLog,
+    escape_group,
+    unescape_group,
+)
+
+T = TypeVar("T")
+
+_ticket = iter(range(10**6, 10**9))
+
+
+async def bounded(aw: Awaitable[T]) -> T:
+    """Every wait on a client is bounded: a server that halted must fail the test, not hang it."""
+    return await asyncio.wait_for(aw, TIMEOUT)
+
+
+def write(log: JetStreamLog | SqliteLog, w: Write) -> asyncio.Future[str | None]:
+    fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    log.write(w, fut.set_result)
+    return fut
+
+
+def append(log: JetStreamLog | SqliteLog, *messages: object) -> asyncio.Future[str | None]:
+    ms = tuple(messages)
+    return write(log, Append(ms[0].group, next(_ticket), ms))  # type: ignore[attr-defined]
+
+
+def comparable(sg: StoredGroup) -> StoredGroup:
+    return dataclasses.replace(sg, recent=[plain(m) for m in sg.recent])
+
+
+def test_group_names_escape_into_one_token_reversibly() -> None:
+    for g in ("g", "a.b", "room:42/x@y-z", "ünï cødé", "_5F", "", "*", ">", "a b"):
+        token = escape_group(g)
+        assert "." not in token and " " not in token and "*" not in token
+        assert ">" not in token and token
+        assert unescape_group(token) == g
+
+
+@pytest.mark.timeout(90)
+async def test_round_trip_loads_what_sqlite_loads(nats_cluster: NatsCluster,
+                                                  tmp_path: Path) -> None:
+    js = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RT")
+    sq = SqliteLog(tmp_path / "log.db")
+    groups = ("g", "room.1:a/b@c-d")
+    try:
+        for log in (js, sq):
+            for g in groups:
+                assert await write(log, view(g, 1, ("a",))) is None
+                for start in range(1, 60, 10):  # batches of 10
+                    batch = [msg(o, group=g) for o in range(start, start + 10)]
+                    assert await append(log, *batch) is None
+                assert await write(log, view(g, 2, ("a", "b"), aborted=(7, 14))) is None
+                assert await append(log, msg(61, group=g, payload={"x": [1, "é"]})) is None
+            assert await write(log, view("empty", 1, ())) is None  # nobody in it
+        await js.close()
+        again = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RT")
+        try:
+            got = {sg.group: sg for sg in await asyncio.to_thread(again.load, 25)}
+            want = {sg.group: sg for sg in sq.load(25)}
+            assert set(got) == set(want) == set(groups)
+            for g in groups:
+                assert comparable(got[g]) == comparable(want[g])
+                assert got[g].head == 61 and [m.offset for m in got[g].recent] == list(
+                    range(37, 62))
+                assert got[g].recent[-1].size == len(b'{"x":[1,"\xc3\xa9"]}')
+            empty = await asyncio.to_thread(again.load_group, "empty", 10)
+            assert empty is not None and empty.members == () and empty.head == 0
+            assert await asyncio.to_thread(again.load_group, "never", 10) is None
+            assert [m.offset for m in await asyncio.to_thread(
+                lambda: list(again.read_after("g", 58)))] == [59, 60, 61]
+        finally:
+            await again.close()
+    finally:
+        await js.close()
+        await sq.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_second_writer_is_fenced_and_stores_nothing(nats_cluster: NatsCluster) -> None:
+    a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="FENCE")
+    b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="FENCE")
+    try:
+        assert await write(a, view("g", 1, ("a",))) is None
+        assert await append(a, *[msg(o) for o in (1, 2, 3)]) is None
+        # both now load the group: each knows the same last record
+        assert (await asyncio.to_thread(a.load_group, "g", 10)).head == 3  # type: ignore[union-attr]
+        assert (await asyncio.to_thread(b.load_group, "g", 10)).head == 3  # type: ignore[union-attr]
+        # b takes over and appends: a is now stale
+        assert await append(b, msg(4, payload="from b")) is None
+        reason = await append(a, msg(4, payload="from a"), msg(5, payload="from a"))
+        assert reason is not None and "10071" in reason
+        reason = await write(a, view("g", 2, ("a", "x")))
+        assert reason is not None and "10071" in reason
+        # b goes on; nothing of a's refused writes is stored
+        assert await append(b, msg(5, payload="from b")) is None
+        sg = await asyncio.to_thread(b.load_group, "g", 10)
+        assert sg is not None and sg.view == 1 and sg.head == 5
+        assert [plain(m).payload for m in sg.recent[-2:]] == ["from b", "from b"]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _stream_leader(log: JetStreamLog) -> str:
+    async def ask() -> str:
+        info = await log._nc.jsm().stream_info(log.stream)
+        assert info.cluster is not None and info.cluster.leader
+        return info.cluster.leader
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(ask(), log._loop))
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsCluster,
+                                                           victim: str) -> None:
+    """Appends go on while one nats-server is SIGKILLed (the stream leader, or a follower);
+    every acknowledged message is there when a fresh log reloads from the two survivors."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="R3", timeout=2.0)
+    acked: list[int] = []
+    refused = 0
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        leader = await _stream_leader(log)
+        names = [n.name for n in nats_cluster.nodes]
+        kill = names.index(leader) if victim == "leader" else next(
+            i for i, n in enumerate(names) if n != leader)
+        loop = asyncio.get_running_loop()
+        head, killed_at, after = 0, None, 0
+        deadline = loop.time() + 60
+        while after < 100:  # like the core: one write at a time, a failed one is retracted
+            assert loop.time() < deadline, (acked[-1:], refused, after)
+            batch = [msg(o) for o in range(head + 1, head + 4)]
+            if await append(log, *batch) is None:
+                head += 3
+                acked.extend(m.offset for m in batch)
+                if killed_at is not None:
+                    after += 1
+            else:
+                refused += 1
+                await asyncio.sleep(0.05)
+            if killed_at is None and head >= 60:
+                killed_at = head
+                await asyncio.to_thread(nats_cluster.kill, kill)
+    finally:
+        await log.close()
+    survivors = [n.url for i, n in enumerate(nats_cluster.nodes) if i != kill]
+    again = await asyncio.to_thread(JetStreamLog, survivors, stream="R3")
+    try:
+        sg = await asyncio.to_thread(again.load_group, "g", 10**6)
+    finally:
+        await again.close()
+    assert sg is not None and sg.head == head == acked[-1]
+    assert [m.offset for m in sg.recent] == acked == list(range(1, head + 1))
+    assert sg.seqs == {"fifo:a": head}
+
+
+@pytest.mark.timeout(120)
+async def test_a_server_on_jetstream_comes_back_from_the_stream(
+        nats_cluster: NatsCluster) -> None:
+    """Two SDK clients in a group on `NotifyServer(store=JetStreamLog(...))`; the server goes
+    away and a new one (a new log instance, same stream) restores the group: the members
+    resume their view, the messages are there, offsets and versions go on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    config = CoreConfig(Timeouts(suspect_timeout=0.5, flush_timeout=1.0))
+
+    async def serve() -> NotifyServer:
+        store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="E2E")
+        srv = NotifyServer(config, port=port, store=store)
+        await srv.start()
+        return srv
+
+    srv = await serve()
+    a = await bounded(Connection.connect(srv.url, "a"))
+    b = await bounded(Connection.connect(srv.url, "b"))
+    try:
+        await bounded(a.join("g"))
+        assert (await bounded(b.join("g"))).view == 2
+        published = {}
+        for i in range(30):
+            r = await bounded(a.publish("g", {"i": i}, publish_id=f"p{i}", atomic=i % 10 == 0))
+            published[r.id] = r.offset
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 30)
+        assert [e.payload["i"] for e in evs if isinstance(e, Message)] == list(range(30))
+        await a.drop()
+        await b.drop()
+        await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+        srv = await serve()  # a new server, a new log instance, the same stream
+        assert "g" in srv.hub.groups  # restored at start: its view has members
+        await bounded(b.reconnect())
+        evs = await events_until(b, "g", lambda e: isinstance(e, CaughtUp))
+        assert [e for e in evs if isinstance(e, ViewInstalled)] == []
+        assert any(isinstance(e, ViewResumed) and e.view == 2 for e in evs)
+        await bounded(a.reconnect())
+        await events_until(a, "g", lambda e: isinstance(e, CaughtUp))
+        retried = await bounded(a.publish("g", {"i": 0}, publish_id="p0"))  # the id table came back
+        assert retried.offset == published["p0"]
+        fresh = await bounded(a.publish("g", "after restart"))
+        assert fresh.offset == 31
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 31)
+        assert [e.offset for e in evs if isinstance(e, Message)] == [31]
+        await bounded(b.leave("g"))  # the next view is the stored version + 1
+        evs = await events_until(a, "g", lambda e: isinstance(e, ViewInstalled))
+        assert (evs[-1].view, evs[-1].members) == (3, ("a",))
+    finally:
+        for c in (a, b):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.close(), TIMEOUT)
+        await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+
+@pytest.mark.timeout(90)
+async def test_notify_serve_store_jetstream(nats_cluster: NatsCluster, tmp_path: Path) -> None:
+    """`notify serve --store jetstream --nats URL,URL,URL`: a real server process on the log;
+    SIGKILLed and started again, it comes back from the stream."""
+    from tests.integration.test_durability import ServerProcess, _free_port
+
+    sp = ServerProcess(tmp_path / "data", _free_port(), "--store", "jetstream",
+                       "--nats", ",".join(nats_cluster.urls), "--nats-stream", "CLI")
+    a: Connection | None = None
+    try:
+        sp.start()
+        a = await bounded(Connection.connect(sp.url, "a"))
+        await bounded(a.join("g"))
+        offsets = [(await bounded(a.publish("g", {"i": i}, publish_id=f"p{i}"))).offset
+                   for i in range(5)]
+        assert offsets == [1, 2, 3, 4, 5]
+        sp.kill()
+        await a.drop()
+        sp.start()
+        await bounded(a.reconnect())
+        await bounded(events_until(a, "g", lambda e: isinstance(e, CaughtUp)))
+        assert (await bounded(a.publish("g", {"i": 2}, publish_id="p2"))).offset == 3
+        assert (await bounded(a.publish("g", "next"))).offset == 6
+    finally:
+        if a is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(a.close(), TIMEOUT)
+        sp.stop()

@@ -216,9 +216,9 @@ class Group:
         """Nobody is in the group and nothing is under way: it may leave memory (G14), since
         everything it must remember is in the log (`Group.restored` brings it back)."""
         m = self.membership
-        return (not self.slots and m.proposal is None and not m.joins and not m.leaves
-                and not self.writes.busy and not self.writes.held and not self._intake
-                and self.transfers.idle and not len(self.atomics))
+        return (not self.halted and not self.slots and m.proposal is None and not m.joins
+                and not m.leaves and not self.writes.busy and not self.writes.held
+                and not self._intake and self.transfers.idle and not len(self.atomics))
 
     def involves(self, member: MemberId) -> bool:
         """In the view, or on its way in."""
@@ -552,13 +552,12 @@ class Group:
                     self.atomics.discard(m.offset)
                 self.log(out, "msg.reject", now, member=m.sender,
                           code=RejectCode.STORAGE_FAILED.value, offset=m.offset)
-            retracted = {m.offset: m.id for m in write.messages}
+            retracted = {m.offset for m in write.messages}
             out.extend(Writes.fail(held, retracted, self.topic.head))
         else:
             # Members may already act on this view (they flushed for it): it cannot be undone,
             # and it must not be installed unstored (G1). Stop; a restart recovers (G13).
-            self.halted = True
-            self.writes.start(write, now)  # nothing more leaves this group
+            self.halted = True  # from now on the hub lets nothing of this group out
             return [Halt(f"could not store view {write.install.view} of {self.name}: {error}")]
         rest: list[Action] = []
         self._advance(rest, now)

@@ -33,6 +33,7 @@ from notify.core.actions import (
     Close,
     ConnId,
     Error,
+    Halt,
     LogEvent,
     Pong,
     Rejected,
@@ -370,6 +371,8 @@ class Hub:
             return []
         busy = g.writes.busy
         out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
+        if g.halted:  # it asked the process to stop (G13): nothing more of it leaves
+            return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)
         return out
 
@@ -387,6 +390,8 @@ class Hub:
         g = self.groups[group]
         self._now = now
         out = g.written(ticket, error, now)
+        if g.halted:
+            return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)
         return out
 

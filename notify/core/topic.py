@@ -188,11 +188,6 @@ class Topic:
         """Offset of the oldest retained message; `head + 1` when nothing is retained."""
         return self._log[0].offset if self._log else self.head + 1
 
-    def get(self, offset: int) -> Message | None:
-        if not self._log or not (self._log[0].offset <= offset <= self.head):
-            return None
-        return self._log[offset - self._log[0].offset]
-
     def can_replay(self, after: int, streams: dict[str, int], *, external: bool) -> bool:
         """Whether every message a point (`after`, `streams`) lacks is still retained (G8).
 

@@ -101,14 +101,14 @@ class Writes:
     def done(self, ticket: int) -> tuple[Write, list[Action]]:
         """The write under way is stored: it, and the frames held behind it, in order."""
         f = self.in_flight
-        assert f is not None and _ticket(f.write) == ticket, (ticket, f)
+        assert f is not None and f.write.ticket == ticket, (ticket, f)
         self.in_flight = None
         held, self._held = self._held, []
         return f.write, held
 
     @staticmethod
-    def fail(held: list[Action], retracted: dict[int, str], head: int) -> list[Action]:
-        """The held frames of a failed append, purged of the retracted messages (offset -> id):
+    def fail(held: list[Action], retracted: set[int], head: int) -> list[Action]:
+        """The held frames of a failed append, purged of the retracted messages (offsets):
         their fan-out and any replay of them is dropped, an answer that they were published
         becomes a refusal, and a catch-up no longer counts them."""
         out: list[Action] = []
@@ -131,6 +131,3 @@ class Writes:
             out.append(a)
         return out
 
-
-def _ticket(w: Write) -> int:
-    return w.ticket

@@ -156,6 +156,7 @@ class NotifyServer:
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
         self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+        self._timer.add_done_callback(self._timer_ended)
         log.info("listening", url=self.url,
                  event_log=str(self.events.path) if self.events else None)
         if self.verifier is None:
@@ -198,7 +199,8 @@ class NotifyServer:
                 log.warning("shutdown_grace_expired", connections=len(self._outboxes))
         if self._timer is not None:
             self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a timer that died was reported already (`_timer_ended`): stop goes on
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._timer
         for o in list(self._outboxes.values()):
             await o.stop()
@@ -445,6 +447,15 @@ class NotifyServer:
             nxt = self.hub.next_deadline()
             delay = 0.05 if nxt is None else min(max(nxt - self._clock(), 0.005), 0.05)
             await asyncio.sleep(delay)
+
+
+    def _timer_ended(self, task: asyncio.Task[None]) -> None:
+        """The timer drives every deadline (suspect, flush, ACK, write): without it groups would
+        wait forever, so its death stops the server (G13) instead of going unnoticed."""
+        if task.cancelled() or self.halt_reason is not None:
+            return
+        log.critical("timer_died", error=repr(task.exception()))
+        self.halt(f"the timer task died: {task.exception()!r}")
 
 
 #: seconds between two retention passes over the log

@@ -8,9 +8,10 @@ simulator exercises exactly the code the server runs: serialise each frame once 
 senders, hand writes to storage and feed their completion back to the hub, and stop the host
 on `Halt`.
 
-A host implements `Effects`. Storage may finish a write at once (the memory log, inside
-`write`) or later (SQLite, from its writer thread through the event loop): completions are
-queued behind the actions being applied, so the hub is never re-entered.
+A host implements `Effects`. Storage may finish a write at once (inside `write`, as the tests'
+hosts do), on the loop's next turn (the memory log) or later (SQLite, from its writer thread):
+a completion that comes while actions are being applied is queued behind them, so the hub is
+never re-entered.
 """
 
 from __future__ import annotations

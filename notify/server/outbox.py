@@ -13,12 +13,15 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from notify.core.errors import CloseCode
 from notify.server.mailbox import Mailbox
 from notify.server.wire import batch
+
+log = structlog.get_logger("notify.server")
 
 #: frames per batch frame, and bytes: keeps a batch well under any client's max message size
 _BATCH_FRAMES = 512
@@ -140,3 +143,7 @@ class Outbox:
                     return
         except ConnectionClosed:
             pass
+        except Exception:  # a bug of ours: drop this member's link, the others go on (G13)
+            log.exception("outbox_failed")
+            self._closing = True
+            self._ws.transport.abort()  # the hub hears a lost connection; the member resumes

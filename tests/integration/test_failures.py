@@ -93,3 +93,50 @@ async def test_G13_a_view_that_cannot_be_stored_stops_the_server_and_a_restart_r
         assert install["view"] >= 2 and install["offset"] == 3
     finally:
         proc.stop()
+
+
+async def test_G13_a_timer_that_dies_stops_the_server_loudly(open_raw: OpenRaw) -> None:
+    """Every deadline (suspect, flush, ACK, write) rides on the timer task: if it dies, groups
+    would wait forever, so the server fails stop instead."""
+    halts: list[str] = []
+    srv = NotifyServer(port=0, on_halt=halts.append)
+    await srv.start()
+    try:
+        def broken() -> float | None:
+            raise RuntimeError("injected")
+
+        srv.hub.next_deadline = broken  # type: ignore[method-assign]
+        await asyncio.wait_for(srv.halted.wait(), TIMEOUT)
+        assert halts and "timer task died" in halts[0] and "injected" in halts[0]
+    finally:
+        await srv.stop()
+
+
+async def test_G13_an_outbox_that_fails_drops_only_its_member_who_resumes(
+        make_server: MakeServer, open_raw: OpenRaw) -> None:
+    """A sender task that meets a bug drops its own connection (the hub sees a lost member, which
+    resumes); the other members are not affected."""
+    srv = await make_server(suspect_timeout=5.0)
+    a, b = await open_raw(srv, "a"), await open_raw(srv, "b")
+    a.auto_flush = b.auto_flush = True
+    await a.join("g")
+    install, _ = await asyncio.gather(b.join("g"), a.expect("view_install"))
+    outbox = srv._outboxes[max(srv._outboxes)]  # b's (the newer connection)
+    real = outbox._ws.send
+
+    async def failing(*args: object, **kw: object) -> None:
+        raise RuntimeError("injected")
+
+    outbox._ws.send = failing  # type: ignore[method-assign]
+    await a.send({"type": "publish", "req": "r", "group": "g", "id": "p1", "view": 2,
+                  "payload": 1})
+    assert (await a.expect("deliver"))["payload"] == 1  # a is unaffected
+    await a.expect("published")
+    outbox._ws.send = real  # type: ignore[method-assign]
+    assert await b.close_code() == 1006  # dropped, no goodbye
+    b2 = await open_raw(srv, "b", resume_session=b.session)
+    await b2.send({"type": "join", "req": "rj", "group": "g", "resume": {
+        "epoch": install["epoch"], "offset": install["offset"], "view": install["view"]}})
+    assert (await b2.recv())["type"] == "view_resume"  # no view change: it resumes
+    assert (await b2.expect("deliver"))["payload"] == 1  # and gets what it missed
+    assert srv.hub.groups["g"].view.version == 2

@@ -220,6 +220,12 @@ class Group:
                 and not m.leaves and not self.writes.busy and not self.writes.held
                 and not self._intake and self.transfers.idle and not len(self.atomics))
 
+    def connections(self) -> set[ConnId]:
+        """Every connection the group would send to: its members' and its joiners'."""
+        conns = {s.conn for s in self.slots.values() if s.conn is not None}
+        conns.update(self._joiner_conns.values())
+        return conns
+
     def involves(self, member: MemberId) -> bool:
         """In the view, or on its way in."""
         return member in self.slots or self.membership.is_joining(member)

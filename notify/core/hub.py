@@ -197,8 +197,13 @@ class Hub:
         return out
 
     def hello(self, conn: ConnId, hello: Hello, now: float,
-              identity: Identity | None) -> list[Action]:
-        """`hello`, with the identity the adapter verified from its token (None: no auth)."""
+              identity: Identity | None, *, token: str | None = None) -> list[Action]:
+        """`hello`, with the identity the adapter verified from its token (None: no auth).
+
+        `token` (cluster mode): the session token the member's edge gave it. An owner's hub
+        uses the edge's token instead of making one, so the same session is known by the same
+        token on every node: a member that resumes on another edge presents it there, and each
+        owner finds the session (docs/cluster.md)."""
         self._now = now
         if self._conns.get(conn) is not None:
             return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
@@ -213,7 +218,7 @@ class Hub:
             if identity.expired(now):
                 return self._refuse_auth(conn, ErrorCode.TOKEN_EXPIRED, "the token has expired")
             hello = Hello(hello.protocol, identity.member, hello.resume_session)
-        out = self._hello(conn, hello, now)
+        out = self._hello(conn, hello, now, token)
         session = self._conns.get(conn)
         if session is not None:
             self._hello_deadlines.pop(conn, None)
@@ -254,12 +259,23 @@ class Hub:
                                     and s.token_expires == exp]
                 heapq.heapify(self._token_heap)
 
-    def _hello(self, conn: ConnId, hello: Hello, now: float) -> list[Action]:
+    def _hello(self, conn: ConnId, hello: Hello, now: float,
+               token: str | None = None) -> list[Action]:
         out: list[Action] = []
         session = self._sessions.get(hello.resume_session) if hello.resume_session else None
+        if session is None and token is not None:  # already known by the edge's token
+            session = self._sessions.get(token)
         if session is not None and hello.member not in (None, session.member):
             session = None  # a token for another member resumes nothing
+        if session is None and token is not None and token in self._sessions:
+            return [Send(conn, Error(ErrorCode.BAD_FRAME, "session token in use"))]
         resumed = session is not None
+        if session is not None and token is not None and session.token != token:
+            # resumed through another edge, which gave the session a token of its own
+            self._sessions.pop(session.token, None)
+            self._disconnected.pop(session.token, None)
+            session.token = token
+            self._sessions[token] = session
         if session is not None:
             if session.conn is not None:  # the old connection is not known dead yet
                 out.append(Close(session.conn, CloseCode.REPLACED, "resumed elsewhere"))
@@ -280,7 +296,7 @@ class Hub:
             old = self._members.get(hello.member)
             if old is not None:
                 out.extend(self._retire(old, Reason.NEW_INCARNATION, now))
-            session = Session(self._new_token(), hello.member, conn)
+            session = Session(token or self._new_token(), hello.member, conn)
             self._sessions[session.token] = session
             self._members[session.member] = session
         self._conns[conn] = session
@@ -387,7 +403,9 @@ class Hub:
     def written(self, group: str, ticket: int, error: str | None, now: float) -> list[Action]:
         """Storage finished (or failed) the write `ticket` of `group` (an `Append` or a
         `StoreView`): the frames that waited for it, and what the group does next."""
-        g = self.groups[group]
+        g = self.groups.get(group)
+        if g is None:  # dropped since (cluster: its shard moved to another node)
+            return []
         self._now = now
         out = g.written(ticket, error, now)
         if g.halted:
@@ -400,6 +418,24 @@ class Hub:
         """Storage made `cp` durable (see `CommitCheckpoint`)."""
         self._now = now
         return self._group_call(group, lambda g: g.checkpoint_committed(cp, conn, req, now))
+
+    def drop_groups(self, names: list[str], reason: str) -> list[Action]:
+        """Forget `names` at once, without a view change (cluster mode: this node no longer
+        owns them, and another node rebuilds them from the log). Nothing of them is written or
+        sent any more, except a close of every connection in them, so that their members
+        reconnect and resume where the group now lives (`SHUTDOWN`: reconnect)."""
+        conns: set[ConnId] = set()
+        for name in names:
+            g = self.groups.pop(name, None)
+            if g is None:
+                continue
+            self._armed.discard(name)
+            self._idle.pop(name, None)
+            conns.update(g.connections())
+        out: list[Action] = []
+        for conn in sorted(conns):
+            out.append(Close(conn, CloseCode.SHUTDOWN, reason))
+        return out
 
     # -- time ------------------------------------------------------------------------------------
 

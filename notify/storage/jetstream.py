@@ -106,18 +106,33 @@ def unescape_group(token: str) -> str:
 class FenceError(Exception):
     """JetStream refused a write (e.g. 10071: another writer appended to the group)."""
 
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+#: the reason a write is answered with when another writer appended to the group since this
+#: one loaded it (10071): the group has a new owner, and this one must stop serving it
+FENCED = "fenced: another writer owns the group now"
+WRONG_LAST_SEQUENCE = 10071
+
 
 class JetStreamLog:
     def __init__(self, servers: str | Sequence[str], *, stream: str = "NOTIFY",
                  prefix: str = "nlog", replicas: int = 3,
                  max_msgs_per_subject: int | None = None, max_age: float | None = None,
                  timeout: float = 5.0, connect_timeout: float = 15.0,
-                 max_batch: int = 500, read_batch: int = 256) -> None:
+                 max_batch: int = 500, read_batch: int = 256,
+                 owner: str | None = None) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.stream, self.prefix, self.replicas = stream, prefix, replicas
         self.max_msgs_per_subject, self.max_age = max_msgs_per_subject, max_age
         self.timeout, self.max_batch, self.read_batch = timeout, max_batch, read_batch
         self.writer = uuid.uuid4().hex[:12]
+        #: cluster mode: who this writer is (a node id); loading a group then appends a fence
+        #: record, after which nobody who loaded the group before can append to it
+        self.owner = owner
+        self.fences = 0
         #: the stream sequence of the group's last record, as this writer knows it
         self._last: dict[str, int] = {}
         #: groups whose last write got no clear answer -> that write's last msg id
@@ -223,6 +238,8 @@ class JetStreamLog:
                 await self._batch(group, records[part], ids[part])
             return None
         except FenceError as e:
+            if e.code == WRONG_LAST_SEQUENCE:
+                return f"{FENCED} ({e})"
             return f"refused by JetStream: {e}"
         except Exception as e:
             return _reason(e)
@@ -270,7 +287,8 @@ class JetStreamLog:
         ack = orjson.loads(reply.data) if reply.data else {}
         if "error" in ack:
             err = ack["error"]
-            raise FenceError(f"{err.get('err_code')} {err.get('description')}")
+            raise FenceError(f"{err.get('err_code')} {err.get('description')}",
+                             err.get("err_code"))
         if "seq" not in ack:
             raise RuntimeError(f"unexpected answer from JetStream: {reply.data!r}")
         self._last[group] = int(ack["seq"])
@@ -297,7 +315,7 @@ class JetStreamLog:
     async def _last_record(self, group: str) -> tuple[int, str | None]:
         """(stream seq, msg id) of the group's last record; (0, None) if it has none."""
         best: tuple[int, str | None] = (0, None)
-        for kind in ("m", "v"):
+        for kind in ("m", "v", "f"):
             try:
                 # STREAM.MSG.GET, answered by the stream leader: a direct get may be answered
                 # by a follower that is behind, and the fence must be set on the last record
@@ -334,11 +352,33 @@ class JetStreamLog:
         return out
 
     async def _load_group(self, group: str, recent: int) -> StoredGroup | None:
-        last = await self._last_seq(group)
-        self._last[group] = last  # the fence: what this writer knows of the group
-        self._unknown.pop(group, None)
-        if last == 0:
-            return None
+        for _attempt in range(5):
+            last = await self._last_seq(group)
+            self._last[group] = last  # the fence: what this writer knows of the group
+            self._unknown.pop(group, None)
+            if last == 0:
+                return None
+            if self.owner is None or await self._fence(group):
+                return await self._replay(group, recent, self._last[group])
+        raise RuntimeError(f"could not fence {group!r}: its owner keeps appending")
+
+    async def _fence(self, group: str) -> bool:
+        """Take the group over (cluster mode): append a fence record on its last record. From
+        then on, a writer that loaded the group before (a deposed owner, paused or cut off) is
+        refused its next append (10071), and stops serving the group. False if that writer
+        appended in between (its record is then read like any other: load again)."""
+        record = orjson.dumps({"owner": self.owner, "writer": self.writer})
+        msg_id = f"{self.writer}:fence:{self.fences}"
+        self.fences += 1
+        try:
+            await self._batch(group, [(self._subject(group, "f"), record)], [msg_id])
+        except FenceError as e:
+            if e.code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def _replay(self, group: str, recent: int, last: int) -> StoredGroup | None:
         messages: list[Message] = []
         aborted: set[int] = set()
         view: dict[str, Any] | None = None
@@ -348,7 +388,7 @@ class JetStreamLog:
                 while messages and messages[-1].offset >= m.offset:
                     messages.pop()  # a retracted append's offsets, reused: superseded
                 messages.append(m)
-            else:
+            elif subject.endswith(".v"):
                 view = orjson.loads(data)
                 aborted.update(view["aborted"])
         if view is None:

@@ -27,6 +27,7 @@ from tests.storage.test_sqlite_log import msg, plain, view
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
 
 from notify.storage.jetstream import (
+    FENCED,
     JetStreamLog,
     escape_group,
     unescape_group,
@@ -128,6 +129,34 @@ async def test_a_second_writer_is_fenced_and_stores_nothing(nats_cluster: NatsCl
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.timeout(90)
+async def test_an_owner_that_loads_a_group_fences_the_previous_one(
+        nats_cluster: NatsCluster) -> None:
+    """Cluster mode (`owner=`): loading appends a fence record, so the previous owner is
+    refused on its very next write even if the new owner has not written yet (a deposed owner
+    that wakes up must not append behind the new owner's back), and it is told `FENCED`."""
+    old = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="TAKEOVER", owner="n1")
+    new = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="TAKEOVER", owner="n2")
+    try:
+        assert await write(old, view("g", 1, ("a",))) is None
+        assert await append(old, msg(1), msg(2)) is None
+        sg = await asyncio.to_thread(new.load_group, "g", 10)
+        assert sg is not None and (sg.view, sg.head) == (1, 2)  # the fence is not a view
+        reason = await append(old, msg(3, payload="from the deposed owner"))
+        assert reason is not None and reason.startswith(FENCED)
+        assert await append(new, msg(3, payload="from the new owner")) is None
+        # the deposed owner loads again (it would own the group again): it fences the other
+        again = await asyncio.to_thread(old.load_group, "g", 10)
+        assert again is not None and again.head == 3
+        assert [plain(m).payload for m in again.recent[-1:]] == ["from the new owner"]
+        reason = await append(new, msg(4))
+        assert reason is not None and reason.startswith(FENCED)
+        assert new.fences == 1 and old.fences == 1
+    finally:
+        await old.close()
+        await new.close()
 
 
 async def _stream_leader(log: JetStreamLog) -> str:

@@ -1,0 +1,62 @@
+"""The hub's two cluster-mode entries (docs/cluster.md): an owner adopts the session token the
+member's edge gave (`hello(token=...)`), and forgets the groups of a shard it lost
+(`drop_groups`), closing their members' connections so they resume where the group lives."""
+
+from __future__ import annotations
+
+from drive import G, Net, form
+
+from notify.core.events import Hello, Join
+
+
+def _vhello(net: Net, member: str, token: str, resume: str | None = None) -> int:
+    """A connection relayed by an edge: opened, then the member's hello with the edge's token;
+    the welcome is the edge's to send, this returns the owner-side connection."""
+    net._conns += 1
+    c = net._conns
+    net.apply(net.hub.opened(c, net.now))
+    net.apply(net.hub.hello(c, Hello(1, member, resume), net.now, None, token=token))
+    return c
+
+
+def test_owner_uses_the_edge_token_for_a_new_session() -> None:
+    net = Net()
+    c = _vhello(net, "alice", "edge-token-1")
+    session = net.hub.session_of(c)
+    assert session is not None and session.token == "edge-token-1"
+
+
+def test_resume_through_another_edge_rekeys_the_session_and_keeps_the_membership() -> None:
+    net = Net()
+    c1 = _vhello(net, "alice", "T1")
+    net.send(c1, Join("j", G))
+    assert net.hub.groups[G].view.members == ("alice",)
+    net.drop(c1)
+    # the client reconnects to another edge, which does not know T1 and makes T2
+    c2 = _vhello(net, "alice", "T2", resume="T1")
+    session = net.hub.session_of(c2)
+    assert session is not None and session.token == "T2" and G in session.groups
+    assert net.hub.groups[G].view.members == ("alice",)
+    # the old token no longer resumes anything; the new one does
+    net.drop(c2)
+    c3 = _vhello(net, "alice", "T3", resume="T2")
+    assert net.hub.session_of(c3) is session
+
+
+def test_a_token_of_another_member_is_refused() -> None:
+    net = Net()
+    _vhello(net, "alice", "T1")
+    c = _vhello(net, "mallory", "T1")
+    assert net.hub.session_of(c) is None
+    assert [f["code"] for f in net.take(c, "error")] == ["bad_frame"]
+
+
+def test_drop_groups_forgets_the_group_and_closes_its_members() -> None:
+    net = Net()
+    a, b = form(net, "alice", "bob")
+    outsider = net.connect("carol")
+    net.apply(net.hub.drop_groups([G], "moved"))
+    assert G not in net.hub.groups
+    assert {a, b} <= net.closed and outsider not in net.closed
+    # a write that was under way for it answers into nothing
+    assert net.hub.written(G, 1, None, net.now) == []

@@ -25,6 +25,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import orjson
 import structlog
@@ -40,9 +41,10 @@ from notify.core.actions import (
     Rejected,
     StoreCheckpointChunk,
 )
+from notify.core.auth import Identity
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
-from notify.core.events import Req
+from notify.core.events import Ack, CheckpointChunk, FlushOk, Leave, Req, StateChunk
 from notify.eventlog import EventLog
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
@@ -52,7 +54,13 @@ from notify.server.outbox import Outbox
 from notify.server.wire import Authenticate, Refresh, dumps, parse_any
 from notify.storage import MemoryLog, MessageLog, StoredGroup
 
+if TYPE_CHECKING:
+    from notify.cluster.node import ClusterNode
+
 log = structlog.get_logger("notify.server")
+
+#: client frames that belong to one group: in cluster mode they go to the group's owner
+GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk)
 
 
 class NotifyServer:
@@ -65,7 +73,8 @@ class NotifyServer:
                  ssl: ssl_module.SSLContext | None = None,
                  max_connections: int = 0, max_connections_per_ip: int = 0,
                  shutdown_grace: float = 5.0, drain_delay: float = 0.0,
-                 on_halt: Callable[[str], None] | None = None) -> None:
+                 on_halt: Callable[[str], None] | None = None,
+                 cluster: ClusterNode | None = None) -> None:
         config = config or CoreConfig(event_log=event_log is not None)
         self.config = replace(config, metrics=True)
         self.host, self.port = host, port
@@ -102,6 +111,10 @@ class NotifyServer:
         self.halt_reason: str | None = None
         self._on_halt = on_halt
         self._server: Server | None = None
+        #: cluster mode (docs/cluster.md): routes frames of groups other nodes own
+        self.cluster = cluster
+        #: edge: what each connection's hello presented (resume token) and proved (identity)
+        self._edge: dict[int, tuple[str | None, Identity | None]] = {}
         self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
 
@@ -136,7 +149,8 @@ class NotifyServer:
         return True
 
     async def start(self) -> None:
-        self._restore()
+        if self.cluster is None:  # a node loads a group when it owns its shard
+            self._restore()
         t = self.config.timeouts
         self._server = await serve(
             self._handle, self.host, self.port,
@@ -157,6 +171,8 @@ class NotifyServer:
         self.port = sock.getsockname()[1]
         self._timer = asyncio.get_running_loop().create_task(self._run_timer())
         self._timer.add_done_callback(self._timer_ended)
+        if self.cluster is not None:
+            await self.cluster.start(self)
         log.info("listening", url=self.url,
                  event_log=str(self.events.path) if self.events else None)
         if self.verifier is None:
@@ -189,6 +205,8 @@ class NotifyServer:
             if self.drain_delay > 0:  # /readyz says 503 while load balancers take us out
                 await asyncio.sleep(self.drain_delay)
             self._server.close(close_connections=False)  # stop accepting
+            if self.cluster is not None:  # hand the shards over before the clients go
+                await self.cluster.release()
             for conn, outbox in list(self._outboxes.items()):
                 bump(self.stats.closes, int(CloseCode.SHUTDOWN))
                 log.debug("close", conn=conn, code=int(CloseCode.SHUTDOWN))
@@ -205,6 +223,8 @@ class NotifyServer:
         for o in list(self._outboxes.values()):
             await o.stop()
         await self.checkpoints.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         if self._pruning is not None:  # the store must not close under a running prune
             with contextlib.suppress(Exception):
                 await self._pruning
@@ -234,8 +254,11 @@ class NotifyServer:
         if path == "/healthz":  # the process is alive and its loop answers
             return ws.respond(200, "ok\n")
         if path == "/readyz":  # send traffic here (not while shutting down)
-            return ws.respond(503, "shutting down\n") if self.draining else \
-                ws.respond(200, "ready\n")
+            if self.draining:
+                return ws.respond(503, "shutting down\n")
+            if self.cluster is not None and not self.cluster.ready:
+                return ws.respond(503, "not in the cluster yet\n")
+            return ws.respond(200, "ready\n")
         if self.draining:
             return self._refuse_conn(ws, "shutdown", 503, "shutting down\n")
         if self.max_connections and len(self._outboxes) >= self.max_connections:
@@ -270,30 +293,18 @@ class NotifyServer:
                 if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
                     self._apply([Send(conn, frame)])
                     continue
-                if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups \
-                        and not await self._bring_back(frame.group):
-                    self._apply([Send(conn, Error(
-                        ErrorCode.UNAVAILABLE, f"group {frame.group!r} cannot be read from the "
-                        "log right now; try again", frame.req))])
-                    continue
-                try:
-                    if isinstance(frame, Authenticate):
-                        actions = self._hello(conn, frame)
-                    elif isinstance(frame, Refresh):
-                        actions = self._refresh(conn, frame, outbox)
-                    else:
-                        actions = self.hub.handle(conn, frame, self._clock())
-                except Exception:  # a bug of ours must not take the server down (G12)
-                    self.stats.internal_errors += 1
-                    log.exception("core_error", conn=conn, frame=type(frame).__name__)
-                    outbox.push(dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped",
-                                            getattr(frame, "req", None))))
-                    continue
-                self._apply(actions)
+                if self.cluster is not None and isinstance(frame, GROUP_FRAMES) and \
+                        self.cluster.route(conn, frame.group,
+                                           data.encode() if isinstance(data, str) else data):
+                    continue  # another node owns the group
+                if isinstance(frame, Authenticate):
+                    self._edge[conn] = (frame.hello.resume_session, None)
+                await self._dispatch(conn, frame)
         except ConnectionClosed:
             pass
         finally:
             del self._outboxes[conn]
+            self._edge.pop(conn, None)
             left = self._per_ip.pop(ip, 1) - 1
             if left > 0:
                 self._per_ip[ip] = left
@@ -303,6 +314,70 @@ class NotifyServer:
             log.debug("conn_close", conn=conn, code=code,
                       member=session.member if session is not None else None)
             self._apply(self.hub.closed(conn, self._clock(), code, ws.close_reason or ""))
+            if self.cluster is not None:
+                self.cluster.closed(conn, code, ws.close_reason or "")
+
+    async def _dispatch(self, conn: int, frame: object) -> None:
+        """A parsed client frame for this node's hub (from a local connection, or routed here
+        from another node's edge in cluster mode)."""
+        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups \
+                and not await self._bring_back(frame.group):
+            self._apply([Send(conn, Error(
+                ErrorCode.UNAVAILABLE, f"group {frame.group!r} cannot be read from the "
+                "log right now; try again", frame.req))])
+            return
+        try:
+            if isinstance(frame, Authenticate):
+                actions = self._hello(conn, frame)
+            elif isinstance(frame, Refresh):
+                actions = self._refresh(conn, frame)
+            else:
+                actions = self.hub.handle(conn, frame, self._clock())  # type: ignore[arg-type]
+        except Exception:  # a bug of ours must not take the server down (G12)
+            self.stats.internal_errors += 1
+            log.exception("core_error", conn=conn, frame=type(frame).__name__)
+            self._push(conn, dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped",
+                                         getattr(frame, "req", None))))
+            return
+        self._apply(actions)
+
+    async def dispatch_raw(self, conn: int, raw: bytes, *, remote: bool = False) -> None:
+        """Cluster mode: a client frame as received, for this node's hub: routed here by
+        another edge (`remote`, `conn` is our number for that connection), or one that waited
+        for its shard's owner. A frame for a group this node does not own (any more) goes back
+        to the cluster (the client reconnects)."""
+        frame = parse_any(raw, self.config.limits)
+        if isinstance(frame, Error | Rejected):
+            self._apply([Send(conn, frame)])
+            return
+        if isinstance(frame, Authenticate | Refresh):
+            return  # an edge answers those itself
+        if self.cluster is not None and isinstance(frame, GROUP_FRAMES) \
+                and not self.cluster.owns(frame.group):
+            if remote:
+                self.cluster.not_owner(conn)
+            else:
+                self.cluster.route(conn, frame.group, raw)
+            return
+        await self._dispatch(conn, frame)
+
+    # -- what the cluster node asks of the server --------------------------------------------------
+
+    def now(self) -> float:
+        return self._clock()
+
+    def apply(self, actions: list[Action]) -> None:
+        self._apply(actions)
+
+    def new_conn_id(self) -> int:
+        return next(self._ids)
+
+    def is_local(self, conn: int) -> bool:
+        return conn in self._outboxes
+
+    def edge_identity(self, conn: int) -> tuple[str | None, Identity | None]:
+        """The resume token a connection's hello presented, and the identity it proved."""
+        return self._edge.get(conn, (None, None))
 
     def _hello(self, conn: int, frame: Authenticate) -> list[Action]:
         now = self._clock()
@@ -313,12 +388,14 @@ class NotifyServer:
         except AuthFailure as e:
             log.info("auth_refused", conn=conn, code=e.code.value, reason=e.message)
             return self.hub.refuse(conn, e.code, e.message)
+        if conn in self._edge:
+            self._edge[conn] = (frame.hello.resume_session, identity)
         return self.hub.hello(conn, frame.hello, now, identity)
 
-    def _refresh(self, conn: int, frame: Refresh, outbox: Outbox) -> list[Action]:
+    def _refresh(self, conn: int, frame: Refresh) -> list[Action]:
         now = self._clock()
         if self.verifier is None:  # nothing expires in development mode
-            outbox.push(orjson.dumps({"type": "refreshed", "expires": None}))
+            self._push(conn, orjson.dumps({"type": "refreshed", "expires": None}))
             return []
         try:
             identity = self.verifier.verify(frame.token, now)
@@ -326,7 +403,11 @@ class NotifyServer:
             return [Send(conn, Error(e.code, e.message))]
         actions = self.hub.refresh(conn, identity, now)
         if not actions:
-            outbox.push(orjson.dumps({"type": "refreshed", "expires": identity.expires}))
+            if conn in self._edge:
+                self._edge[conn] = (self._edge[conn][0], identity)
+            if self.cluster is not None:
+                self.cluster.refreshed(conn, identity)
+            self._push(conn, orjson.dumps({"type": "refreshed", "expires": identity.expires}))
         return actions
 
     def _on_slow(self, conn: int) -> None:
@@ -351,6 +432,8 @@ class NotifyServer:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
             outbox.push(data, bounded=bounded)
+        elif self.cluster is not None:  # a connection another node's edge holds
+            self.cluster.push(conn, data, bounded=bounded)
 
     def _apply(self, actions: list[Action]) -> None:
         self._interpreter.run(actions)
@@ -364,8 +447,12 @@ class NotifyServer:
         if outbox is not None:
             # with `drain`, the frames queued before (the `error` that says why) go out first
             outbox.close(code, reason, drain=drain)
+        elif self.cluster is not None:
+            self.cluster.close(conn, code, reason, drain=drain)
 
     def write(self, write: Write, done: Done) -> None:
+        if self.cluster is not None:
+            done = self.cluster.wrap_done(write, done)
         self.store.write(write, done)
 
     def event(self, e: LogEvent) -> None:

@@ -1,0 +1,218 @@
+"""The two directions of traffic between nodes, over core NATS (docs/cluster.md, "Routing").
+
+Core NATS is at most once, so each direction says what it does about loss:
+
+- **Edge → owner** (`Uplink`, one per owner an edge talks to): client frames wait in a queue and
+  leave as one batch per request, one request in flight at a time (the batch that forms during
+  a round trip is the next one: group commit, as the log does). A batch is sent again, with the
+  same sequence number, until the owner answers or `give_up_after` passes; the owner applies a
+  sequence number once (`UplinkDedup`), so a retry never applies a frame twice. Giving up is
+  reported (`on_give_up`): the edge then closes the connections it routed there, and their
+  clients resume (their resume points say exactly what they got).
+- **Owner → edge** (`Downlinks`): frames for clients leave on the next turn of the loop as one
+  batch per edge, published without waiting (an owner must never wait for an edge: that is
+  what per-member outboxes are for, G11). Each batch carries a per-link sequence number; an
+  edge that sees a gap (`DownlinkGaps`) cannot know which frames it missed, so it closes the
+  connections that owner serves, and their clients resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import nats.errors
+import structlog
+from nats.aio.client import Client
+
+from notify.cluster.linkwire import DownEntry, UpEntry, down_size, encode_down, encode_up, up_size
+
+log = structlog.get_logger("notify.cluster")
+
+#: room kept in a NATS message for the batch header
+_HEADER_ROOM = 1024
+
+
+def in_subject(prefix: str, node: str) -> str:
+    return f"{prefix}.in.{node}"
+
+
+def out_subject(prefix: str, node: str) -> str:
+    return f"{prefix}.out.{node}"
+
+
+class Uplink:
+    """Edge → one owner: batched, retried, applied once (see the module docstring)."""
+
+    def __init__(self, nc: Client, subject: str, header: dict[str, Any], *,
+                 on_give_up: Callable[[str], None], owner: str,
+                 request_timeout: float = 2.0, give_up_after: float = 15.0) -> None:
+        self._nc, self._subject, self._header = nc, subject, header
+        self.owner = owner
+        self._on_give_up = on_give_up
+        self.request_timeout, self.give_up_after = request_timeout, give_up_after
+        self._queue: list[UpEntry] = []
+        self._wake = asyncio.Event()
+        self._seq = itertools.count(1)
+        self.batches = self.retries = self.give_ups = 0
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"uplink-{owner}")
+        self._task.add_done_callback(self._ended)
+
+    def send(self, conn: int, kind: int, data: bytes) -> None:
+        self._queue.append((conn, kind, data))
+        self._wake.set()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+    def _take(self) -> list[UpEntry]:
+        """The queue's head, up to what fits in one NATS message."""
+        room = self._nc.max_payload - _HEADER_ROOM
+        size, n = 0, 0
+        for _conn, _kind, data in self._queue:
+            if n and size + up_size(data) > room:
+                break
+            size += up_size(data)
+            n += 1
+        batch, self._queue = self._queue[:n], self._queue[n:]
+        return batch
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch = self._take()
+                payload = encode_up({**self._header, "seq": next(self._seq)}, batch)
+                deadline = loop.time() + self.give_up_after
+                delay = 0.05
+                while True:
+                    try:
+                        await self._nc.request(self._subject, payload,
+                                               timeout=self.request_timeout)
+                        self.batches += 1
+                        break
+                    except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+                            nats.errors.ConnectionReconnectingError) as e:
+                        if loop.time() + delay >= deadline:
+                            self.give_ups += 1
+                            dropped = len(batch) + len(self._queue)
+                            self._queue.clear()
+                            log.warning("uplink_gave_up", owner=self.owner, dropped=dropped,
+                                        error=type(e).__name__)
+                            self._on_give_up(self.owner)
+                            break
+                        self.retries += 1
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 1.0)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        # the loop catches what a request can raise; anything else is a bug: say so, and let
+        # the edge close what it routed here (its clients resume) instead of queueing forever
+        log.error("uplink_died", owner=self.owner, error=repr(task.exception()))
+        self._on_give_up(self.owner)
+
+
+class UplinkDedup:
+    """Owner side: apply each edge batch once. Keyed by the edge's incarnation, so an edge that
+    restarts (sequence numbers from 1 again) is a new link; forgotten with the edge."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+
+    def fresh(self, edge: str, inc: str, seq: int) -> bool:
+        key = (edge, inc)
+        if seq <= self._last.get(key, 0):
+            return False
+        self._last[key] = seq
+        return True
+
+    def forget(self, edge: str) -> None:
+        for key in [k for k in self._last if k[0] == edge]:
+            del self._last[key]
+
+
+class Downlinks:
+    """Owner → edges: one batch per edge per loop turn, fire and forget, numbered per link."""
+
+    def __init__(self, nc: Client, prefix: str, header: dict[str, Any]) -> None:
+        self._nc, self._prefix, self._header = nc, prefix, header
+        self._pending: dict[str, list[DownEntry]] = {}
+        self._seq: dict[str, itertools.count[int]] = {}
+        self._scheduled = False
+        self.batches = self.failures = 0
+
+    def push(self, edge: str, conn: int, kind: int, data: bytes) -> None:
+        entries = self._pending.setdefault(edge, [])
+        if entries and entries[-1][0] == kind and entries[-1][2] is data:
+            entries[-1][1].append(conn)  # the same frame for another member on that edge
+        else:
+            entries.append((kind, [conn], data))
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        room = self._nc.max_payload - _HEADER_ROOM
+        for edge, entries in pending.items():
+            start = 0
+            while start < len(entries):
+                size, end = 0, start
+                while end < len(entries):
+                    s = down_size(entries[end][1], entries[end][2])
+                    if end > start and size + s > room:
+                        break
+                    size += s
+                    end += 1
+                self._publish(edge, entries[start:end])
+                start = end
+
+    def _publish(self, edge: str, entries: list[DownEntry]) -> None:
+        seq = next(self._seq.setdefault(edge, itertools.count(1)))
+        payload = encode_down({**self._header, "seq": seq}, entries)
+        task = asyncio.get_running_loop().create_task(
+            self._nc.publish(out_subject(self._prefix, edge), payload))
+        task.add_done_callback(self._published)
+        self.batches += 1
+
+    def _published(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        # the edge sees the gap in the sequence and has the clients resume
+        self.failures += 1
+        log.warning("downlink_publish_failed", error=repr(task.exception()))
+
+    def forget(self, edge: str) -> None:
+        self._pending.pop(edge, None)
+        self._seq.pop(edge, None)
+
+
+class DownlinkGaps:
+    """Edge side: is this owner batch the next one on its link? An owner's incarnation starts
+    a new link (its first batch is accepted whatever its number)."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, tuple[str, int]] = {}
+
+    def check(self, owner: str, inc: str, seq: int) -> bool:
+        """True if in order; False if batches were lost before this one (it is accepted, and
+        the link goes on from it)."""
+        known = self._next.get(owner)
+        self._next[owner] = (inc, seq + 1)
+        return known is None or known[0] != inc or known[1] == seq
+
+    def forget(self, owner: str) -> None:
+        self._next.pop(owner, None)

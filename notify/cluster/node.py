@@ -1,0 +1,560 @@
+"""A cluster node: edge for its own connections, owner of the shards it holds a lease on
+(DESIGN §9, docs/cluster.md).
+
+The node is an adapter around an unchanged `NotifyServer` and its `Hub`: nothing here decides
+anything about groups. It answers three questions for the server.
+
+- **Where does a client frame go?** (`route`) A group frame whose shard this node holds is the
+  server's own business (its hub, its log). Otherwise it goes to the shard's owner over an
+  `Uplink`; before a connection's first frame reaches an owner, the edge sends that owner the
+  connection's session (`OPEN`: member, the edge's session token, the identity it verified), so
+  the owner's hub knows the connection as a *remote connection* with the same session token
+  (`Hub.hello(token=)`): a member that resumes through any edge is found by every owner. A
+  shard with no owner at the moment (failover) keeps its frames, in order, until one appears
+  or `route_timeout` passes.
+- **Where does a frame for a connection go?** (`push`, `close`) Remote connections are numbered
+  from the server's own counter; their frames leave over `Downlinks` to the edge that holds the
+  socket, which pushes them to the member's outbox (G11 is kept where the socket is).
+- **What happens when ownership moves?** The lease machine (`ownership.py` via `leases.py`)
+  says. A shard this node lost (`Lost`): its groups are dropped from the hub at once
+  (`Hub.drop_groups`), closing their members' connections so that they resume at the new owner,
+  which rebuilt the groups from the log. A shard whose owner changed elsewhere
+  (`OwnerChanged`): this edge closes the connections it routed to the old owner for that shard,
+  for the same reason; frames from that owner for those connections are dropped with them.
+  An edge that died (`NodeDown`): its remote connections are closed in the hub at once, so its
+  members are suspected now and not after heartbeats.
+
+The fence is the log's, not ours: the log on JetStream (`JetStreamLog(owner=)`) appends a fence
+record when it loads a group, so an owner that lost its lease without noticing (paused, cut
+off) is refused its next append; such a refusal (`FENCED`) drops the group here too.
+
+"Close the connection and let the client resume" is the one recovery used for every loss
+between nodes (a link that gave up, a gap in an owner's batches, a group that moved): resume is
+the path clients already take after any lost connection, and their resume points say exactly
+what they hold, which no node in between can know as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import nats
+import orjson
+import structlog
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from notify.cluster.leases import ClusterLeases
+from notify.cluster.links import (
+    DownlinkGaps,
+    Downlinks,
+    Uplink,
+    UplinkDedup,
+    in_subject,
+    out_subject,
+)
+from notify.cluster.linkwire import (
+    CLOSE,
+    CLOSED,
+    DATA,
+    FRAME,
+    OPEN,
+    REFRESH,
+    LinkError,
+    decode_down,
+    decode_up,
+    identity_json,
+    identity_of,
+)
+from notify.cluster.ownership import Acquired, Lost, NodeDown, OwnerChanged
+from notify.cluster.shards import SHARDS, shard_of
+from notify.core.actions import Send, Welcome
+from notify.core.auth import Identity
+from notify.core.errors import CloseCode
+from notify.core.events import Hello
+from notify.storage.base import Done
+from notify.storage.jetstream import FENCED
+
+if TYPE_CHECKING:
+    from notify.core import Write
+    from notify.server.app import NotifyServer
+
+log = structlog.get_logger("notify.cluster")
+
+#: DATA entries that must not count against the member's outbound bound (a resume's replay)
+DATA_REPLAY = 3
+
+MOVED = "the group moved to another node; reconnect"
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    servers: list[str]
+    node_id: str
+    replicas: int = 3
+    #: the JetStream stream of the log
+    stream: str = "NOTIFY"
+    #: the core NATS subjects between nodes: <prefix>.in.<node>, <prefix>.out.<node>
+    prefix: str = "notify"
+    lease_ttl: float = 6.0
+    node_ttl: float = 3.0
+    heartbeat: float = 1.0
+    settle: float = 1.0
+    #: how long a frame for a shard without an owner waits before its client is told to
+    #: reconnect (a failover takes about one lease TTL)
+    route_timeout: float = 15.0
+    #: how long an edge retries a batch to an owner that does not answer
+    give_up_after: float = 15.0
+    connect_timeout: float = 15.0
+
+
+@dataclass
+class ClusterStats:
+    frames_routed: int = 0
+    frames_received: int = 0
+    fence_refusals: int = 0
+    link_gaps: int = 0
+    link_give_ups: int = 0
+    groups_dropped: int = 0
+    conns_moved: int = 0
+    append_seconds: list[float] = field(default_factory=list)
+
+
+class ClusterNode:
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.node = config.node_id
+        #: this process's incarnation: links restart with it
+        self.inc = secrets.token_hex(6)
+        self.stats = ClusterStats()
+        self.on_append: Callable[[float], None] | None = None
+        self._server: NotifyServer | None = None
+        self._nc: Client | None = None
+        self.leases: ClusterLeases | None = None
+        self._downlinks: Downlinks | None = None
+        self._uplinks: dict[str, Uplink] = {}
+        self._dedup = UplinkDedup()
+        self._gaps = DownlinkGaps()
+        self._subs: list[Any] = []
+        self._failed: str | None = None
+        # -- edge side: the connections this node holds, and where their frames went
+        #: conn -> the owners it was opened at (OPEN sent)
+        self._opened: dict[int, set[str]] = {}
+        #: (owner, shard) -> the conns that sent frames there; conn -> its (owner, shard)s
+        self._routes: dict[tuple[str, int], set[int]] = {}
+        self._conn_routes: dict[int, set[tuple[str, int]]] = {}
+        #: shard -> frames waiting for an owner: (conn, raw frame, deadline)
+        self._pending: dict[int, list[tuple[int, bytes, float]]] = {}
+        self._flushing: set[int] = set()
+        # -- owner side: connections other edges hold
+        #: (edge, edge incarnation, edge conn) -> our number for it
+        self._vconns: dict[tuple[str, str, int], int] = {}
+        #: our number -> (edge, edge incarnation, edge conn)
+        self._remote: dict[int, tuple[str, str, int]] = {}
+        self._tick: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self, server: NotifyServer) -> None:
+        self._server = server
+        c = self.config
+        self._nc = await asyncio.wait_for(nats.connect(
+            servers=c.servers, name=f"notify-{self.node}", connect_timeout=2,
+            max_reconnect_attempts=-1, reconnect_time_wait=0.2, allow_reconnect=True),
+            c.connect_timeout)
+        header = {"node": self.node, "inc": self.inc}
+        self._downlinks = Downlinks(self._nc, c.prefix, header)
+        self._subs.append(await self._nc.subscribe(in_subject(c.prefix, self.node),
+                                                   cb=self._on_in))
+        self._subs.append(await self._nc.subscribe(out_subject(c.prefix, self.node),
+                                                   cb=self._on_out))
+        self.leases = ClusterLeases(
+            self._nc, self.node, info={"url": server.url, "inc": self.inc},
+            on_actions=self._on_lease_actions, on_failure=self._fail,
+            lease_ttl=c.lease_ttl, node_ttl=c.node_ttl, heartbeat=c.heartbeat,
+            replicas=c.replicas, settle=c.settle)
+        await self.leases.start(c.connect_timeout)
+        self._tick = asyncio.get_running_loop().create_task(self._run_tick())
+        self._tick.add_done_callback(self._tick_ended)
+        log.info("cluster_node_started", node=self.node, inc=self.inc, nats=c.servers)
+
+    @property
+    def ready(self) -> bool:
+        return (self.leases is not None and self.leases.ready.is_set()
+                and self._nc is not None and self._nc.is_connected and self._failed is None)
+
+    async def release(self) -> None:
+        """Graceful: hand every shard over (their groups are dropped, members told to
+        reconnect) without waiting for the leases to expire."""
+        if self.leases is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.leases.stop(), 10)
+        if self._downlinks is not None:
+            self._downlinks.flush()
+
+    async def stop(self) -> None:
+        await self.release()
+        if self._tick is not None:
+            self._tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._tick
+        for up in list(self._uplinks.values()):
+            await up.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.drain(), 5)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._nc.close(), 5)
+
+    def _fail(self, reason: str) -> None:
+        """A part of the node died (its lease tasks): it can no longer know what it owns, so
+        it stops (G13), and its shards move to the others."""
+        self._failed = reason
+        log.critical("cluster_node_failed", reason=reason)
+        if self._server is not None:
+            self._server.halt(f"cluster: {reason}")
+
+    def _tick_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            self._fail(f"the cluster tick task died: {task.exception()!r}")
+
+    async def _run_tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            self._expire_pending(time.monotonic())
+
+    # -- edge side: routing client frames ---------------------------------------------------------
+
+    def owns(self, group: str) -> bool:
+        return self.leases is not None and shard_of(group) in self.leases.held()
+
+    def route(self, conn: int, group: str, raw: bytes) -> bool:
+        """Send a group frame to its owner; False if this node owns it (the server handles
+        it). Frames for a shard without an owner wait (in order) for one."""
+        shard = shard_of(group)
+        if shard in self._pending:
+            self._pending[shard].append((conn, raw, time.monotonic() + self.config.route_timeout))
+            return True
+        assert self.leases is not None
+        if shard in self.leases.held():
+            return False
+        lease = self.leases.owner(shard)
+        if lease is None or lease.node == self.node:  # nobody, or ours but not yet acquired
+            self._pending[shard] = [(conn, raw, time.monotonic() + self.config.route_timeout)]
+            return True
+        self._send(conn, shard, lease.node, raw)
+        return True
+
+    def _send(self, conn: int, shard: int, owner: str, raw: bytes) -> None:
+        up = self._uplink(owner)
+        opened = self._opened.setdefault(conn, set())
+        if owner not in opened:
+            opened.add(owner)
+            up.send(conn, OPEN, self._open_record(conn))
+        key = (owner, shard)
+        self._routes.setdefault(key, set()).add(conn)
+        self._conn_routes.setdefault(conn, set()).add(key)
+        up.send(conn, FRAME, raw)
+        self.stats.frames_routed += 1
+
+    def _open_record(self, conn: int) -> bytes:
+        assert self._server is not None
+        session = self._server.hub.session_of(conn)
+        presented, identity = self._server.edge_identity(conn)
+        return orjson.dumps({
+            "member": session.member if session is not None else None,
+            "token": session.token if session is not None else None,
+            "resume": presented, "identity": identity_json(identity)})
+
+    def _uplink(self, owner: str) -> Uplink:
+        up = self._uplinks.get(owner)
+        if up is None:
+            assert self._nc is not None
+            up = self._uplinks[owner] = Uplink(
+                self._nc, in_subject(self.config.prefix, owner),
+                {"edge": self.node, "inc": self.inc}, owner=owner,
+                on_give_up=self._gave_up, give_up_after=self.config.give_up_after)
+        return up
+
+    def closed(self, conn: int, code: int, reason: str) -> None:
+        """The edge's connection `conn` closed: every owner it was opened at hears of it."""
+        for owner in self._opened.pop(conn, ()):
+            up = self._uplinks.get(owner)
+            if up is not None:
+                up.send(conn, CLOSED, orjson.dumps({"code": code, "reason": reason}))
+        for key in self._conn_routes.pop(conn, ()):
+            conns = self._routes.get(key)
+            if conns is not None:
+                conns.discard(conn)
+                if not conns:
+                    del self._routes[key]
+
+    def refreshed(self, conn: int, identity: Identity) -> None:
+        for owner in self._opened.get(conn, ()):
+            self._uplink(owner).send(conn, REFRESH, orjson.dumps(identity_json(identity)))
+
+    def _close_edge_conns(self, conns: set[int], reason: str) -> None:
+        assert self._server is not None
+        for conn in sorted(conns):
+            self.stats.conns_moved += 1
+            self._server.close(conn, int(CloseCode.SHUTDOWN), reason, drain=True)
+
+    def _gave_up(self, owner: str) -> None:
+        self.stats.link_give_ups += 1
+        self._close_edge_conns({c for c, owners in self._opened.items() if owner in owners},
+                               "the node serving a group does not answer; reconnect")
+
+    def _flush_pending(self, shard: int) -> None:
+        if shard in self._flushing or shard not in self._pending:
+            return
+        self._flushing.add(shard)
+        task = asyncio.get_running_loop().create_task(self._drain_pending(shard))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain_pending(self, shard: int) -> None:
+        """The shard has an owner now: its waiting frames go, in order (new ones queue behind
+        them until the queue is empty)."""
+        assert self._server is not None and self.leases is not None
+        try:
+            queue = self._pending.get(shard, [])
+            while queue:
+                conn, raw, _deadline = queue.pop(0)
+                if shard in self.leases.held():
+                    await self._server.dispatch_raw(conn, raw)
+                    continue
+                lease = self.leases.owner(shard)
+                if lease is None or lease.node == self.node:
+                    queue.insert(0, (conn, raw, _deadline))
+                    return  # the owner went again: keep waiting
+                if self._server.is_local(conn):
+                    self._send(conn, shard, lease.node, raw)
+            self._pending.pop(shard, None)
+        finally:
+            self._flushing.discard(shard)
+
+    def _expire_pending(self, now: float) -> None:
+        for shard, queue in list(self._pending.items()):
+            if shard in self._flushing or not queue or queue[0][2] > now:
+                continue
+            conns = {c for c, _raw, d in queue if d <= now}
+            self._pending[shard] = [e for e in queue if e[0] not in conns]
+            if not self._pending[shard]:
+                del self._pending[shard]
+            log.warning("no_owner", shard=shard, conns=len(conns))
+            self._close_edge_conns(conns, "no node serves this group right now; reconnect")
+
+    # -- edge side: frames from owners ------------------------------------------------------------
+
+    async def _on_out(self, msg: Msg) -> None:
+        assert self._server is not None
+        try:
+            header, entries = decode_down(msg.data)
+            owner, inc, seq = str(header["node"]), str(header["inc"]), int(header["seq"])
+        except (LinkError, KeyError, ValueError, TypeError) as e:
+            log.error("bad_owner_batch", error=str(e))
+            return
+        if not self._gaps.check(owner, inc, seq):
+            # frames for our clients were lost on the way: they resume, and get them again
+            self.stats.link_gaps += 1
+            log.warning("owner_batch_gap", owner=owner, seq=seq)
+            self._close_edge_conns({c for c, owners in self._opened.items() if owner in owners},
+                                   "frames were lost between nodes; reconnect")
+        server = self._server
+        for kind, conns, data in entries:
+            for conn in conns:
+                if owner not in self._opened.get(conn, ()):
+                    continue  # not (or no longer) routed there: an old owner's frame
+                if kind == CLOSE:
+                    c = orjson.loads(data)
+                    server.close(conn, c["code"], c["reason"], drain=c["drain"])
+                else:
+                    server.push(conn, data, bounded=kind != DATA_REPLAY)
+
+    # -- owner side: frames from edges ------------------------------------------------------------
+
+    async def _on_in(self, msg: Msg) -> None:
+        try:
+            header, entries = decode_up(msg.data)
+            edge, inc, seq = str(header["edge"]), str(header["inc"]), int(header["seq"])
+        except (LinkError, KeyError, ValueError, TypeError) as e:
+            log.error("bad_edge_batch", error=str(e))
+            return
+        if self._dedup.fresh(edge, inc, seq):
+            for conn, kind, data in entries:
+                try:
+                    await self._apply_entry(edge, inc, conn, kind, data)
+                except Exception:  # a bug of ours: that frame is lost, not the link (G12)
+                    log.exception("edge_entry_failed", edge=edge, kind=kind)
+        with contextlib.suppress(Exception):
+            await msg.respond(b"")
+
+    async def _apply_entry(self, edge: str, inc: str, conn: int, kind: int,
+                           data: bytes) -> None:
+        server = self._server
+        assert server is not None
+        key = (edge, inc, conn)
+        now = server.now()
+        if kind == OPEN:
+            if key in self._vconns:
+                return
+            self._forget_incarnations(edge, inc)
+            d = orjson.loads(data)
+            vid = server.new_conn_id()
+            self._vconns[key], self._remote[vid] = vid, key
+            server.apply(server.hub.opened(vid, now))
+            hello = Hello(1, d["member"], d["resume"])
+            actions = server.hub.hello(vid, hello, now, identity_of(d["identity"]),
+                                       token=d["token"])
+            # the welcome is the edge's to send (it answered the hello itself)
+            server.apply([a for a in actions
+                          if not (isinstance(a, Send) and isinstance(a.frame, Welcome))])
+            return
+        vid = self._vconns.get(key)
+        if vid is None:
+            if kind != CLOSED:  # we do not know that connection (we restarted, or it moved)
+                self._downlink_close(edge, conn, int(CloseCode.SHUTDOWN), MOVED)
+            return
+        if kind == FRAME:
+            self.stats.frames_received += 1
+            await server.dispatch_raw(vid, data, remote=True)
+        elif kind == CLOSED:
+            c = orjson.loads(data)
+            self._drop_vconn(vid)
+            server.apply(server.hub.closed(vid, now, c["code"], c["reason"]))
+        elif kind == REFRESH:
+            identity = identity_of(orjson.loads(data))
+            if identity is not None:
+                server.apply(server.hub.refresh(vid, identity, now))
+
+    def not_owner(self, vid: int) -> None:
+        """A routed frame for a shard this node does not hold (it moved since the edge routed
+        it): the client reconnects, and its frames go to the new owner."""
+        key = self._remote.get(vid)
+        if key is not None:
+            self._downlink_close(key[0], key[2], int(CloseCode.SHUTDOWN), MOVED)
+
+    def _forget_incarnations(self, edge: str, inc: str) -> None:
+        """An edge restarted: the connections of its previous incarnation are gone."""
+        old = [vid for (e, i, _c), vid in self._vconns.items() if e == edge and i != inc]
+        self._close_vconns(old, "edge restarted")
+
+    def _close_vconns(self, vids: list[int], reason: str) -> None:
+        server = self._server
+        assert server is not None
+        for vid in vids:
+            self._drop_vconn(vid)
+            server.apply(server.hub.closed(vid, server.now(), 1006, reason))
+
+    def _drop_vconn(self, vid: int) -> None:
+        key = self._remote.pop(vid, None)
+        if key is not None:
+            self._vconns.pop(key, None)
+
+    def _downlink_close(self, edge: str, conn: int, code: int, reason: str) -> None:
+        assert self._downlinks is not None
+        self._downlinks.push(edge, conn, CLOSE, orjson.dumps(
+            {"code": code, "reason": reason, "drain": True}))
+
+    # -- owner side: the server's effects on remote connections -----------------------------------
+
+    def is_remote(self, conn: int) -> bool:
+        return conn in self._remote
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+        key = self._remote.get(conn)
+        if key is not None and self._downlinks is not None:
+            self._downlinks.push(key[0], key[2], DATA if bounded else DATA_REPLAY, data)
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        key = self._remote.get(conn)
+        if key is not None and self._downlinks is not None:
+            self._downlinks.push(key[0], key[2], CLOSE, orjson.dumps(
+                {"code": code, "reason": reason, "drain": drain}))
+
+    def wrap_done(self, write: Write, done: Done) -> Done:
+        """Time the append, and turn a fence refusal into dropping the group: another node
+        owns it now, and this one must not answer for it any more."""
+        started = time.monotonic()
+        group = write.group
+
+        def wrapped(error: str | None) -> None:
+            if self.on_append is not None:
+                self.on_append(time.monotonic() - started)
+            if error is not None and error.startswith(FENCED):
+                self.stats.fence_refusals += 1
+                log.warning("fenced", group=group, node=self.node)
+                self._drop_groups([group], "fenced")
+                return
+            done(error)
+
+        return wrapped
+
+    # -- ownership changes -------------------------------------------------------------------------
+
+    def _on_lease_actions(self, actions: list[Any]) -> None:
+        for a in actions:
+            if isinstance(a, Acquired):
+                log.info("shard_acquired", shard=a.shard, term=a.term)
+                self._flush_pending(a.shard)
+            elif isinstance(a, Lost):
+                log.warning("shard_lost", shard=a.shard, term=a.term, why=a.why)
+                self._lost(a.shard, a.why)
+            elif isinstance(a, OwnerChanged):
+                self._owner_changed(a)
+            elif isinstance(a, NodeDown):
+                self._node_down(a.node)
+
+    def _lost(self, shard: int, why: str) -> None:
+        server = self._server
+        assert server is not None
+        groups = [g for g in server.hub.groups if shard_of(g) == shard]
+        self._drop_groups(groups, why)
+
+    def _drop_groups(self, groups: list[str], why: str) -> None:
+        server = self._server
+        assert server is not None
+        if not groups:
+            return
+        self.stats.groups_dropped += len(groups)
+        log.info("groups_dropped", groups=len(groups), why=why)
+        server.apply(server.hub.drop_groups(groups, MOVED))
+
+    def _owner_changed(self, a: OwnerChanged) -> None:
+        old, new = a.old, a.new
+        if old is not None and old.node != self.node and (
+                new is None or (new.node, new.term) != (old.node, old.term)):
+            conns = self._routes.pop((old.node, a.shard), set())
+            if conns:
+                self._close_edge_conns(conns, MOVED)
+        if new is not None and new.node != self.node:
+            self._flush_pending(a.shard)
+
+    def _node_down(self, node: str) -> None:
+        """An edge died: its members' connections are closed in the hub now (they are
+        suspected, and resume wherever they reconnect)."""
+        vids = [vid for (e, _i, _c), vid in self._vconns.items() if e == node]
+        if vids:
+            log.warning("edge_down", node=node, conns=len(vids))
+        self._close_vconns(vids, "edge down")
+        self._dedup.forget(node)
+        if self._downlinks is not None:
+            self._downlinks.forget(node)
+        self._gaps.forget(node)
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def shards_owned(self) -> int:
+        return 0 if self.leases is None else len(self.leases.held())
+
+
+__all__ = ["SHARDS", "ClusterConfig", "ClusterNode", "ClusterStats"]

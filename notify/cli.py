@@ -91,6 +91,15 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="the JetStream stream of the log (default NOTIFY)")
     p.add_argument("--nats-replicas", type=int, default=argparse.SUPPRESS,
                    help="its replicas when it is created (default 3)")
+    p.add_argument("--cluster", type=lambda v: [u for u in v.split(",") if u],
+                   default=argparse.SUPPRESS, metavar="URL[,URL]",
+                   help="cluster mode on these NATS servers (JetStream; docs/cluster.md)")
+    p.add_argument("--node-id", default=argparse.SUPPRESS, metavar="NAME",
+                   help="this node's name in the cluster (letters, digits, _ and -)")
+    p.add_argument("--replicas", type=int, default=argparse.SUPPRESS,
+                   help="cluster mode: replicas of the log and the leases (default 3)")
+    p.add_argument("--lease-ttl", type=float, default=argparse.SUPPRESS,
+                   help="cluster mode: seconds a shard lease lives unrenewed (default 6)")
     p.add_argument("--event-log", nargs="?", const="", default=argparse.SUPPRESS, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
     p.add_argument("--origin", action="append", dest="origins", default=argparse.SUPPRESS,
@@ -110,7 +119,8 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         if name in given:
             field = name.removeprefix("auth_") if section == "auth" else name
             cli[section][field] = given[name]
-    for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas"):
+    for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas",
+                 "cluster", "node_id", "replicas", "lease_ttl"):
         if name in given:
             cli["server"][name] = given[name]
     if "auth_required" in given:
@@ -146,7 +156,20 @@ async def _serve(a: argparse.Namespace) -> None:
         events = EventLog(srv.event_log or Path(srv.data_dir) / "events", "server")
     Path(srv.data_dir).mkdir(parents=True, exist_ok=True)
     store: MessageLog
-    if srv.store == "jetstream":
+    cluster = None
+    if srv.cluster:
+        from notify.cluster.node import ClusterConfig, ClusterNode
+        from notify.storage.jetstream import JetStreamLog
+
+        assert srv.node_id is not None
+        store = await asyncio.to_thread(
+            JetStreamLog, srv.cluster, stream=srv.nats_stream, replicas=srv.replicas,
+            max_msgs_per_subject=config.limits.retain_messages, owner=srv.node_id)
+        cluster = ClusterNode(ClusterConfig(srv.cluster, srv.node_id, replicas=srv.replicas,
+                                            stream=srv.nats_stream, lease_ttl=srv.lease_ttl,
+                                            node_ttl=min(3.0, srv.lease_ttl / 2),
+                                            heartbeat=min(1.0, srv.lease_ttl / 6)))
+    elif srv.store == "jetstream":
         from notify.storage.jetstream import JetStreamLog
 
         # retention by count only: age could empty a group's subjects (no floors yet)
@@ -163,7 +186,8 @@ async def _serve(a: argparse.Namespace) -> None:
                           verifier=verifier, origins=srv.origins or None,
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,
                           max_connections_per_ip=srv.max_connections_per_ip,
-                          shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay)
+                          shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
+                          cluster=cluster)
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

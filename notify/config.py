@@ -40,6 +40,16 @@ class ServerSettings(_Section):
     nats: list[str] = Field(default_factory=list)
     nats_stream: str = "NOTIFY"
     nats_replicas: int = Field(default=3, ge=1, le=5)
+    #: cluster mode (docs/cluster.md): the NATS servers; the log, leases and routing between
+    #: nodes all go through them (the store is then JetStream on them)
+    cluster: list[str] = Field(default_factory=list)
+    #: this node's name in the cluster (one NATS subject token, unique per node)
+    node_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    #: the replicas of the log stream and KV buckets when cluster mode creates them
+    replicas: int = Field(default=3, ge=1, le=5)
+    #: seconds a shard lease lives without renewal: about how long a dead owner's groups
+    #: wait before another node takes them
+    lease_ttl: float = Field(default=6.0, ge=0.5, le=300)
     durability: Literal["normal", "full"] = "full"
     #: delete stored messages older than this many seconds (None: keep them; the count bound
     #: `limits.retain_messages` applies in any case)
@@ -57,6 +67,15 @@ class ServerSettings(_Section):
     shutdown_grace: float = Field(default=5.0, ge=0)
     #: on SIGTERM, seconds of `/readyz` 503 before the listener closes (load balancer drain)
     drain_delay: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _cluster(self) -> ServerSettings:
+        if self.cluster and not self.node_id:
+            raise ValueError("cluster mode needs this node's name (node_id, --node-id)")
+        if self.node_id and not self.cluster:
+            raise ValueError("node_id is for cluster mode: give the NATS servers (cluster, "
+                             "--cluster)")
+        return self
 
     @model_validator(mode="after")
     def _nats_urls(self) -> ServerSettings:

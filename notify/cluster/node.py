@@ -40,8 +40,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import nats
@@ -123,7 +122,6 @@ class ClusterStats:
     link_give_ups: int = 0
     groups_dropped: int = 0
     conns_moved: int = 0
-    append_seconds: list[float] = field(default_factory=list)
 
 
 class ClusterNode:
@@ -133,7 +131,6 @@ class ClusterNode:
         #: this process's incarnation: links restart with it
         self.inc = secrets.token_hex(6)
         self.stats = ClusterStats()
-        self.on_append: Callable[[float], None] | None = None
         self._server: NotifyServer | None = None
         self._nc: Client | None = None
         self.leases: ClusterLeases | None = None
@@ -482,14 +479,11 @@ class ClusterNode:
                 {"code": code, "reason": reason, "drain": drain}))
 
     def wrap_done(self, write: Write, done: Done) -> Done:
-        """Time the append, and turn a fence refusal into dropping the group: another node
-        owns it now, and this one must not answer for it any more."""
-        started = time.monotonic()
+        """Turn a fence refusal into dropping the group: another node owns it now, and this
+        one must not answer for it any more."""
         group = write.group
 
         def wrapped(error: str | None) -> None:
-            if self.on_append is not None:
-                self.on_append(time.monotonic() - started)
             if error is not None and error.startswith(FENCED):
                 self.stats.fence_refusals += 1
                 log.warning("fenced", group=group, node=self.node)
@@ -555,6 +549,20 @@ class ClusterNode:
 
     def shards_owned(self) -> int:
         return 0 if self.leases is None else len(self.leases.held())
+
+    def describe(self) -> dict[str, Any]:
+        """`GET /cluster`: this node's view of the cluster (operators, tests)."""
+        owners: dict[str, list[Any]] = {}
+        live: list[str] = []
+        if self.leases is not None:
+            for shard in range(SHARDS):
+                lease = self.leases.owner(shard)
+                if lease is not None:
+                    owners[str(shard)] = [lease.node, lease.term]
+            live = sorted(self.leases.live_nodes())
+        return {"node": self.node, "inc": self.inc, "ready": self.ready,
+                "held": sorted(self.leases.held()) if self.leases is not None else [],
+                "live": live, "owners": owners}
 
 
 __all__ = ["SHARDS", "ClusterConfig", "ClusterNode", "ClusterStats"]

@@ -251,6 +251,13 @@ class NotifyServer:
             r.headers["Content-Type"] = CONTENT_TYPE
             r.headers["Content-Length"] = str(len(r.body))
             return r
+        if path == "/cluster" and self.cluster is not None:  # who owns what, as this node sees
+            r = ws.respond(200, "")
+            r.body = orjson.dumps(self.cluster.describe())
+            del r.headers["Content-Type"], r.headers["Content-Length"]
+            r.headers["Content-Type"] = "application/json"
+            r.headers["Content-Length"] = str(len(r.body))
+            return r
         if path == "/healthz":  # the process is alive and its loop answers
             return ws.respond(200, "ok\n")
         if path == "/readyz":  # send traffic here (not while shutting down)
@@ -451,9 +458,15 @@ class NotifyServer:
             self.cluster.close(conn, code, reason, drain=drain)
 
     def write(self, write: Write, done: Done) -> None:
-        if self.cluster is not None:
-            done = self.cluster.wrap_done(write, done)
-        self.store.write(write, done)
+        started = time.monotonic()
+        observe = self.metrics.write_seconds.observe
+
+        def timed(error: str | None) -> None:
+            observe(time.monotonic() - started)
+            done(error)
+
+        self.store.write(write, timed if self.cluster is None
+                         else self.cluster.wrap_done(write, timed))
 
     def event(self, e: LogEvent) -> None:
         self._observe(e)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from notify.cluster.node import ClusterNode
     from notify.server.app import NotifyServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -103,6 +104,37 @@ class NotifyCollector(Collector):
         yield counter("sent_bytes", "bytes written to WebSockets", st.bytes_out[0])
         yield by("atomic", "atomic messages resolved, by outcome", "outcome", st.atomic)
         yield counter("internal_errors", "server bugs caught (frame dropped)", st.internal_errors)
+        if srv.cluster is not None:
+            yield from _cluster_metrics(srv.cluster, gauge, counter, by)
+
+
+def _cluster_metrics(cluster: ClusterNode, gauge: Any, counter: Any, by: Any,
+                     ) -> Iterator[Metric]:
+    cs, leases = cluster.stats, cluster.leases
+    yield gauge("cluster_ready", "1 once this node has joined the cluster", int(cluster.ready))
+    yield gauge("cluster_shards_owned", "shards this node holds a lease on",
+                cluster.shards_owned())
+    if leases is not None:
+        yield gauge("cluster_nodes_live", "nodes this node sees alive", len(leases.live_nodes()))
+        yield counter("cluster_lease_renewals", "lease renewals that succeeded", leases.renewals)
+        yield counter("cluster_lease_renew_failures", "lease renewals refused or unanswered",
+                      leases.renew_failures)
+        yield counter("cluster_leases_acquired", "shard leases won", leases.acquired)
+        yield by("cluster_leases_lost", "shard leases lost, by why", "why", leases.losses)
+    yield counter("cluster_fence_refusals", "appends refused because another node owns the "
+                  "group now (the group was dropped here)", cs.fence_refusals)
+    yield counter("cluster_frames_routed", "client frames sent to their group's owner",
+                  cs.frames_routed)
+    yield counter("cluster_frames_received", "client frames routed here by other edges",
+                  cs.frames_received)
+    yield counter("cluster_link_gaps", "gaps seen in an owner's batches (its clients resumed)",
+                  cs.link_gaps)
+    yield counter("cluster_link_give_ups", "owners that did not answer in time (their "
+                  "clients resumed)", cs.link_give_ups)
+    yield counter("cluster_groups_dropped", "groups dropped (shard lost or fenced)",
+                  cs.groups_dropped)
+    yield counter("cluster_conns_moved", "client connections told to reconnect because their "
+                  "group moved", cs.conns_moved)
 
 
 class Metrics:
@@ -114,6 +146,10 @@ class Metrics:
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
         self.install_seconds = Histogram(
             "notify_view_install_seconds", "from a view's proposal to its install (the flush)",
+            buckets=buckets, registry=self.registry)
+        self.write_seconds = Histogram(
+            "notify_write_seconds", "from a write (a batch of messages, or a view) to the log's "
+            "answer (durable, and replicated on a cluster)",
             buckets=buckets, registry=self.registry)
         self.commit_seconds = Histogram(
             "notify_atomic_commit_seconds", "from an atomic publish to its commit",

@@ -1,0 +1,346 @@
+"""Cluster mode end to end (DESIGN §9, docs/cluster.md): three `notify serve --cluster` processes
+on a real 3-node NATS JetStream cluster, SDK clients on different nodes, and the failures of
+§9: an owner killed, an owner paused past its lease, an edge killed, a NATS server killed.
+
+What every test checks is what a member sees: views (G1), the same messages before a view
+change (G2), per-sender order (G3), one total order (G4), atomic all-or-nothing (G5), and that
+nothing a member was told is `published` is lost or delivered twice (G10) across the failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
+
+from client_sdk import (  # noqa: E402
+    Backoff,
+    Client,
+    ClientOptions,
+    Group,
+    GroupEvent,
+    Message,
+    ViewInstalled,
+    connect,
+)
+from notify.cluster.shards import shard_of  # noqa: E402
+from tests.cluster.conftest import NatsCluster  # noqa: E402
+from tests.cluster.nodes import LEASE_TTL, NotifyCluster, make_cluster  # noqa: E402
+
+TIMEOUT = 30.0
+FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)
+
+
+@pytest.fixture
+def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes")
+    try:
+        for n in cluster.nodes:
+            n.start()
+        cluster.wait_ready()
+        yield cluster
+    finally:
+        cluster.stop()
+        print(cluster.logs())  # shown when the test failed
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Client]]:
+    made: list[Client] = []
+    yield made
+    for c in made:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(c.close(), 10)
+
+
+async def client(made: list[Client], url: str | list[str], member: str) -> Client:
+    c = await asyncio.wait_for(connect(url, member=member, options=FAST,
+                                       rng=random.Random(member)), TIMEOUT)
+    made.append(c)
+    return c
+
+
+async def until(group: Group, pred: Any, timeout: float = TIMEOUT) -> list[GroupEvent]:
+    out: list[GroupEvent] = []
+
+    async def run() -> None:
+        while True:
+            e = await group.next_event(timeout)
+            out.append(e)
+            if pred(e):
+                return
+
+    await asyncio.wait_for(run(), timeout)
+    return out
+
+
+def group_on(cluster: NotifyCluster, node: str) -> str:
+    """A group name whose shard `node` holds now."""
+    for i in range(10_000):
+        name = f"g{i}"
+        if cluster.owner_of(name).name == node:
+            return name
+    raise AssertionError(f"no group owned by {node}")
+
+
+class Collector:
+    """A member's application loop: every message handed over, in order."""
+
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.messages: list[Message] = []
+        self.views: list[tuple[int, tuple[str, ...]]] = []
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            e = await self.group.next_event(None)
+            if isinstance(e, Message):
+                self.messages.append(e)
+            elif isinstance(e, ViewInstalled):
+                self.views.append((e.view, e.members))
+
+    async def wait_for(self, pred: Any, timeout: float = TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred(self):
+            assert not self.task.done(), self.task
+            assert time.monotonic() < deadline, (self.group.name, len(self.messages))
+            await asyncio.sleep(0.02)
+
+    def payloads(self) -> list[Any]:
+        return [m.payload for m in self.messages]
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+
+
+@pytest.mark.timeout(150)
+async def test_members_on_three_nodes_share_a_group(notify_cluster: NotifyCluster,
+                                                    clients: list[Client]) -> None:
+    """G1-G5 across nodes: a member on each node, the group owned by one of them."""
+    cluster = notify_cluster
+    g = "shared"
+    names = ("a", "b", "c")
+    cs = [await client(clients, n.url, m) for n, m in zip(cluster.nodes, names, strict=True)]
+    groups = []
+    for c in cs:
+        groups.append(await asyncio.wait_for(c.join(g), TIMEOUT))
+    cols = [Collector(gr) for gr in groups]
+    try:
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 3)
+                               for col in cols))
+        for col in cols:  # G1: the same view 3 everywhere
+            assert col.views[-1] == (3, names)
+        per = 15
+        sends = []
+        for i, gr in enumerate(groups):
+            for k in range(per):
+                order = "total" if k % 2 else "fifo"
+                sends.append(gr.publish({"from": names[i], "k": k}, order=order,
+                                        atomic=k == 7))
+        results = await asyncio.wait_for(asyncio.gather(*sends), TIMEOUT * 2)
+        assert all(r.committed is not False for r in results)
+        total = per * len(cs)
+        await asyncio.gather(*(col.wait_for(lambda s: len(s.messages) >= total)
+                               for col in cols))
+        offsets = [[m.offset for m in col.messages] for col in cols]
+        assert offsets[0] == offsets[1] == offsets[2]  # one order everywhere (G4)
+        assert sorted(offsets[0]) == offsets[0] and len(set(offsets[0])) == total
+        for col in cols:
+            for sender in names:  # G3: each sender's messages in send order
+                ks = [m.payload["k"] for m in col.messages if m.payload["from"] == sender]
+                assert ks == list(range(per))
+        # G5: the atomic ones reached every member
+        for col in cols:
+            assert sum(1 for m in col.messages if m.atomic) == len(cs)
+        # G2 at the next view: b leaves, a and c install view 4 having delivered the same
+        await asyncio.wait_for(groups[1].leave(), TIMEOUT)
+        for col in (cols[0], cols[2]):
+            await col.wait_for(lambda s: s.views[-1][0] == 4)
+            assert col.views[-1] == (4, ("a", "c"))
+        assert cols[0].payloads() == cols[2].payloads()
+    finally:
+        for col in cols:
+            await col.stop()
+
+
+@pytest.mark.timeout(200)
+async def test_owner_sigkilled_mid_stream_loses_nothing_published(
+        notify_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """The owner of a group is SIGKILLed while two members on other nodes publish: every
+    message they were told is published is delivered at both, once, in one order; publishing
+    goes on once another node took the shard (about one lease TTL)."""
+    cluster = notify_cluster
+    owner = cluster.nodes[0]
+    g = group_on(cluster, owner.name)
+    edges = cluster.nodes[1:]
+    a = await client(clients, edges[0].url, "a")
+    b = await client(clients, edges[1].url, "b")
+    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+    cols = [Collector(ga), Collector(gb)]
+    published: dict[str, int] = {}
+    killed_at: float | None = None
+    after_kill: list[float] = []
+
+    async def publisher(gr: Group, who: str, n: int) -> None:
+        for k in range(n):
+            r = await gr.publish({"from": who, "k": k}, order="total",
+                                 publish_id=f"{who}-{k}")
+            published[r.id] = r.offset
+            if killed_at is not None:
+                after_kill.append(time.monotonic() - killed_at)
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for col in cols))
+        pubs = [asyncio.ensure_future(publisher(ga, "a", 150)),
+                asyncio.ensure_future(publisher(gb, "b", 150))]
+        deadline = time.monotonic() + TIMEOUT
+        while len(published) < 60:
+            assert time.monotonic() < deadline and not any(p.done() for p in pubs)
+            await asyncio.sleep(0.01)
+        owner.kill()
+        killed_at = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*pubs), 120)
+        new_owner = cluster.wait_owner(g, edges)
+        assert new_owner.name != owner.name
+        assert len(published) == 300
+        for col in cols:
+            await col.wait_for(lambda s: len(s.messages) >= 300, 60)
+        seqs = [[(m.offset, m.payload["from"], m.payload["k"]) for m in col.messages]
+                for col in cols]
+        assert seqs[0] == seqs[1]  # one total order at both survivors
+        offsets = [o for o, _f, _k in seqs[0]]
+        assert len(offsets) == len(set(offsets)) == 300  # nothing twice, nothing lost
+        assert {f"{f}-{k}": o for o, f, k in seqs[0]} == published
+        for col in cols:  # the members stayed in their view: no view change
+            assert [v for v, _m in col.views] == [2] or col.views[-1][1] == ("a", "b")
+        print(f"first published after the kill: {min(after_kill):.2f} s "
+              f"(lease TTL {LEASE_TTL} s)")
+    finally:
+        for col in cols:
+            await col.stop()
+
+
+@pytest.mark.timeout(200)
+async def test_owner_paused_past_its_lease_is_fenced(notify_cluster: NotifyCluster,
+                                                     clients: list[Client]) -> None:
+    """SIGSTOP the owner longer than its lease, then SIGCONT: another node owns the group by
+    then, the old owner's appends are refused by the log (fence), it drops the group, and
+    nothing is delivered twice or lost."""
+    cluster = notify_cluster
+    owner = cluster.nodes[0]
+    g = group_on(cluster, owner.name)
+    edges = cluster.nodes[1:]
+    a = await client(clients, edges[0].url, "a")
+    b = await client(clients, edges[1].url, "b")
+    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+    cols = [Collector(ga), Collector(gb)]
+    published: dict[str, int] = {}
+    try:
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for col in cols))
+        for k in range(20):
+            r = await asyncio.wait_for(ga.publish({"k": k}, publish_id=f"a-{k}"), TIMEOUT)
+            published[r.id] = r.offset
+        owner.signal(signal.SIGSTOP)
+        pending = [asyncio.ensure_future(ga.publish({"k": k}, publish_id=f"a-{k}"))
+                   for k in range(20, 40)]
+        new_owner = cluster.wait_owner(g, edges, timeout=LEASE_TTL * 10)
+        for k, p in enumerate(pending, 20):
+            r = await asyncio.wait_for(p, 90)
+            assert r.offset is not None
+            published[f"a-{k}"] = r.offset
+        owner.signal(signal.SIGCONT)
+        for k in range(40, 50):  # the old owner is awake: publishing goes on at the new one
+            r = await asyncio.wait_for(gb.publish({"k": k}, publish_id=f"b-{k}"), TIMEOUT)
+            published[r.id] = r.offset
+        for col in cols:
+            await col.wait_for(lambda s: len(s.messages) >= 50, 60)
+        await asyncio.sleep(LEASE_TTL)  # room for anything late from the old owner
+        offsets = [[m.offset for m in col.messages] for col in cols]
+        assert offsets[0] == offsets[1] and len(set(offsets[0])) == len(offsets[0]) == 50
+        assert sorted(published.values()) == offsets[0]
+        assert new_owner.name != owner.name
+        assert owner.alive()  # it dropped the group; it did not die
+        assert shard_of(g) not in owner.view()["held"]  # it knows it lost the shard
+        assert cluster.owner_of(g, cluster.nodes).name == new_owner.name
+    finally:
+        for col in cols:
+            await col.stop()
+
+
+@pytest.mark.timeout(200)
+async def test_edge_killed_its_clients_resume_on_another_node(
+        notify_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """A member's edge is SIGKILLed: its SDK reconnects to the next URL and resumes its group
+    there, without a view change, and gets exactly what it missed."""
+    cluster = notify_cluster
+    owner = cluster.nodes[0]
+    g = group_on(cluster, owner.name)
+    edge = cluster.nodes[1]
+    others = [owner.url, cluster.nodes[2].url]
+    a = await client(clients, [edge.url, *others], "a")
+    b = await client(clients, owner.url, "b")
+    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+    cols = [Collector(ga), Collector(gb)]
+    try:
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for col in cols))
+        for k in range(10):
+            await asyncio.wait_for(gb.publish({"k": k}), TIMEOUT)
+        await cols[0].wait_for(lambda s: len(s.messages) == 10)
+        edge.kill()
+        for k in range(10, 30):
+            await asyncio.wait_for(gb.publish({"k": k}), TIMEOUT)
+        await cols[0].wait_for(lambda s: len(s.messages) >= 30, 60)
+        assert [m.payload["k"] for m in cols[0].messages] == list(range(30))
+        r = await asyncio.wait_for(ga.publish({"k": "back"}), TIMEOUT)
+        await cols[1].wait_for(lambda s: any(m.offset == r.offset for m in s.messages))
+        assert [v for v, _m in cols[0].views] == [2]  # resumed: no view change
+        assert a.url != edge.url
+    finally:
+        for col in cols:
+            await col.stop()
+
+
+@pytest.mark.timeout(200)
+async def test_one_nats_server_killed_the_service_goes_on(
+        notify_cluster: NotifyCluster, nats_cluster: NatsCluster,
+        clients: list[Client]) -> None:
+    """R3: with one of the three NATS servers killed, leases renew, appends are acknowledged
+    by the two left, and members keep publishing and receiving."""
+    cluster = notify_cluster
+    g = "r3"
+    a = await client(clients, cluster.nodes[0].url, "a")
+    b = await client(clients, cluster.nodes[1].url, "b")
+    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+    col = Collector(gb)
+    try:
+        await col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+        for k in range(10):
+            await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
+        await asyncio.to_thread(nats_cluster.kill, 2)
+        for k in range(10, 40):
+            await asyncio.wait_for(ga.publish({"k": k}), 60)
+        await col.wait_for(lambda s: len(s.messages) >= 40, 60)
+        assert [m.payload["k"] for m in col.messages] == list(range(40))
+        assert all(n.alive() for n in cluster.nodes)
+    finally:
+        await col.stop()

@@ -237,11 +237,11 @@ def plan(root: Path, *, binary: Path, size: int = 3,
          http_ports: Sequence[int] | None = None,
          stores: Sequence[Path] | None = None,
          cluster_name: str = "notify-test", max_file_store: str = "1G",
-         max_memory_store: str = "256M") -> NatsCluster:
-    """Lay out a cluster of `size` nodes `n1..nN` under `root` (configs `root/nN.conf`, logs
-    `root/nN.log`, stores `root/js-nN` unless `stores` says otherwise, created if missing) and
-    write their configs; nothing is started. Ports not given are free loopback ports, picked
-    together so that no two nodes share one."""
+         max_memory_store: str = "256M", stem: str = "") -> NatsCluster:
+    """Lay out a cluster of `size` nodes `n1..nN` under `root` (configs `root/<stem>nN.conf`,
+    logs `root/<stem>nN.log`, stores `root/js-nN` unless `stores` says otherwise, created if
+    missing) and write their configs; nothing is started. Ports not given are free loopback
+    ports, picked together so that no two nodes share one."""
     given = (client_ports, cluster_ports, http_ports)
     for ports in given:
         if ports is not None and len(ports) != size:
@@ -256,7 +256,8 @@ def plan(root: Path, *, binary: Path, size: int = 3,
         name = f"n{i + 1}"
         store = stores[i] if stores is not None else root / f"js-{name}"
         cluster.nodes.append(NatsNode(name, client[i], route[i], http[i],
-                                      root / f"{name}.conf", root / f"{name}.log", store))
+                                      root / f"{stem}{name}.conf", root / f"{stem}{name}.log",
+                                      store))
     for n in cluster.nodes:
         assert n.store is not None
         n.store.mkdir(parents=True, exist_ok=True)

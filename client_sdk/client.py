@@ -9,12 +9,13 @@
 Theory of operation. One `ClientProtocol` (sans-I/O) lives as long as the `Client`, across
 connections, so the resume point of each group survives a drop. A *supervisor* task owns the
 connection: when it is lost (and `reconnect` is on) it waits a backoff delay with full jitter and
-presents the old session; the server resumes the member with no view change if it is back within
-`suspect_timeout` (G7), otherwise the client rejoins each group from its resume point and gets
-what it missed (G8). Either way the application sees one stream per group, without duplicates
-or gaps. One *writer* task sends frames in the order the protocol produced them. Publishes wait
-in a bounded queue while the connection is down or a view change is under way, and are sent
-(again) with their idempotency ids, so a retry is never delivered twice.
+presents the old session, to the next of its URLs (a cluster's nodes, DESIGN §9: the node it
+was on may be the one that died); the server resumes the member with no view change if it is
+back within `suspect_timeout` (G7), otherwise the client rejoins each group from its resume
+point and gets what it missed (G8). Either way the application sees one stream per group,
+without duplicates or gaps. One *writer* task sends frames in the order the protocol produced
+them. Publishes wait in a bounded queue while the connection is down or a view change is under
+way, and are sent (again) with their idempotency ids, so a retry is never delivered twice.
 
 No task dies alone (STYLE.md). The reader-supervisor and the writer run in one `TaskGroup`
 owned by `_run`, which decides in one place what a failure means:
@@ -38,6 +39,11 @@ lacks) makes the group join afresh, with state transfer when it has a `StateProv
 application gets one `Reset` event before the new view's `ViewInstalled` (issue 16).
 
 Connection states (`ConnectionState`): CONNECTING → CONNECTED ⇄ RECONNECTING → CLOSED.
+
+Several URLs (`connect([url1, url2, ...])`, the nodes of one cluster) are tried in turn, one per
+attempt: the first connect starts at the first and tries each once, with the backoff delay
+between attempts; a reconnect starts at the URL after the one that was lost and wraps around,
+for as long as `max_attempts` allows. One URL behaves as it always did.
 """
 
 from __future__ import annotations
@@ -50,10 +56,11 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import orjson
 from websockets.asyncio.client import ClientConnection
@@ -305,13 +312,41 @@ async def handshake(url: str, member: str, *, options: ClientOptions,
     return ws, welcome
 
 
-class Client:
-    """Use `connect()`; see the module docstring."""
+def server_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """`url` as a non-empty tuple of ws:// or wss:// URLs; `ValueError` otherwise, at once,
+    rather than a `ConnectError` for a mistake no retry can mend."""
+    urls = (url,) if isinstance(url, str) else tuple(url)
+    if not urls:
+        raise ValueError("no server URL: give one ws:// or wss:// URL, or a non-empty list of "
+                         "them (the nodes of one cluster)")
+    for u in urls:
+        if not isinstance(u, str):
+            raise ValueError(f"server URLs are strings, not {u!r}")
+        try:
+            parts = urlsplit(u)
+            ok = parts.scheme in ("ws", "wss") and bool(parts.hostname)
+            parts.port  # noqa: B018 -- raises ValueError on a port that is not a number
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{u!r} is not a WebSocket URL (ws://host:port or wss://host:port)")
+    return urls
 
-    def __init__(self, url: str, member: str, *, token: str | None = None,
+
+class Client:
+    """Use `connect()`; see the module docstring.
+
+    `urls` are the servers this client may use, in the order it tries them; `url` is the one it
+    is connected to, or was last (the first of `urls` before any connection)."""
+
+    def __init__(self, url: str | Sequence[str], member: str, *, token: str | None = None,
                  options: ClientOptions | None = None, event_log: Any = None,
                  rng: random.Random | None = None) -> None:
-        self.url, self.member, self._token = url, member, token
+        self.urls = server_urls(url)
+        self.url, self.member, self._token = self.urls[0], member, token
+        #: the index in `urls` of the next attempt, and of the URL connected (or last)
+        self._next_url = 0
+        self._at = 0
         self.options = options or ClientOptions()
         self.state = ConnectionState.CONNECTING
         self.session: str | None = None
@@ -347,7 +382,23 @@ class Client:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def _start(self) -> None:
-        await self._open(resume=False)
+        """The first connection: each URL once, in order, with the backoff delay between
+        attempts (one URL: one attempt, as ever). `ConnectError` says why each failed; a
+        `ServerRefused` is raised at once (the same hello would be refused anywhere)."""
+        failures: list[str] = []
+        for attempt in range(len(self.urls)):
+            if attempt:
+                await asyncio.sleep(self.options.backoff.delay(attempt - 1, self._rng))
+            try:
+                await self._open(resume=False)
+                break
+            except ConnectError as e:
+                if len(self.urls) == 1:
+                    raise
+                failures.append(str(e))
+        else:
+            raise ConnectError(f"none of the {len(self.urls)} servers could be reached: "
+                               + "; ".join(failures))
         self._set_state(ConnectionState.CONNECTED)
         self._main = asyncio.get_running_loop().create_task(
             self._run(), name=f"notify-client-{self.member}")
@@ -448,10 +499,20 @@ class Client:
     # -- the connection --------------------------------------------------------------------------
 
     async def _open(self, *, resume: bool) -> bool:
-        """Connect and say hello; returns whether the server resumed the session."""
-        ws, welcome = await handshake(self.url, self.member, options=self.options,
-                                      token=self._token,
-                                      resume_session=self.session if resume else None)
+        """Connect to the next URL and say hello; returns whether the server resumed the
+        session. A server that cannot be reached moves the next attempt to the URL after it."""
+        i = self._next_url
+        try:
+            ws, welcome = await handshake(self.urls[i], self.member, options=self.options,
+                                          token=self._token,
+                                          resume_session=self.session if resume else None)
+        except ConnectError:
+            self._next_url = (i + 1) % len(self.urls)
+            raise
+        if resume and i != self._at:
+            log.info("notify client %s: reconnected to %s (was on %s)", self.member, self.urls[i],
+                     self.url)
+        self._at, self.url = i, self.urls[i]
         self.session, self._ws = welcome["session"], ws
         self._limits = dict(welcome.get("limits") or {})
         return bool(welcome.get("resumed"))
@@ -522,6 +583,8 @@ class Client:
 
     def _lost(self, reason: str) -> None:
         self._ws = None
+        # start with the next server: the one this connection was on may be the one that died
+        self._next_url = (self._at + 1) % len(self.urls)
         self._lost_at = time.time()
         self._set_state(ConnectionState.RECONNECTING)
         for p in self._pending.values():
@@ -1137,10 +1200,13 @@ class _Connect:
         await self._client.close()
 
 
-def connect(url: str, *, member: str, token: str | None = None,
+def connect(url: str | Sequence[str], *, member: str, token: str | None = None,
             options: ClientOptions | None = None, event_log: Any = None,
             rng: random.Random | None = None) -> _Connect:
-    """Connect to a notify server. Raises `ConnectError` if it cannot be reached and
-    `ServerRefused` if it refuses the hello (bad member id, bad token)."""
+    """Connect to a notify server: `url` is one `ws://`/`wss://` URL, or a non-empty list of
+    them (the nodes of a cluster), tried in turn (see the module docstring). Raises
+    `ValueError` at once for an empty list or a URL that is not ws(s), `ConnectError` if no
+    server can be reached and `ServerRefused` if one refuses the hello (bad member id, bad
+    token)."""
     return _Connect(Client(url, member, token=token, options=options, event_log=event_log,
                            rng=rng))

@@ -112,6 +112,8 @@ def config_text(node: NatsNode, store: Path, routes: Sequence[int], *,
     route_urls = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
     return (f'server_name: {node.name}\nlisten: 127.0.0.1:{node.client}\n'
             f'http: 127.0.0.1:{node.http}\n'
+            # a client frame may be 1 MiB (max_frame_bytes) and crosses between nodes whole
+            f'max_payload: 8MB\n'
             f'jetstream {{ store_dir: "{store}", sync_interval: always, '
             f'max_file_store: {max_file_store}, max_memory_store: {max_memory_store} }}\n'
             f'cluster {{ name: {cluster_name}, listen: 127.0.0.1:{node.cluster}, '

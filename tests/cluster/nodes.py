@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from notify.cluster.shards import shard_of
-from tests.cluster.conftest import _free_ports
+from notify.cluster.natsrun import free_ports
 
 #: lease TTL of the test clusters: failover takes about this long
 LEASE_TTL = 2.0
@@ -159,6 +159,6 @@ class NotifyCluster:
 
 
 def make_cluster(nats: list[str], tmp: Path, n: int = 3) -> NotifyCluster:
-    ports = _free_ports(n)
+    ports = free_ports(n)
     return NotifyCluster([NotifyNode(f"n{i + 1}", ports[i], nats, tmp)
                           for i in range(n)])

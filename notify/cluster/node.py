@@ -241,10 +241,9 @@ class ClusterNode:
         if shard in self._pending:
             self._pending[shard].append((conn, raw, time.monotonic() + self.config.route_timeout))
             return True
-        assert self.leases is not None
-        if shard in self.leases.held():
+        if self.leases is not None and shard in self.leases.held():
             return False
-        lease = self.leases.owner(shard)
+        lease = self.leases.owner(shard) if self.leases is not None else None
         if lease is None or lease.node == self.node:  # nobody, or ours but not yet acquired
             self._pending[shard] = [(conn, raw, time.monotonic() + self.config.route_timeout)]
             return True
@@ -496,17 +495,25 @@ class ClusterNode:
     # -- ownership changes -------------------------------------------------------------------------
 
     def _on_lease_actions(self, actions: list[Any]) -> None:
+        acquired: list[int] = []
+        lost: dict[str, list[int]] = {}
         for a in actions:
             if isinstance(a, Acquired):
-                log.info("shard_acquired", shard=a.shard, term=a.term)
+                acquired.append(a.shard)
                 self._flush_pending(a.shard)
             elif isinstance(a, Lost):
-                log.warning("shard_lost", shard=a.shard, term=a.term, why=a.why)
+                lost.setdefault(a.why, []).append(a.shard)
                 self._lost(a.shard, a.why)
             elif isinstance(a, OwnerChanged):
                 self._owner_changed(a)
             elif isinstance(a, NodeDown):
                 self._node_down(a.node)
+        if acquired:
+            log.debug("shards_acquired", count=len(acquired), shards=_ranges(acquired),
+                     held=self.shards_owned())
+        for why, shards in lost.items():
+            log.warning("shards_lost", why=why, count=len(shards), shards=_ranges(shards),
+                        held=self.shards_owned())
 
     def _lost(self, shard: int, why: str) -> None:
         server = self._server
@@ -563,6 +570,17 @@ class ClusterNode:
         return {"node": self.node, "inc": self.inc, "ready": self.ready,
                 "held": sorted(self.leases.held()) if self.leases is not None else [],
                 "live": live, "owners": owners}
+
+
+def _ranges(shards: list[int]) -> str:
+    """[1, 2, 3, 7] -> "1-3,7": a log line per change, not per shard."""
+    out: list[str] = []
+    for s in sorted(shards):
+        if out and out[-1].split("-")[-1] == str(s - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{s}"
+        else:
+            out.append(str(s))
+    return ",".join(out)
 
 
 __all__ = ["SHARDS", "ClusterConfig", "ClusterNode", "ClusterStats"]

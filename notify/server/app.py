@@ -115,6 +115,8 @@ class NotifyServer:
         self.cluster = cluster
         #: edge: what each connection's hello presented (resume token) and proved (identity)
         self._edge: dict[int, tuple[str | None, Identity | None]] = {}
+        #: groups being brought back from the log, each by one load (`_bring_back`)
+        self._loading: dict[str, asyncio.Future[bool]] = {}
         self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
 
@@ -136,7 +138,18 @@ class NotifyServer:
     async def _bring_back(self, group: str) -> bool:
         """A group that left memory (G14) comes back from the log before the hub sees the next
         frame for it, so its versions, offsets and publish ids go on. False if the log could
-        not be read (the frame is refused: a fresh group would reuse view versions, G1)."""
+        not be read (the frame is refused: a fresh group would reuse view versions, G1).
+
+        One load per group at a time: frames that arrive meanwhile wait for the same load.
+        Two loads racing would each adopt what they read; on JetStream each also appends a
+        fence record, which would refuse a write the first one's group already started."""
+        loading = self._loading.get(group)
+        if loading is None:
+            loading = self._loading[group] = asyncio.ensure_future(self._load(group))
+            loading.add_done_callback(lambda _f: self._loading.pop(group, None))
+        return await asyncio.shield(loading)
+
+    async def _load(self, group: str) -> bool:
         try:
             sg = await asyncio.to_thread(self.store.load_group, group,
                                          self.config.limits.retain_messages)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
@@ -133,6 +134,10 @@ class JetStreamLog:
         #: record, after which nobody who loaded the group before can append to it
         self.owner = owner
         self.fences = 0
+        #: numbers this writer's writes: a msg id must never repeat within the stream's
+        #: duplicate window (2 min), and the core's tickets start again at 1 when a group is
+        #: dropped and loaded again (cluster mode), which JetStream would refuse as duplicates
+        self._writes = itertools.count(1)
         #: the stream sequence of the group's last record, as this writer knows it
         self._last: dict[str, int] = {}
         #: groups whose last write got no clear answer -> that write's last msg id
@@ -232,7 +237,8 @@ class JetStreamLog:
             else:
                 assert isinstance(w, StoreView)
                 records = [(self._subject(group, "v"), _encode_view(w))]
-            ids = [f"{self.writer}:{w.ticket}:{i}" for i in range(len(records))]
+            n = next(self._writes)
+            ids = [f"{self.writer}:{n}:{i}" for i in range(len(records))]
             for start in range(0, len(records), self.max_batch):
                 part = slice(start, start + self.max_batch)
                 await self._batch(group, records[part], ids[part])

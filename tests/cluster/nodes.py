@@ -99,7 +99,7 @@ class NotifyNode:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def tail(self, n: int = 4000) -> str:
+    def tail(self, n: int = 20000) -> str:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 

@@ -190,7 +190,9 @@ _VIOLATION_WINDOW = 60.0
 
 #: a join refused `join_pending` (the server is still withdrawing an earlier join of this
 #: member) is tried again this many times, after a backoff delay
-_JOIN_PENDING_RETRIES = 5
+#: refusals that say "not now" rather than "no": the join is sent again as it was
+_RETRIED_JOIN_REFUSALS = frozenset({"join_pending", "unavailable"})
+_JOIN_PENDING_RETRIES = 10
 
 #: the events the application gets (and `_next` hands over)
 _APP_EVENTS = (Message, ViewInstalled, ViewChanging, ViewResumed, CaughtUp, Removed,
@@ -813,8 +815,11 @@ class Client:
         """The server refused the join under way for `handle` (issue 16: never leave a group
         that looks joined but is not).
 
-        - `join_pending`: an earlier join of this member is still being withdrawn: the same
-          join again, after a backoff delay (a few times).
+        - `join_pending` (an earlier join of this member is still being withdrawn) and
+          `unavailable` (the group cannot be read from the log right now: a cluster node is
+          taking it over, or the log is electing a leader): the same join again, resume point
+          included, after a backoff delay (a few times). Both pass; a reset would throw away
+          a resume point that is still good.
         - The join presented a resume point: whatever the code (`offset_unavailable`: another
           epoch, or out of retention; `bad_resume`; any other), no later attempt can serve it.
           Join afresh, with state transfer when the group has a `StateProvider` (G8 → G9); the
@@ -823,7 +828,7 @@ class Client:
           already joined is over (`Removed` with the code as `reason`), since the SDK cannot
           get it back."""
         g = self.protocol.groups[handle.name]
-        if r.code == "join_pending" and handle._join_retries < _JOIN_PENDING_RETRIES:
+        if r.code in _RETRIED_JOIN_REFUSALS and handle._join_retries < _JOIN_PENDING_RETRIES:
             handle._join_retries += 1
             delay = self.options.backoff.delay(handle._join_retries, self._rng)
             asyncio.get_running_loop().call_later(delay, self._retry_join, handle, g.join_req)

@@ -415,11 +415,12 @@ class ClusterNode:
             server.apply([a for a in actions
                           if not (isinstance(a, Send) and isinstance(a.frame, Welcome))])
             return
-        vid = self._vconns.get(key)
-        if vid is None:
+        known = self._vconns.get(key)
+        if known is None:
             if kind != CLOSED:  # we do not know that connection (we restarted, or it moved)
                 self._downlink_close(edge, conn, int(CloseCode.SHUTDOWN), MOVED)
             return
+        vid = known
         if kind == FRAME:
             self.stats.frames_received += 1
             await server.dispatch_raw(vid, data, remote=True)

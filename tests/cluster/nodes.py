@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from notify.cluster.shards import shard_of
 from notify.cluster.natsrun import free_ports
+from notify.cluster.shards import shard_of
 
 #: lease TTL of the test clusters: failover takes about this long
 LEASE_TTL = 2.0

@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
 
-from client_sdk import (  # noqa: E402
+from client_sdk import (
     Backoff,
     Client,
     ClientOptions,
@@ -32,8 +32,8 @@ from client_sdk import (  # noqa: E402
     ViewInstalled,
     connect,
 )
-from tests.cluster.conftest import NatsCluster  # noqa: E402
-from tests.cluster.nodes import LEASE_TTL, NotifyCluster, make_cluster  # noqa: E402
+from tests.cluster.conftest import NatsCluster
+from tests.cluster.nodes import LEASE_TTL, NotifyCluster, make_cluster
 
 TIMEOUT = 30.0
 FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)

@@ -29,6 +29,7 @@ from client_sdk import (
     View,
     ViewInstalled,
 )
+from notify.storage import MemoryLog, StoredGroup
 from tests.integration.conftest import TIMEOUT, until
 from tests.integration.proxy import FaultyProxy
 from tests.integration.test_durability import ServerProcess, _free_port
@@ -235,3 +236,42 @@ async def test_issue16_view_and_events_agree_with_the_server_after_a_reset(
     for g in (ga, gb, gc):
         evs = await until(g, lambda e: isinstance(e, Message) and e.payload == "from b")
         assert [e.payload for e in evs if isinstance(e, Message)] == ["from c", "from b"]
+
+
+class _Flaky(MemoryLog):
+    """A log that cannot be read for a while (a cluster node taking a group over, a log
+    electing a leader): `load_group` fails `failures` times."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(1000)
+        self.failures = failures
+
+    def load_group(self, group: str, recent: int) -> StoredGroup | None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OSError("the log is not readable right now")
+        return super().load_group(group, recent)
+
+
+async def test_unavailable_is_retried_with_the_same_resume_point_not_reset(
+        make_server: Any, sdk: Any) -> None:
+    """`unavailable` says "not now": the SDK sends the same resume again after a backoff, and
+    the member resumes with nothing lost and no `Reset` (a reset would have thrown away a
+    resume point that was still good). The scene is a cluster takeover: the group is dropped
+    from memory (its members told to reconnect), and the log cannot be read for a while."""
+    store = _Flaky(0)
+    srv = await make_server(store=store, suspect_timeout=5.0)
+    a = await sdk(srv.url, "a", options=FAST)
+    b = await sdk(srv.url, "b", options=FAST)
+    ga, gb = await a.join("g"), await b.join("g")
+    await until(gb, installed(2))
+    await ga.publish("before")
+    await until(gb, message("before"))
+    store.failures = 3
+    srv.apply(srv.hub.drop_groups(["g"], "test: the group moved; reconnect"))
+    r = await asyncio.wait_for(ga.publish("after"), TIMEOUT)
+    evs = await until(gb, message("after"))
+    assert not any(isinstance(e, Reset | ViewInstalled) for e in evs), evs
+    assert store.failures == 0  # the refusals happened, and were retried through
+    assert [e.payload for e in evs if isinstance(e, Message)] == ["after"]
+    assert r.offset == 2

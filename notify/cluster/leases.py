@@ -248,7 +248,7 @@ class ClusterLeases:
                     self._node_info.pop(a.node, None)
                 notify.append(a)
         for why, shards in lost.items():
-            log.info("lease_lost", node=self.node, why=why, shards=shards)
+            log.debug("lease_lost", node=self.node, why=why, shards=shards)
         if notify:
             self._on_actions(notify)
         self._wake.set()

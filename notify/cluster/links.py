@@ -133,7 +133,10 @@ class UplinkDedup:
 
     def fresh(self, edge: str, inc: str, seq: int) -> bool:
         key = (edge, inc)
-        if seq <= self._last.get(key, 0):
+        last = self._last.get(key)
+        if last is None:  # a new incarnation of that edge: the old one's link is over
+            self.forget(edge)
+        elif seq <= last:
             return False
         self._last[key] = seq
         return True

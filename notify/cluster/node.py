@@ -91,6 +91,9 @@ DATA_REPLAY = 3
 
 MOVED = "the group moved to another node; reconnect"
 
+#: frames that may wait at an edge for one shard's owner (a failover)
+MAX_WAITING = 10_000
+
 
 @dataclass(frozen=True)
 class ClusterConfig:
@@ -239,7 +242,12 @@ class ClusterNode:
         it). Frames for a shard without an owner wait (in order) for one."""
         shard = shard_of(group)
         if shard in self._pending:
-            self._pending[shard].append((conn, raw, time.monotonic() + self.config.route_timeout))
+            waiting = self._pending[shard]
+            if len(waiting) >= MAX_WAITING:  # bounded (G14): this client tries again later
+                self._close_edge_conns({conn}, "too many frames wait for this group's node; "
+                                       "reconnect")
+                return True
+            waiting.append((conn, raw, time.monotonic() + self.config.route_timeout))
             return True
         if self.leases is not None and shard in self.leases.held():
             return False

@@ -58,6 +58,7 @@ def test_an_edge_batch_is_applied_once_per_incarnation() -> None:
     assert not dedup.fresh("n1", "a", 2)  # a retry of a batch already applied
     assert not dedup.fresh("n1", "a", 1)
     assert dedup.fresh("n1", "b", 1)  # the edge restarted: a new link
+    assert dedup.fresh("n1", "a", 1)  # (the old incarnation's entry was dropped with it)
     dedup.forget("n1")
     assert dedup.fresh("n1", "a", 1)
 

@@ -137,14 +137,15 @@ class Runner:
                 held = [x for v in views for x in v.get("held", [])]
                 if len(held) == 256 == len(set(held)) and all(
                         v["owners"] == views[0]["owners"] for v in views):
+                    held_by = zip(nodes, views, strict=True)
                     self.d.note("cluster.settled",
-                                held={n.name: len(v["held"]) for n, v in zip(nodes, views)})
+                                held={n.name: len(v["held"]) for n, v in held_by})
                     return
             if time.monotonic() > deadline:
                 raise RuntimeError("the cluster nodes did not agree on shard owners within "
                                    f"{timeout:g} s: " + "; ".join(
                                        f"{n.name} held={len(v.get('held', []))}"
-                                       for n, v in zip(nodes, views)))
+                                       for n, v in zip(nodes, views, strict=True)))
             await asyncio.sleep(0.2)
 
     async def owner_of(self, group: str, timeout: float = 30.0) -> Node:
@@ -169,7 +170,7 @@ class Runner:
 
         cluster = self.d.nats
         names = [n.name for n in cluster.nodes]
-        for i, n in enumerate(cluster.nodes):
+        for n in cluster.nodes:
             if n.proc is None or n.proc.poll() is not None:
                 continue
             try:

@@ -207,7 +207,7 @@ class Action(_Model):
         p, mode = self.params, self.mode
         allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
                    "slow": {"bytes_per_s"}, "cut": set(), "kill": {"signal"}, "pause": set(),
-                   "disk_full": set(), **dict.fromkeys(CLUSTER_MODES, set())}[mode]
+                   "disk_full": set(), **{m: set() for m in CLUSTER_MODES}}[mode]
         unknown = set(p) - allowed
         if unknown:
             raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "

@@ -10,6 +10,7 @@ Layout of `--out DIR`:
     acks/acks-publisher-N.jsonl  each publisher's acknowledgements (and failed publishes)
     data/node-1/           the node's data directory and its stdout/stderr (server-K.out)
     clients/               client configs and stderr
+    nats/                  cluster mode: each nats-server's config, log and JetStream store
     report.json, report.html
 
 Sequence: nodes start and listen; one `LinkProxy` per (client, node) link is put in front of
@@ -19,6 +20,11 @@ at `duration` (and say so when their last answers are in); the runner then write
 acknowledged offset of each group, and every client stops when it delivered it (or after
 `drain`); everything is stopped by PID
 in a `finally`, which a Ctrl-C also reaches.
+
+Cluster mode (`system.nats` > 0): the NATS servers start first (`notify.cluster.natsrun`), then
+the nodes with `--cluster`; the run begins once they agree on an owner for every shard. Each
+client has one proxy per node and gets every node's URL, its list starting one node further
+than the previous client's. Teardown stops the nodes (they release their leases) before NATS.
 """
 
 from __future__ import annotations

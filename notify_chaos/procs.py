@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -13,8 +14,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 
 def free_port() -> int:
@@ -42,8 +45,11 @@ def _stop(proc: subprocess.Popen[bytes], grace: float) -> int | None:
 class Node:
     """One `notify serve` on a fixed port (kept across restarts, so links keep pointing at it)."""
 
-    def __init__(self, name: str, root: Path, store: str, server_args: list[str]) -> None:
+    def __init__(self, name: str, root: Path, store: str, server_args: list[str], *,
+                 cluster: list[str] | None = None, lease_ttl: float = 2.0) -> None:
         self.name, self.store, self.server_args = name, store, list(server_args)
+        #: cluster mode: the NATS URLs (`notify serve --cluster`); the node id is the name
+        self.cluster, self.lease_ttl = cluster, lease_ttl
         self.port = free_port()
         self.data_dir = root / name
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -63,8 +69,11 @@ class Node:
 
     def start(self) -> None:
         self._out = open(self.data_dir / f"server-{self.starts}.out", "wb")  # noqa: SIM115
+        mode = (["--cluster", ",".join(self.cluster), "--node-id", self.name,
+                 "--lease-ttl", str(self.lease_ttl)] if self.cluster
+                else ["--store", self.store])
         cmd = [sys.executable, "-m", "notify.cli", "serve", "--port", str(self.port),
-               "--data-dir", str(self.data_dir), "--store", self.store,
+               "--data-dir", str(self.data_dir), *mode,
                "--event-log", str(self.event_dir), "--log-level", "info", *self.server_args]
         self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -79,10 +88,14 @@ class Node:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode} at start; "
                                    f"see {self.data_dir}/server-{self.starts - 1}.out")
-            with contextlib.suppress(OSError):
-                _, w = await asyncio.open_connection("127.0.0.1", self.port)
-                w.close()
-                return
+            if self.cluster:  # joined the cluster: /readyz
+                if (await asyncio.to_thread(self.http, "/readyz"))[0] == 200:
+                    return
+            else:
+                with contextlib.suppress(OSError):
+                    _, w = await asyncio.open_connection("127.0.0.1", self.port)
+                    w.close()
+                    return
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{self.name} did not listen within {timeout:g} s")
 
@@ -108,6 +121,26 @@ class Node:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signal.SIGCONT)
         self.paused = False
+
+    def http(self, path: str) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=1) as r:
+                return int(r.status), bytes(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError:
+            return 0, b""
+
+    def view(self) -> dict[str, Any]:
+        """Cluster mode: this node's `/cluster` (`held` shards, `owners`), {} if no answer."""
+        if not self.running() or self.paused:
+            return {}
+        status, body = self.http("/cluster")
+        with contextlib.suppress(ValueError):
+            if status == 200:
+                v = json.loads(body)
+                return v if isinstance(v, dict) else {}
+        return {}
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

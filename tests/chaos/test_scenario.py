@@ -61,7 +61,7 @@ def test_seconds() -> None:
     (("    mode: kill", "    mode: explode"), 17, "kill"),
     (("  - target: node-1", "  - target: router-1"), 14, "bad target"),
     (("nats: 0", "nats: 2"), 5, "cluster mode"),
-    (("nodes: 1", "nodes: 3"), 5, "only 1"),
+    (("nodes: 1", "nodes: 3"), 5, "needs cluster mode"),
     (("params: {ms: 10, jitter_ms: 5}", "params: {jitter_ms: 5}"), 18, "needs params.ms"),
     (("params: {percent: 5}", "params: {percent: 150}"), 21, "percent"),
     (("params: {percent: 5}", "params: {percent: 5, colour: red}"), 21, "colour"),
@@ -106,3 +106,37 @@ def test_every_shipped_scenario_is_valid_short_and_described(tmp_path: Path) -> 
         assert s.duration + s.drain < 120, name  # each under 2 minutes
     neg = load(names["negative-memory-sigkill"])
     assert neg.system.store == "memory" and any(a.mode == "kill" for a in neg.actions)
+
+
+CLUSTER = """
+duration: 20s
+system: {nodes: 3, nats: 3, store: jetstream, lease_ttl: 2}
+clients:
+  publishers: {count: 1, group: g1}
+  subscribers: {count: 3, group: g1}
+actions:
+  - {mode: kill-owner, start: 5s, duration: 4s}
+  - {mode: pause-owner, target: "group:g1", start: 10s, duration: 3s}
+  - {mode: kill-edge, start: 14s, duration: 2s}
+  - {mode: kill-nats-leader, start: 17s, duration: 2s}
+"""
+
+
+def test_cluster_scenario_and_its_faults() -> None:
+    s = loads(CLUSTER)
+    assert s.system.cluster and s.system.nodes == 3 and s.system.lease_ttl == 2
+    assert [a.label for a in s.actions] == ["kill-owner", "pause-owner group:g1", "kill-edge",
+                                            "kill-nats-leader"]
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("duration: 3s}", "duration: 1s}", "longer than"),
+    ("store: jetstream", "store: sqlite", "store: jetstream"),
+    ("target: \"group:g1\"", "target: node-1", "group:NAME"),
+    ("nats: 3", "nats: 0", "needs cluster mode"),
+])
+def test_bad_cluster_scenarios(old: str, new: str, words: str) -> None:
+    assert old in CLUSTER
+    with pytest.raises(ScenarioError) as e:
+        loads(CLUSTER.replace(old, new))
+    assert words in str(e.value), str(e.value)

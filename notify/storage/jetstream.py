@@ -254,15 +254,22 @@ class JetStreamLog:
                      ids: list[str]) -> None:
         """One atomic batch, fenced on the group's last known record; on an unclear answer
         (timeout, connection), read back whether it is stored."""
-        for attempt in range(4):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout * 2
+        delay = 0.1
+        for attempt in itertools.count():
             try:
                 return await self._batch_once(group, records, ids, attempt)
             except nats.errors.NoRespondersError:
-                # nobody listens on the subject (the stream has no leader at the moment, e.g.
-                # just created, or electing): nothing was stored; try again, bounded
-                if attempt == 3:
+                # nobody listens on the subject: the stream has no leader at the moment (just
+                # created, or electing after a server died, which takes seconds). Nothing was
+                # stored: try again until the deadline, rather than refuse the publishers
+                # of a batch a few seconds would have stored.
+                if loop.time() + delay > deadline:
                     raise
-                await asyncio.sleep(0.25 * (attempt + 1))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
 
     async def _batch_once(self, group: str, records: list[tuple[str, bytes]],
                           ids: list[str], attempt: int) -> None:

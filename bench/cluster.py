@@ -309,12 +309,17 @@ async def client_members(url: str, groups: list[str], members: int, start: float
             i += 1
         await task
 
-    try:
-        await asyncio.gather(*(member(g, k) for g in groups for k in range(members)))
-    finally:
-        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
-    return {"received": received, "published": published, "errors": errors[:5],
-            "n_errors": len(errors)}
+    tasks = [asyncio.create_task(member(g, k)) for g in groups for k in range(members)]
+    # bounded: a member whose publish or join hangs is counted, not waited for
+    _, stuck = await asyncio.wait(tasks, timeout=max(0.0, end - now()) + 15)
+    for t in stuck:
+        t.cancel()
+    counted = (received, published)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(c.close() for c in clients),
+                                              return_exceptions=True), 20)
+    return {"received": counted[0], "published": counted[1], "errors": errors[:5],
+            "n_errors": len(errors), "stuck": len(stuck), "joined": len(clients)}
 
 
 def client_main(argv: list[str]) -> int:
@@ -485,14 +490,18 @@ def bench_groups(tmp: Path, groups: int, members: int, procs: int,
                     "deliveries_per_s": round(received / duration),
                     "published_per_s": round(sum(r["published"] for r in rs) / duration),
                     "errors": sum(r["n_errors"] for r in rs),
+                    "stuck": sum(r["stuck"] for r in rs),
+                    "joined": sum(r["joined"] for r in rs),
                     "error_samples": [e for r in rs for e in r["errors"]][:3]}
     one, two = out["1 node(s)"]["deliveries_per_s"], out["2 node(s)"]["deliveries_per_s"]
     out["ratio"] = round(two / one, 2) if one else None
     print(f"\n{groups} groups × {members} members, {procs} client processes, {duration:g} s")
-    print("| nodes | deliveries/s | published/s | errors |\n|---:|---:|---:|---:|")
+    print("| nodes | deliveries/s | published/s | members joined | errors | stuck |\n"
+          "|---:|---:|---:|---:|---:|---:|")
     for k in ("1 node(s)", "2 node(s)"):
         r = out[k]
-        print(f"| {k} | {r['deliveries_per_s']:,} | {r['published_per_s']:,} | {r['errors']} |")
+        print(f"| {k} | {r['deliveries_per_s']:,} | {r['published_per_s']:,} | {r['joined']} | "
+              f"{r['errors']} | {r['stuck']} |")
     print(f"2 nodes / 1 node: {out['ratio']} (target ≥ 1.5)")
     return out
 

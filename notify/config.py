@@ -75,6 +75,12 @@ class ServerSettings(_Section):
         if self.node_id and not self.cluster:
             raise ValueError("node_id is for cluster mode: give the NATS servers (cluster, "
                              "--cluster)")
+        if self.cluster:
+            if self.store == "memory":
+                raise ValueError("cluster mode keeps the log on JetStream: store = \"memory\" "
+                                 "cannot be used with it")
+            # the log is the cluster's JetStream (what the start-up `config` line says too)
+            self.store, self.nats = "jetstream", list(self.cluster)
         return self
 
     @model_validator(mode="after")

@@ -142,3 +142,17 @@ def test_settings_validation(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     bad.write_text("[limits]\nno_such_limit = 1\n")
     with pytest.raises(ValueError, match="no_such_limit"):
         Settings.load(config_file=bad)
+
+
+def test_cluster_settings_imply_the_jetstream_log_and_refuse_what_does_not_fit() -> None:
+    s = Settings.load(config_file=None,
+                      cli={"server": {"cluster": ["nats://h1:4222", "nats://h2:4222"],
+                                      "node_id": "n1"}})
+    assert (s.server.store, s.server.nats) == ("jetstream", ["nats://h1:4222", "nats://h2:4222"])
+    bad = [{"cluster": ["nats://h1:4222"]},  # no node id
+           {"node_id": "n1"},  # a node id without a cluster
+           {"cluster": ["nats://h1:4222"], "node_id": "n.1"},  # not one subject token
+           {"cluster": ["nats://h1:4222"], "node_id": "n1", "store": "memory"}]
+    for server in bad:
+        with pytest.raises(ValueError):
+            Settings.load(config_file=None, cli={"server": server})

@@ -28,13 +28,21 @@ The watches are our own ordered push consumers (`deliver_policy=last_per_subject
 nats-py's `kv.watchall()`, for one reason: `watchall()` leaves the consumer's idle heartbeat at
 5 s and nats-py recreates an ordered consumer only after two missed heartbeats, so a watch
 whose (R1, in-memory) consumer sat on a NATS server that died stalled for 20 s in our runs (the
-first re-create failed). With `idle_heartbeat = min(1, node_ttl/4)` it resumes within about a
-second. "Initial values delivered" is the same test nats-py uses: the consumer had nothing
-pending when created, or a message arrives with `num_pending == 0`.
+first re-create failed). With `idle_heartbeat = min(1, node_ttl/4)` it resumed within 2 s
+(0.5 s heartbeat). "Initial values delivered" is the same test nats-py uses: the consumer had
+nothing pending when created, or a message arrives with `num_pending == 0`.
+
+Choosing `lease_ttl`: a SIGKILL of the shards bucket's stream leader stops every KV write for
+the Raft election, 3-6 s on loopback. With `lease_ttl=6` every node lost every shard (then took
+them back under new terms, ~7 s after the kill); with 10 s nothing was lost. A smaller TTL
+fails over faster after a node crash (takeover took 5.0-6.1 s at TTL 6) but turns a NATS
+leader crash into a full reshuffle.
 
 KV calls, all bounded by `op_timeout` (default `lease_ttl/4`):
 
-- Campaign: `kv.create`. No retry (the machine retries after `lease_ttl/6`).
+- Campaign: `kv.create`. No retry (the machine retries after `lease_ttl/6`). On an existing
+  key nats-py's `create` reads it back (to tell a delete marker from a value) with a direct get,
+  which a lagging replica may answer "not found": that too is just a failed campaign.
 - Renew: `kv.update(last=revision)`. Errors that may leave the request unsent or unanswered
   (timeouts, a reconnecting client, no stream leader) are retried for up to `0.4 * lease_ttl`
   (the machine stops serving at 0.75 x TTL after the last success and renews at 1/3: this is

@@ -28,13 +28,21 @@ The watches are our own ordered push consumers (`deliver_policy=last_per_subject
 nats-py's `kv.watchall()`, for one reason: `watchall()` leaves the consumer's idle heartbeat at
 5 s and nats-py recreates an ordered consumer only after two missed heartbeats, so a watch
 whose (R1, in-memory) consumer sat on a NATS server that died stalled for 20 s in our runs (the
-first re-create failed). With `idle_heartbeat = min(1, node_ttl/4)` it resumes within about a
-second. "Initial values delivered" is the same test nats-py uses: the consumer had nothing
-pending when created, or a message arrives with `num_pending == 0`.
+first re-create failed). With `idle_heartbeat = min(1, node_ttl/4)` it resumed within 2 s
+(0.5 s heartbeat). "Initial values delivered" is the same test nats-py uses: the consumer had
+nothing pending when created, or a message arrives with `num_pending == 0`.
+
+Choosing `lease_ttl`: a SIGKILL of the shards bucket's stream leader stops every KV write for
+the Raft election, 3-6 s on loopback. With `lease_ttl=6` every node lost every shard (then took
+them back under new terms, ~7 s after the kill); with 10 s nothing was lost. A smaller TTL
+fails over faster after a node crash (takeover took 5.0-6.1 s at TTL 6) but turns a NATS
+leader crash into a full reshuffle.
 
 KV calls, all bounded by `op_timeout` (default `lease_ttl/4`):
 
-- Campaign: `kv.create`. No retry (the machine retries after `lease_ttl/6`).
+- Campaign: `kv.create`. No retry (the machine retries after `lease_ttl/6`). On an existing
+  key nats-py's `create` reads it back (to tell a delete marker from a value) with a direct get,
+  which a lagging replica may answer "not found": that too is just a failed campaign.
 - Renew: `kv.update(last=revision)`. Errors that may leave the request unsent or unanswered
   (timeouts, a reconnecting client, no stream leader) are retried for up to `0.4 * lease_ttl`
   (the machine stops serving at 0.75 x TTL after the last success and renews at 1/3: this is
@@ -124,6 +132,8 @@ class ClusterLeases:
         self.acquired = 0
         self.releases = 0
         self.heartbeat_failures = 0
+        #: updates delivered by each bucket's watch
+        self.watch_updates: dict[str, int] = {nodes_bucket: 0, shards_bucket: 0}
         #: the failure reported through on_failure, if any
         self.failure: str | None = None
         self._node_info: dict[str, dict[str, object]] = {}
@@ -159,7 +169,8 @@ class ClusterLeases:
     # -- life cycle ------------------------------------------------------------------------------
 
     async def start(self, timeout: float = 15.0) -> None:
-        """Bind (or create) the buckets, store our first heartbeat, start the watches and tasks.
+        """Bind (or create) the buckets, start the watches, store our first heartbeat, start
+        the tick task.
         Right after a cluster starts (or loses a server) JetStream requests can fail while its
         meta layer settles: each step is retried until `timeout`. Returns before `ready`."""
         loop = asyncio.get_running_loop()
@@ -173,14 +184,17 @@ class ClusterLeases:
                 deadline, "bucket",
                 functools.partial(self._bucket, self.shards_bucket, self.lease_ttl,
                                   strict_ttl=True))
-            await self._retry(deadline, "heartbeat", self._put_heartbeat)
-            self._hb_stored = True
             await self._retry(deadline, "watch",
                               functools.partial(self._watch, self.nodes_bucket,
                                                 self._node_update))
             await self._retry(deadline, "watch",
                               functools.partial(self._watch, self.shards_bucket,
                                                 self._shard_update))
+            # only now: the others start counting our `settle` (before handing us shards)
+            # from our first heartbeat, and we can campaign only once our watches have synced
+            await self._retry(deadline, "heartbeat", self._put_heartbeat)
+            self._hb_stored = True
+            self._check_ready()
             self._next_beat = self._clock() + self.heartbeat
             self._spawn(self._tick_loop(), "tick", long_lived=True)
         except BaseException:
@@ -223,8 +237,11 @@ class ClusterLeases:
 
     # -- the machine -----------------------------------------------------------------------------
 
-    def _feed(self, actions: list[Action]) -> None:
-        """Carry out the machine's actions: KV operations as tasks, the rest to the node."""
+    def _feed(self, actions: list[Action], *, wake: bool = True) -> None:
+        """Carry out the machine's actions: KV operations as tasks, the rest to the node; then
+        let the tick task recompute the machine's next deadline, unless `wake` is False and
+        nothing happened (a watch update that changed nothing only moves deadlines later: the
+        renewals of every shard reach every node, and next_deadline() is O(shards))."""
         if self._closed:
             return
         notify: list[Action] = []
@@ -251,7 +268,11 @@ class ClusterLeases:
             log.debug("lease_lost", node=self.node, why=why, shards=shards)
         if notify:
             self._on_actions(notify)
-        self._wake.set()
+        if wake or actions:
+            self._wake.set()
+        self._check_ready()
+
+    def _check_ready(self) -> None:
         if (not self.ready.is_set() and self._hb_stored
                 and (at := self.machine.settled_at) is not None and self._clock() >= at):
             self.ready.set()
@@ -402,6 +423,7 @@ class ClusterLeases:
                           handle: Callable[[str, Msg, float], None]) -> None:
         prefix = f"$KV.{bucket}."
         async for msg in sub.messages:
+            self.watch_updates[bucket] += 1
             handle(msg.subject[len(prefix):], msg, self._clock())
             if bucket not in self._synced and msg.metadata.num_pending == 0:
                 self._bucket_synced(bucket)
@@ -420,7 +442,7 @@ class ClusterLeases:
 
     def _node_update(self, node: str, msg: Msg, now: float) -> None:
         if self._deleted(msg):
-            self._feed(self.machine.node_gone(node, now))
+            self._feed(self.machine.node_gone(node, now), wake=False)
             return
         try:
             info = orjson.loads(msg.data)
@@ -431,7 +453,7 @@ class ClusterLeases:
             return
         if node != self.node:
             self._node_info[node] = info
-        self._feed(self.machine.node_seen(node, now))
+        self._feed(self.machine.node_seen(node, now), wake=False)
 
     def _shard_update(self, key: str, msg: Msg, now: float) -> None:
         if not key.isdigit() or not 0 <= int(key) < self.shards:
@@ -445,7 +467,7 @@ class ClusterLeases:
             except ValueError as e:
                 log.warning("lease_bad_value", key=key, error=_reason(e))
                 return
-        self._feed(self.machine.lease_seen(int(key), lease, now))
+        self._feed(self.machine.lease_seen(int(key), lease, now), wake=False)
 
     @staticmethod
     def _parse_lease(data: bytes, revision: int) -> Lease | None:

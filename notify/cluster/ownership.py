@@ -9,7 +9,11 @@ and imports no asyncio: every rule below is testable with a fake clock.
 Inputs: `synced` (the buckets' initial contents are delivered), `node_seen`/`node_gone`
 (heartbeat puts/deletes in `notify_nodes`), `lease_seen` (a watch update of one shard's key;
 None = deleted or purged), `campaigned`/`renewed` (answers to the KV operations it asked for),
-`tick`, `stop`. Each returns a list of actions, in the order they must be carried out.
+`tick`, `stop`. Each returns a list of actions, in the order they must be carried out. What is
+due by time (renewals, expiries, handoffs after `settle`, campaign retries) is done by `tick`,
+which the adapter calls at `next_deadline()`; an event applies what it changes at once: an
+update of a shard's key re-evaluates that shard, a change of the live nodes every shard. (Every
+node sees every renewal of every shard, hundreds a second: that path must not cost O(shards).)
 
 Rules, and why:
 
@@ -276,16 +280,17 @@ class Ownership:
                 self._nodes[node] = _Node(since=now, seen=now)
                 self._preferred = None
                 out.append(NodeUp(node))
-            else:
-                entry.seen = max(entry.seen, now)
-        return self._evaluate(now, out)
+                return self._evaluate(now, out)  # who is preferred changed
+            entry.seen = max(entry.seen, now)
+        return out
 
     def node_gone(self, node: str, now: float) -> list[Action]:
         out = self._expire_own(now)
         if self._nodes.pop(node, None) is not None:
             self._preferred = None
             out.append(NodeDown(node))
-        return self._evaluate(now, out)
+            return self._evaluate(now, out)
+        return out
 
     def lease_seen(self, shard: int, lease: Lease | None, now: float) -> list[Action]:
         self._check(shard)
@@ -311,7 +316,7 @@ class Ownership:
         else:
             self._floor[shard] = lease.revision
             self._set_view(shard, lease, now, out)
-        return self._evaluate(now, out)
+        return self._campaign(shard, now, out)
 
     def campaigned(self, shard: int, revision: int | None, now: float) -> list[Action]:
         op = self._answer(shard, "campaign")
@@ -324,7 +329,7 @@ class Ownership:
                 self._held[shard] = _Hold(term=revision, revision=revision, ok=op.sent)
                 out.append(Acquired(shard, revision))
                 self._set_view(shard, Lease(self.node, revision, revision), now, out)
-        return self._evaluate(now, out)
+        return self._campaign(shard, now, out)
 
     def renewed(self, shard: int, revision: int | None, now: float) -> list[Action]:
         op = self._answer(shard, "renew")
@@ -342,7 +347,7 @@ class Ownership:
         else:
             hold.revision, hold.ok = revision, op.sent
             self._set_view(shard, Lease(self.node, hold.term, revision), now, out)
-        return self._evaluate(now, out)
+        return self._campaign(shard, now, out)
 
     def tick(self, now: float) -> list[Action]:
         return self._evaluate(now, self._expire_own(now))
@@ -402,12 +407,17 @@ class Ownership:
                 out.append(Release(shard, hold.revision))
                 self._set_view(shard, None, now, out)
         for shard in range(self.shards):  # rule 4: campaign
-            if (self._view[shard] is None and shard not in self._held
-                    and shard not in self._inflight and shard not in self._tried
-                    and self._preferred_of(shard) == self.node):
-                self._inflight[shard] = _Op("campaign", now)
-                self._tried[shard] = now
-                out.append(Campaign(shard))
+            self._campaign(shard, now, out)
+        return out
+
+    def _campaign(self, shard: int, now: float, out: list[Action]) -> list[Action]:
+        """Rule 4 for one shard (all an update of that shard's key can change)."""
+        if (self._settled and not self._stopped and self._view[shard] is None
+                and shard not in self._held and shard not in self._inflight
+                and shard not in self._tried and self._preferred_of(shard) == self.node):
+            self._inflight[shard] = _Op("campaign", now)
+            self._tried[shard] = now
+            out.append(Campaign(shard))
         return out
 
     # -- helpers ---------------------------------------------------------------------------------

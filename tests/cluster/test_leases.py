@@ -1,7 +1,8 @@
 """Shard leases on a real 3-node NATS cluster (notify/cluster/leases.py, DESIGN §9).
 
-Short timers (lease TTL 1.5 s, node TTL 1 s, heartbeat 0.25 s, settle 0.3 s) keep each test
-within a few seconds. Every wait is bounded. Each leases instance has its own NATS connection,
+Short timers keep each test within seconds: lease TTL 1.5 s (node TTL 1 s, heartbeat 0.25 s,
+settle 0.3 s) where a takeover is measured, 3 s where nothing may be lost. Every wait is
+bounded. Each leases instance has its own NATS connection,
 first to "its" server (instance i -> server i), so killing a server moves some of them.
 """
 
@@ -31,8 +32,16 @@ from notify.cluster.leases import ClusterLeases
 
 T = TypeVar("T")
 
+#: for the takeover tests: what they measure is in units of the lease TTL
 FAST: dict[str, Any] = {"lease_ttl": 1.5, "node_ttl": 1.0, "heartbeat": 0.25, "settle": 0.3}
 TTL = FAST["lease_ttl"]
+#: for the tests that assert nothing is lost: with 3 nodes in one test process each handling
+#: every renewal of 256 shards, a host busy with other work can starve the loop for a good
+#: part of a 1.5 s TTL, and then losing leases is the right (safe) outcome, not a bug
+STEADY: dict[str, Any] = {"lease_ttl": 3.0, "node_ttl": 2.0, "heartbeat": 0.5, "settle": 0.3}
+#: every test but the split one runs 64 shards, not 256: each renewal is an fsync'd R3 write
+#: and reaches every node, and all of them share this host
+FEW = 64
 
 
 @dataclass
@@ -61,7 +70,8 @@ async def connect(cluster: NatsCluster, first: int) -> Client:
 
 
 async def instance(cluster: NatsCluster, name: str, first: int,
-                   clock: Callable[[], float] = time.monotonic, **kw: Any) -> Instance:
+                   clock: Callable[[], float] = time.monotonic, shards: int = FEW,
+                   **kw: Any) -> Instance:
     nc = await connect(cluster, first)
     holder: list[Instance] = []
 
@@ -71,7 +81,7 @@ async def instance(cluster: NatsCluster, name: str, first: int,
 
     leases = ClusterLeases(nc, name, info={"server": first}, on_actions=on_actions,
                            on_failure=lambda why: holder[0].failures.append(why),
-                           clock=clock, **{**FAST, **kw})
+                           clock=clock, shards=shards, **{**FAST, **kw})
     holder.append(Instance(name, nc, leases))
     return holder[0]
 
@@ -107,7 +117,7 @@ def split_as_preferred(insts: list[Instance]) -> bool:
     """Every shard held by exactly one instance, the one rendezvous hashing prefers."""
     names = [i.name for i in insts]
     h = holders(insts)
-    return len(h) == SHARDS and all(
+    return len(h) == insts[0].leases.shards and all(
         owners == [preferred(s, names)] for s, owners in h.items())
 
 
@@ -121,8 +131,8 @@ def views_agree(insts: list[Instance]) -> bool:
     return True
 
 
-async def started(cluster: NatsCluster, n: int = 3) -> list[Instance]:
-    insts = [await instance(cluster, f"node{i}", i) for i in range(n)]
+async def started(cluster: NatsCluster, n: int = 3, **kw: Any) -> list[Instance]:
+    insts = [await instance(cluster, f"node{i}", i, **kw) for i in range(n)]
     await asyncio.wait_for(asyncio.gather(*(i.leases.start(15) for i in insts)), 20)
     await asyncio.wait_for(asyncio.gather(*(i.leases.ready.wait() for i in insts)), 10)
     await until(lambda: split_as_preferred(insts), 10, "shards split as preferred")
@@ -132,7 +142,8 @@ async def started(cluster: NatsCluster, n: int = 3) -> list[Instance]:
 @pytest.mark.timeout(60)
 async def test_three_nodes_split_every_shard_as_rendezvous_hashing_prefers(
         nats_cluster: NatsCluster) -> None:
-    insts = await started(nats_cluster)
+    insts = await started(nats_cluster, shards=SHARDS, **STEADY)
+    ttl = STEADY["lease_ttl"]
     try:
         names = [i.name for i in insts]
         # every node's routing view comes to agree with the holders, terms included
@@ -143,7 +154,7 @@ async def test_three_nodes_split_every_shard_as_rendezvous_hashing_prefers(
         # stable: a few TTLs later nothing moved and nothing was lost
         before = {i.name: i.leases.held() for i in insts}
         t0 = time.monotonic()
-        await asyncio.sleep(3 * TTL)
+        await asyncio.sleep(2 * ttl)
         assert {i.name: i.leases.held() for i in insts} == before
         assert all(i.leases.renewals > 0 and not i.actions(Lost, t0) for i in insts)
         # (while starting, a node that synced first may have taken shards and handed them on)
@@ -167,7 +178,7 @@ async def test_abrupt_kill_survivors_take_the_shards_after_the_ttl_with_larger_t
 
         def taken() -> bool:
             h = holders(survivors)
-            return all(len(h.get(s, [])) == 1 for s in range(SHARDS))
+            return all(len(h.get(s, [])) == 1 for s in range(FEW))
 
         done = await until(taken, 4 * TTL, "survivors hold every shard")
         names = [i.name for i in survivors]
@@ -192,7 +203,8 @@ async def test_abrupt_kill_survivors_take_the_shards_after_the_ttl_with_larger_t
 @pytest.mark.timeout(60)
 async def test_graceful_stop_hands_shards_over_well_before_the_ttl(
         nats_cluster: NatsCluster) -> None:
-    insts = await started(nats_cluster)
+    insts = await started(nats_cluster, **STEADY)
+    ttl = STEADY["lease_ttl"]
     leaving, staying = insts[0], insts[1:]
     try:
         held = leaving.leases.held()
@@ -204,13 +216,14 @@ async def test_graceful_stop_hands_shards_over_well_before_the_ttl(
         assert {a.shard: a.term for a in lost} == held
         assert {a.why for a in lost} == {"stopping"}
         assert leaving.leases.held() == {}
-        done = await until(lambda: split_as_preferred(staying), TTL, "handed over")
+        done = await until(lambda: split_as_preferred(staying), ttl, "handed over")
         got = [a for i in staying for a in i.actions(Acquired, t0) if a.shard in held]
         assert {a.shard for a in got} == set(held)
         assert all(a.term > held[a.shard] for a in got)
-        print(f"\n[graceful stop] lease_ttl={TTL}s: stop() took {stopped - t0:.2f}s, "
+        print(f"\n[graceful stop] lease_ttl={ttl}s: stop() took {stopped - t0:.2f}s, "
               f"all taken over {done - t0:.2f}s after it began")
-        assert done - t0 < TTL / 2
+        # by expiry it would take at least 2/3 TTL (the last renewal is <= TTL/3 old)
+        assert done - t0 < ttl / 3
         assert all(leaving.name not in i.leases.live_nodes() for i in staying)
         assert not any(i.failures for i in insts)
     finally:
@@ -238,6 +251,14 @@ class LoopThread:
         self.loop.call_soon_threadsafe(freeze)
 
     def close(self) -> None:
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         assert not self.thread.is_alive()
@@ -316,8 +337,18 @@ async def test_a_frozen_clock_is_caught_by_the_watch_or_the_refused_renew(
         assert held
         frozen.append(time.monotonic())
         t0 = time.monotonic()
-        await until(lambda: {a.shard for a in skewed.actions(Lost, t0)} >= set(held),
-                    4 * TTL, "Lost for every held shard")
+        try:
+            await until(lambda: {a.shard for a in skewed.actions(Lost, t0)} >= set(held),
+                        4 * TTL, "Lost for every held shard")
+        except AssertionError:
+            missing = sorted(set(held) - {a.shard for a in skewed.actions(Lost, t0)})
+            raise AssertionError(
+                f"no Lost for {missing[:5]} (of {len(missing)}): skewed view "
+                f"{[skewed.leases.owner(s) for s in missing[:3]]}, others hold "
+                f"{[[i.leases.held().get(s) for i in others] for s in missing[:3]]}, views "
+                f"{[[i.leases.owner(s) for i in others] for s in missing[:3]]}, live "
+                f"{[sorted(i.leases.live_nodes()) for i in others]}, watch updates "
+                f"{skewed.leases.watch_updates}") from None
         lost = skewed.actions(Lost, t0)
         assert {a.why for a in lost} <= {"taken", "renew_failed"}, lost
         assert skewed.leases.held() == {}
@@ -330,7 +361,8 @@ async def test_a_frozen_clock_is_caught_by_the_watch_or_the_refused_renew(
 
 @pytest.mark.timeout(60)
 async def test_killing_one_nats_server_leases_keep_renewing(nats_cluster: NatsCluster) -> None:
-    insts = await started(nats_cluster)
+    insts = await started(nats_cluster, **STEADY)
+    ttl = STEADY["lease_ttl"]
     try:
         js = insts[0].nc.jetstream()
         leaders = {(await js.stream_info(f"KV_{b}")).cluster.leader  # type: ignore[union-attr]
@@ -341,15 +373,15 @@ async def test_killing_one_nats_server_leases_keep_renewing(nats_cluster: NatsCl
         renewals = {i.name: i.leases.renewals for i in insts}
         t0 = time.monotonic()
         nats_cluster.kill(victim)  # instance `victim` was connected to it
-        await asyncio.sleep(4 * TTL)
+        await asyncio.sleep(3 * ttl)
         print(f"\n[server kill] killed {names[victim]} (KV leaders {sorted(leaders)}); "
-              f"renewals during {4 * TTL:.0f}s: "
+              f"renewals during {3 * ttl:.0f}s: "
               f"{ {i.name: i.leases.renewals - renewals[i.name] for i in insts} }")
         for i in insts:
             assert i.actions(Lost, t0) == [], (i.name, i.actions(Lost, t0)[:3])
             assert i.leases.held() == before[i.name]
-            # each held shard renewed about every TTL/3 throughout
-            assert i.leases.renewals - renewals[i.name] >= len(before[i.name]) * 4
+            # each held shard renewed about every TTL/3 throughout (9 times in 3 TTL)
+            assert i.leases.renewals - renewals[i.name] >= len(before[i.name]) * 6
         assert not any(i.failures for i in insts)
     finally:
         await close(*insts)
@@ -371,7 +403,7 @@ async def test_a_task_that_dies_is_reported_not_silent(nats_cluster: NatsCluster
     try:
         await asyncio.wait_for(inst.leases.start(15), 20)
         await asyncio.wait_for(inst.leases.ready.wait(), 10)
-        await until(lambda: len(inst.leases.held()) == SHARDS, 5, "all shards held")
+        await until(lambda: len(inst.leases.held()) == FEW, 5, "all shards held")
         leases, machine = inst.leases, inst.leases.machine
         if kind == "tick":
             machine.tick = _raise  # type: ignore[method-assign]

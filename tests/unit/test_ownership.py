@@ -338,7 +338,8 @@ def test_every_way_to_lose_a_shard(event: str, why: str) -> None:
         m.renewed(0, 6, t + 0.1)
         out = m.node_seen(other, t + 0.2)
         assert not [a for a in out if isinstance(a, Lost)]  # live, not yet settled
-        out = m.node_seen(other, t + 0.2 + SETTLE)
+        assert m.next_deadline() == pytest.approx(t + 0.2 + SETTLE)
+        out = m.tick(t + 0.2 + SETTLE)
     else:
         out = m.stop(t + 0.1)
     lost = [a for a in out if isinstance(a, Lost)]

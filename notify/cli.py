@@ -99,7 +99,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=int, default=argparse.SUPPRESS,
                    help="cluster mode: replicas of the log and the leases (default 3)")
     p.add_argument("--lease-ttl", type=float, default=argparse.SUPPRESS,
-                   help="cluster mode: seconds a shard lease lives unrenewed (default 6)")
+                   help="cluster mode: seconds a shard lease lives unrenewed (default 10)")
     p.add_argument("--event-log", nargs="?", const="", default=argparse.SUPPRESS, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
     p.add_argument("--origin", action="append", dest="origins", default=argparse.SUPPRESS,

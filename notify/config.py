@@ -49,7 +49,7 @@ class ServerSettings(_Section):
     replicas: int = Field(default=3, ge=1, le=5)
     #: seconds a shard lease lives without renewal: about how long a dead owner's groups
     #: wait before another node takes them
-    lease_ttl: float = Field(default=6.0, ge=0.5, le=300)
+    lease_ttl: float = Field(default=10.0, ge=0.5, le=300)
     durability: Literal["normal", "full"] = "full"
     #: delete stored messages older than this many seconds (None: keep them; the count bound
     #: `limits.retain_messages` applies in any case)

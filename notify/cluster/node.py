@@ -104,7 +104,7 @@ class ClusterConfig:
     stream: str = "NOTIFY"
     #: the core NATS subjects between nodes: <prefix>.in.<node>, <prefix>.out.<node>
     prefix: str = "notify"
-    lease_ttl: float = 6.0
+    lease_ttl: float = 10.0
     node_ttl: float = 3.0
     heartbeat: float = 1.0
     settle: float = 1.0

@@ -40,10 +40,10 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         try:
             js = nc.jetstream()
             await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
-            before = sum(p.counters.bytes for p in mesh.proxies.values())
+            before = await asyncio.to_thread(mesh.bytes)
             for k in range(N):
                 await js.publish("t.x", b"x" * SIZE, timeout=10)
-            moved = sum(p.counters.bytes for p in mesh.proxies.values()) - before
+            moved = await asyncio.to_thread(mesh.bytes) - before
         finally:
             await nc.close()
         v = await asyncio.to_thread(mesh.verify)
@@ -57,6 +57,7 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         await asyncio.to_thread(cluster.stop_all)
         await mesh.close()
     assert not [n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None]
+    assert mesh.proc is not None and mesh.proc.poll() is not None  # the proxies' process too
 
 
 async def test_route_delay_is_felt(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ mesh tells every server to advertise a cluster address that refuses connections 
 reserved and closed): an implicit route to it fails, the explicit routes through the proxies
 carry the cluster. `verify()` checks that from the servers' own `/routez`: the peer address of
 every route is either one of the server's own proxies (a route it dialled) or the upstream
-socket of a proxy into it (a route it accepted); and that the proxies moved bytes. A measurement is trusted only with `verify()` ok.
+socket of a proxy into it (a route it accepted); and that the proxies moved bytes. A
+measurement is trusted only with `verify()` ok.
 """
 
 from __future__ import annotations

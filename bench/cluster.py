@@ -35,16 +35,15 @@ import contextlib
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from notify.cluster import noderun
+from notify.cluster.noderun import NotifyProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 now = time.monotonic
@@ -59,89 +58,15 @@ def _env() -> dict[str, str]:
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
-@dataclass
-class Node:
-    """One `notify serve` process (single node, or a cluster node when `nats` is given)."""
-
-    name: str
-    port: int
-    dir: Path
-    nats: list[str] | None = None
-    extra: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}"
-
-    @property
-    def log(self) -> Path:
-        return self.dir / f"{self.name}.log"
-
-    def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "notify.cli", "serve", "--port", str(self.port),
-               "--data-dir", str(self.dir / self.name), "--log-level", "warning"]
-        if self.nats is not None:
-            cmd += ["--cluster", ",".join(self.nats), "--node-id", self.name]
-        cmd += self.extra
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True, cwd=ROOT, env=_env())
-
-    def http(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=1) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-        except OSError:
-            return 0, b""
-
-    def ready(self) -> bool:
-        return self.http("/readyz")[0] == 200
-
-    def held(self) -> list[int]:
-        status, body = self.http("/cluster")
-        return list(json.loads(body).get("held", [])) if status == 200 else []
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self, grace: float = 10.0) -> None:
-        p = self.proc
-        if p is None or p.poll() is not None:
-            return
-        p.terminate()
-        try:
-            p.wait(grace)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+def bench_node(name: str, port: int, dir: Path, nats: list[str] | None = None,
+         extra: list[str] | None = None) -> NotifyProcess:
+    """A bench node: warnings only (logging costs), the bench's import path."""
+    return NotifyProcess(name, port, dir, nats, list(extra or []), log_level="warning",
+                         env=_env())
 
 
-def wait_ready(nodes: list[Node], *, cluster: bool, timeout: float = 60.0) -> None:
-    """Until every node answers /readyz and (cluster) the nodes hold all 256 shards, once each."""
-    deadline = now() + timeout
-    while True:
-        for n in nodes:
-            if not n.alive():
-                raise RuntimeError(f"{n.name} exited:\n{n.log.read_text()[-3000:]}")
-        if all(n.ready() for n in nodes):
-            if not cluster:
-                return
-            held = [s for n in nodes for s in n.held()]
-            if len(held) == 256 == len(set(held)):
-                return
-        if now() > deadline:
-            raise RuntimeError(f"nodes not ready after {timeout:.0f} s: "
-                               + "; ".join(f"{n.name} held={len(n.held())}" for n in nodes))
-        time.sleep(0.1)
+def wait_ready(nodes: list[NotifyProcess], *, cluster: bool, timeout: float = 60.0) -> None:
+    noderun.wait_ready(nodes, cluster=cluster, timeout=timeout)
 
 
 @contextlib.contextmanager
@@ -157,7 +82,7 @@ def nats_cluster(root: Path) -> Any:
 
 
 @contextlib.contextmanager
-def nodes_running(nodes: list[Node], *, cluster: bool) -> Any:
+def nodes_running(nodes: list[NotifyProcess], *, cluster: bool) -> Any:
     try:
         for n in nodes:
             n.start()
@@ -199,7 +124,7 @@ def pct(xs: list[float]) -> dict[str, float]:
             "n": len(a)}
 
 
-def group_on(node: Node, prefix: str) -> str:
+def group_on(node: NotifyProcess, prefix: str) -> str:
     """A group name whose shard `node` holds."""
     from notify.cluster.shards import shard_of
 
@@ -352,13 +277,13 @@ def bench_latency(tmp: Path, publishes: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     # single node, SQLite (the `notify serve` default: durability full)
     port = free_ports(1)[0]
-    with nodes_running([Node("single", port, tmp / "single")], cluster=False) as (n,):
+    with nodes_running([bench_node("single", port, tmp / "single")], cluster=False) as (n,):
         out["single node, SQLite"] = pct(client_result(
             client_proc("client-latency", n.url, "lat", str(publishes)), 300)["lat"])
     for replicas in (1, 3):
         root = tmp / f"lat-r{replicas}"
         with nats_cluster(root) as nats:
-            node = Node("n1", free_ports(1)[0], root, nats.urls,
+            node = bench_node("n1", free_ports(1)[0], root, nats.urls,
                         ["--replicas", str(replicas)])
             with nodes_running([node], cluster=True):
                 out[f"cluster R{replicas} (3 NATS)"] = pct(client_result(
@@ -373,7 +298,7 @@ def bench_failover(tmp: Path, ttl: float, warm: float, after: float) -> dict[str
     root = tmp / f"fo-{ttl:g}"
     with nats_cluster(root) as nats:
         ports = free_ports(3)
-        nodes = [Node(f"n{i + 1}", ports[i], root, nats.urls,
+        nodes = [bench_node(f"n{i + 1}", ports[i], root, nats.urls,
                       ["--lease-ttl", f"{ttl:g}", "--suspect-timeout", str(max(8.0, 3 * ttl))])
                  for i in range(3)]
         with nodes_running(nodes, cluster=True):
@@ -468,7 +393,7 @@ def bench_groups(tmp: Path, groups: int, members: int, procs: int,
         root = tmp / f"groups-{n_nodes}"
         with nats_cluster(root) as nats:
             ports = free_ports(n_nodes)
-            nodes = [Node(f"n{i + 1}", ports[i], root, nats.urls) for i in range(n_nodes)]
+            nodes = [bench_node(f"n{i + 1}", ports[i], root, nats.urls) for i in range(n_nodes)]
             with nodes_running(nodes, cluster=True):
                 setup = 15.0 + groups * members * 0.02
                 start = now() + setup

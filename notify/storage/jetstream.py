@@ -68,11 +68,14 @@ import nats.errors
 import orjson
 import structlog
 from nats.aio.client import Client
-from nats.js.api import StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.api import KeyValueConfig, ObjectStoreConfig, StreamConfig
+from nats.js.errors import KeyNotFoundError, NotFoundError, ObjectNotFoundError
+from nats.js.kv import KeyValue
+from nats.js.object_store import ObjectStore
 
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
+from notify.core.events import ResumePoint
 from notify.storage.base import Done, StoredGroup
 
 log = structlog.get_logger("notify.storage")
@@ -138,6 +141,8 @@ class JetStreamLog:
         #: duplicate window (2 min), and the core's tickets start again at 1 when a group is
         #: dropped and loaded again (cluster mode), which JetStream would refuse as duplicates
         self._writes = itertools.count(1)
+        #: the checkpoint buckets, made on first use
+        self._cp: tuple[ObjectStore, KeyValue] | None = None
         #: the stream sequence of the group's last record, as this writer knows it
         self._last: dict[str, int] = {}
         #: groups whose last write got no clear answer -> that write's last msg id
@@ -415,8 +420,8 @@ class JetStreamLog:
         for m in messages:
             seqs[m.stream] = max(seqs.get(m.stream, 0), m.seq)
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
-                           messages[-recent:] if recent > 0 else [], frozenset(aborted), None,
-                           install)
+                           messages[-recent:] if recent > 0 else [], frozenset(aborted),
+                           await self._checkpoint(group), install)
 
     async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
         """The group's records in log order, up to stream sequence `last`: (subject, seq, data).
@@ -464,17 +469,99 @@ class JetStreamLog:
     def prune(self, now: float) -> int:
         return 0  # the stream's limits (max_msgs_per_subject, max_age) do it
 
+    # Checkpoints (blocking; called off the event loop). A checkpoint's chunks are objects in
+    # an Object Store (`<stream>_checkpoints`, chunked by nats-py, so a chunk of any size fits
+    # the servers' max_payload), named `<group token>/<key>/<index>`; the group's committed
+    # checkpoint is a KV entry (`<stream>_checkpoint`, key: the group token) pointing at them.
+    # Neither is in the group's subjects: a record there would move the fence under the core's
+    # own writes. An old owner could still commit a checkpoint after losing the group; any
+    # committed checkpoint is a true snapshot at its position, so that costs nothing but the
+    # newer one.
+
     def stage_checkpoint_chunk(self, group: str, key: str, index: int, data: str) -> None:
-        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+        self._call(self._stage(group, key, index, data), self.timeout * 2)
 
     def checkpoint_chunks(self, group: str, key: str) -> Iterator[str]:
-        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+        index = 0
+        while True:  # one object per step: a checkpoint is never all in memory
+            data = self._call(self._chunk(group, key, index), self.timeout * 2)
+            if data is None:
+                return
+            yield data
+            index += 1
 
     def commit_checkpoint(self, group: str, checkpoint: Checkpoint) -> None:
-        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+        self._call(self._commit(group, checkpoint), self.timeout * 4)
 
     def discard_checkpoint(self, group: str, key: str) -> None:
-        raise NotImplementedError("checkpoints are not stored on JetStream yet")
+        self._call(self._discard(group, key), self.timeout * 4)
+
+    async def _buckets(self) -> tuple[ObjectStore, KeyValue]:
+        if self._cp is None:
+            js = self._nc.jetstream()
+            name = f"{self.stream}_checkpoints"
+            try:
+                obs = await js.object_store(name)
+            except (NotFoundError, nats.errors.Error):
+                obs = await js.create_object_store(name, ObjectStoreConfig(
+                    bucket=name, replicas=self.replicas))
+            kv_name = f"{self.stream}_checkpoint"
+            try:
+                kv = await js.key_value(kv_name)
+            except (NotFoundError, nats.errors.Error):
+                kv = await js.create_key_value(KeyValueConfig(
+                    bucket=kv_name, history=1, replicas=self.replicas))
+            self._cp = (obs, kv)
+        return self._cp
+
+    async def _stage(self, group: str, key: str, index: int, data: str) -> None:
+        obs, _kv = await self._buckets()
+        await obs.put(f"{escape_group(group)}/{key}/{index}", data.encode())
+
+    async def _chunk(self, group: str, key: str, index: int) -> str | None:
+        obs, _kv = await self._buckets()
+        try:
+            got = await obs.get(f"{escape_group(group)}/{key}/{index}")
+        except ObjectNotFoundError:
+            return None
+        return bytes(got.data or b"").decode()
+
+    async def _commit(self, group: str, cp: Checkpoint) -> None:
+        _obs, kv = await self._buckets()
+        old = await self._checkpoint(group)
+        rp = cp.position
+        await kv.put(escape_group(group), orjson.dumps({
+            "id": cp.id, "member": cp.member, "epoch": rp.epoch, "offset": rp.offset,
+            "view": rp.view, "streams": rp.streams, "accept_any": cp.accept_any,
+            "bytes": cp.bytes, "chunks": cp.chunks, "sha256": cp.sha256, "ts": cp.ts}))
+        if old is not None and old.id != cp.id:
+            await self._delete_chunks(group, old.id)
+
+    async def _discard(self, group: str, key: str) -> None:
+        current = await self._checkpoint(group)
+        if current is None or current.id != key:
+            await self._delete_chunks(group, key)
+
+    async def _delete_chunks(self, group: str, key: str) -> None:
+        obs, _kv = await self._buckets()
+        for index in itertools.count():
+            try:
+                await obs.delete(f"{escape_group(group)}/{key}/{index}")
+            except (ObjectNotFoundError, NotFoundError):
+                return
+
+    async def _checkpoint(self, group: str) -> Checkpoint | None:
+        _obs, kv = await self._buckets()
+        try:
+            entry = await kv.get(escape_group(group))
+        except KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        d = orjson.loads(entry.value)
+        return Checkpoint(d["id"], d["member"],
+                          ResumePoint(d["epoch"], d["offset"], d["streams"], d["view"]),
+                          d["accept_any"], d["bytes"], d["chunks"], d["sha256"], d["ts"])
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from client_sdk import (
     connect,
 )
 from tests.cluster.conftest import NatsCluster
-from tests.cluster.nodes import LEASE_TTL, NotifyCluster, make_cluster
+from tests.cluster.nodes import LEASE_TTL, NotifyCluster, NotifyNode, make_cluster
 
 TIMEOUT = 30.0
 FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)
@@ -124,6 +124,20 @@ class Collector:
             await self.task
 
 
+async def pair(cluster: NotifyCluster, made: list[Client], owner: NotifyNode,
+               a_url: str | list[str], b_url: str | list[str],
+               ) -> tuple[str, Group, Group, list[Collector]]:
+    """Members a and b (through the given URLs) in a group `owner` holds, both at view 2, with
+    their application loops running: (group, a's handle, b's handle, their collectors)."""
+    g = group_on(cluster, owner.name)
+    a = await client(made, a_url, "a")
+    b = await client(made, b_url, "b")
+    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+    cols = [Collector(ga), Collector(gb)]
+    return g, ga, gb, cols
+
+
 @pytest.mark.timeout(150)
 async def test_members_on_three_nodes_share_a_group(notify_cluster: NotifyCluster,
                                                     clients: list[Client]) -> None:
@@ -184,13 +198,8 @@ async def test_owner_sigkilled_mid_stream_loses_nothing_published(
     goes on once another node took the shard (about one lease TTL)."""
     cluster = notify_cluster
     owner = cluster.nodes[0]
-    g = group_on(cluster, owner.name)
     edges = cluster.nodes[1:]
-    a = await client(clients, edges[0].url, "a")
-    b = await client(clients, edges[1].url, "b")
-    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
-    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
-    cols = [Collector(ga), Collector(gb)]
+    g, ga, gb, cols = await pair(cluster, clients, owner, edges[0].url, edges[1].url)
     published: dict[str, int] = {}
     killed_at: float | None = None
     after_kill: list[float] = []
@@ -246,13 +255,8 @@ async def test_owner_paused_past_its_lease_is_fenced(notify_cluster: NotifyClust
     nothing is delivered twice or lost."""
     cluster = notify_cluster
     owner = cluster.nodes[0]
-    g = group_on(cluster, owner.name)
     edges = cluster.nodes[1:]
-    a = await client(clients, edges[0].url, "a")
-    b = await client(clients, edges[1].url, "b")
-    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
-    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
-    cols = [Collector(ga), Collector(gb)]
+    g, ga, gb, cols = await pair(cluster, clients, owner, edges[0].url, edges[1].url)
     published: dict[str, int] = {}
     try:
         await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
@@ -308,14 +312,10 @@ async def test_edge_killed_its_clients_resume_on_another_node(
     there, without a view change, and gets exactly what it missed."""
     cluster = notify_cluster
     owner = cluster.nodes[0]
-    g = group_on(cluster, owner.name)
     edge = cluster.nodes[1]
-    others = [owner.url, cluster.nodes[2].url]
-    a = await client(clients, [edge.url, *others], "a")
-    b = await client(clients, owner.url, "b")
-    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
-    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
-    cols = [Collector(ga), Collector(gb)]
+    a_urls = [edge.url, owner.url, cluster.nodes[2].url]
+    _g, ga, gb, cols = await pair(cluster, clients, owner, a_urls, owner.url)
+    a = clients[-2]
     try:
         await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
                                for col in cols))
@@ -371,13 +371,8 @@ async def test_owner_stopped_gracefully_hands_over_without_waiting_for_the_lease
     TTL would have let anyone in; nothing published is lost or twice."""
     cluster = notify_cluster
     owner = cluster.nodes[0]
-    g = group_on(cluster, owner.name)
     edges = cluster.nodes[1:]
-    a = await client(clients, edges[0].url, "a")
-    b = await client(clients, edges[1].url, "b")
-    ga = await asyncio.wait_for(a.join(g), TIMEOUT)
-    gb = await asyncio.wait_for(b.join(g), TIMEOUT)
-    cols = [Collector(ga), Collector(gb)]
+    _g, ga, gb, cols = await pair(cluster, clients, owner, edges[0].url, edges[1].url)
     published: dict[str, int] = {}
     try:
         await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
@@ -409,3 +404,45 @@ async def test_owner_stopped_gracefully_hands_over_without_waiting_for_the_lease
     finally:
         for col in cols:
             await col.stop()
+
+
+@pytest.mark.timeout(200)
+async def test_a_checkpoint_survives_its_owner(notify_cluster: NotifyCluster,
+                                               clients: list[Client]) -> None:
+    """G9 without a donor, across a failover: a member's checkpoint is stored on JetStream
+    (Object Store + KV); its owner is then killed, and a joiner on another node, with nobody
+    left to give it the state, gets that checkpoint (read by the new owner) completed from
+    the log."""
+    from client_sdk import StateReceived
+    from tests.integration.conftest import Replica
+
+    cluster = notify_cluster
+    owner = cluster.nodes[0]
+    g = group_on(cluster, owner.name)
+    a = await client(clients, cluster.nodes[1].url, "a")
+    ra = Replica()
+    ga = await asyncio.wait_for(a.join(g, state=ra), TIMEOUT)
+    for k in range(5):
+        await asyncio.wait_for(ga.publish(f"m{k}"), TIMEOUT)
+    while len(ra.items) < 5:
+        e = await ga.next_event(TIMEOUT)
+        if isinstance(e, Message):
+            ra.items.append(e.payload)
+    stored = await asyncio.wait_for(ga.checkpoint(), TIMEOUT)
+    assert stored.bytes > 0
+    await asyncio.wait_for(ga.publish("m5"), TIMEOUT)
+    await asyncio.wait_for(ga.leave(), TIMEOUT)
+    owner.kill()
+    cluster.wait_owner(g, cluster.nodes[1:])
+    c = await client(clients, cluster.nodes[2].url, "c")
+    rc = Replica()
+    gc = await asyncio.wait_for(c.join(g, want_state=True, state=rc), 60)
+    e = await gc.next_event(60)
+    while not isinstance(e, StateReceived):
+        e = await gc.next_event(60)
+    assert rc.restored == 1 and rc.items == [f"m{k}" for k in range(5)]  # the checkpoint
+    while "m5" not in rc.items:  # and the log after it
+        e = await gc.next_event(TIMEOUT)
+        if isinstance(e, Message):
+            rc.items.append(e.payload)
+    assert rc.items == [f"m{k}" for k in range(6)]

@@ -159,6 +159,48 @@ async def test_an_owner_that_loads_a_group_fences_the_previous_one(
         await new.close()
 
 
+@pytest.mark.timeout(90)
+async def test_checkpoints_round_trip_and_clean_up(nats_cluster: NatsCluster) -> None:
+    """A checkpoint on JetStream: chunks staged, committed, read back in order by a new log
+    instance (a new owner), loaded with the group; a newer commit deletes the older chunks,
+    a discarded upload leaves nothing."""
+    from notify.core.checkpoint import Checkpoint
+    from notify.core.events import ResumePoint
+
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="CP", owner="n1")
+    other = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="CP", owner="n2")
+    try:
+        assert await write(log, view("g.x", 1, ("a",))) is None
+        chunks = ["Zmlyc3Q=", "c2Vjb25k" * 40_000, ""]  # the second over 128 KiB (chunked)
+        for i, c in enumerate(chunks):
+            await asyncio.to_thread(log.stage_checkpoint_chunk, "g.x", "k1", i, c)
+        cp = Checkpoint("k1", "a", ResumePoint(7, 3, {"fifo:a": 3}, 1), False,
+                        sum(map(len, chunks)), 3, "sha", 12.5)
+        await asyncio.to_thread(log.commit_checkpoint, "g.x", cp)
+        sg = await asyncio.to_thread(other.load_group, "g.x", 10)
+        assert sg is not None and sg.checkpoint == cp
+        assert list(await asyncio.to_thread(lambda: list(other.checkpoint_chunks("g.x", "k1")))) \
+            == chunks  # in order, the empty one included
+        # a newer checkpoint replaces it, and the older chunks go
+        await asyncio.to_thread(other.stage_checkpoint_chunk, "g.x", "k2", 0, "bmV3")
+        cp2 = Checkpoint("k2", "a", ResumePoint(7, 9, {"fifo:a": 9}, 1), True, 4, 1, "s2", 20.0)
+        await asyncio.to_thread(other.commit_checkpoint, "g.x", cp2)
+        assert list(await asyncio.to_thread(lambda: list(log.checkpoint_chunks("g.x", "k1")))) \
+            == []
+        assert (await asyncio.to_thread(log.load_group, "g.x", 10)).checkpoint == cp2  # type: ignore[union-attr]
+        # an upload that is discarded leaves nothing; the committed one is kept
+        await asyncio.to_thread(log.stage_checkpoint_chunk, "g.x", "k3", 0, "eA==")
+        await asyncio.to_thread(log.discard_checkpoint, "g.x", "k3")
+        await asyncio.to_thread(log.discard_checkpoint, "g.x", "k2")
+        assert list(await asyncio.to_thread(lambda: list(log.checkpoint_chunks("g.x", "k3")))) \
+            == []
+        assert list(await asyncio.to_thread(lambda: list(log.checkpoint_chunks("g.x", "k2")))) \
+            == ["bmV3"]
+    finally:
+        await log.close()
+        await other.close()
+
+
 async def _stream_leader(log: JetStreamLog) -> str:
     async def ask() -> str:
         info = await log._nc.jsm().stream_info(log.stream)

@@ -350,11 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=4, help="client processes for `groups`")
     p.add_argument("--duration", type=float, default=15.0)
     p.add_argument("--json", type=Path, help="also write the results here")
+    p.add_argument("--keep", type=Path, help="work here and keep the nodes' logs (default: a "
+                   "temporary directory, removed)")
     a = p.parse_args(argv)
     only = a.only or ["latency", "failover"]
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                "cpus": os.cpu_count()}
-    with tempfile.TemporaryDirectory(prefix="notify-bench-cluster-") as d:
+    with (contextlib.nullcontext(str(a.keep)) if a.keep else
+          tempfile.TemporaryDirectory(prefix="notify-bench-cluster-")) as d:
         tmp = Path(d)
         if "latency" in only:
             lat = bench_latency(tmp, a.publishes)

@@ -538,6 +538,10 @@ class ClusterNode:
         self.stats.groups_dropped += len(groups)
         log.info("groups_dropped", groups=len(groups), why=why)
         server.apply(server.hub.drop_groups(groups, MOVED))
+        forget = getattr(server.store, "forget", None)
+        if forget is not None:  # the log fences them again if they come back here
+            for g in groups:
+                forget(g)
 
     def _owner_changed(self, a: OwnerChanged) -> None:
         old, new = a.old, a.new

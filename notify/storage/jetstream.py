@@ -118,7 +118,8 @@ class FenceError(Exception):
 #: the reason a write is answered with when another writer appended to the group since this
 #: one loaded it (10071): the group has a new owner, and this one must stop serving it
 FENCED = "fenced: another writer owns the group now"
-WRONG_LAST_SEQUENCE = 10071
+#: "wrong last sequence": 10071 for a single publish, 10164 inside an atomic batch
+WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 
 
 class JetStreamLog:
@@ -141,6 +142,9 @@ class JetStreamLog:
         #: duplicate window (2 min), and the core's tickets start again at 1 when a group is
         #: dropped and loaded again (cluster mode), which JetStream would refuse as duplicates
         self._writes = itertools.count(1)
+        #: groups this writer holds (loaded, fenced when `owner` is set, not refused since):
+        #: loading one again needs no new fence
+        self._held: set[str] = set()
         #: the checkpoint buckets, made on first use
         self._cp: tuple[ObjectStore, KeyValue] | None = None
         #: the stream sequence of the group's last record, as this writer knows it
@@ -157,6 +161,9 @@ class JetStreamLog:
         try:
             self._nc: Client = self._call(self._connect(connect_timeout),
                                           connect_timeout + 5)
+            # now, not on first use: making a bucket is a meta-layer operation, which stalls
+            # for seconds right after a server died, when loads are needed most
+            self._call(self._buckets(), connect_timeout + 5)
         except BaseException:
             self._stop_loop()
             raise
@@ -249,7 +256,10 @@ class JetStreamLog:
                 await self._batch(group, records[part], ids[part])
             return None
         except FenceError as e:
-            if e.code == WRONG_LAST_SEQUENCE:
+            if e.code in WRONG_LAST_SEQUENCE:
+                # its writes keep failing (the fence stays where it was) until it is loaded,
+                # and fenced, again
+                self._held.discard(group)
                 return f"{FENCED} ({e})"
             return f"refused by JetStream: {e}"
         except Exception as e:
@@ -309,7 +319,8 @@ class JetStreamLog:
                              err.get("err_code"))
         if "seq" not in ack:
             raise RuntimeError(f"unexpected answer from JetStream: {reply.data!r}")
-        self._last[group] = int(ack["seq"])
+        # never backwards: an ack that arrives after a newer record of ours is old
+        self._last[group] = max(self._last.get(group, 0), int(ack["seq"]))
         self.batches += 1
 
     async def _try_resolve(self, group: str) -> bool:
@@ -370,15 +381,27 @@ class JetStreamLog:
         return out
 
     async def _load_group(self, group: str, recent: int) -> StoredGroup | None:
+        # A group this writer already holds (it loaded or wrote it, and was not refused since)
+        # needs no new fence: nobody else can have appended. Fencing it again would move the
+        # group's last record under a write of ours that is under way, and refuse it.
+        fence = self.owner is not None and group not in self._held
         for _attempt in range(5):
             last = await self._last_seq(group)
-            self._last[group] = last  # the fence: what this writer knows of the group
+            # the fence: what this writer knows of the group (never backwards: a write of ours
+            # may have been acknowledged since that read)
+            self._last[group] = max(self._last.get(group, 0), last)
             self._unknown.pop(group, None)
             if last == 0:
+                self._held.add(group)  # a new group: its first write is fenced on nothing
                 return None
-            if self.owner is None or await self._fence(group):
+            if not fence or await self._fence(group):
+                self._held.add(group)
                 return await self._replay(group, recent, self._last[group])
         raise RuntimeError(f"could not fence {group!r}: its owner keeps appending")
+
+    def forget(self, group: str) -> None:
+        """This node no longer owns `group` (cluster mode): its next load fences it again."""
+        self._loop.call_soon_threadsafe(self._held.discard, group)
 
     async def _fence(self, group: str) -> bool:
         """Take the group over (cluster mode): append a fence record on its last record. From
@@ -391,7 +414,7 @@ class JetStreamLog:
         try:
             await self._batch(group, [(self._subject(group, "f"), record)], [msg_id])
         except FenceError as e:
-            if e.code == WRONG_LAST_SEQUENCE:
+            if e.code in WRONG_LAST_SEQUENCE:
                 return False
             raise
         return True
@@ -497,6 +520,21 @@ class JetStreamLog:
         self._call(self._discard(group, key), self.timeout * 4)
 
     async def _buckets(self) -> tuple[ObjectStore, KeyValue]:
+        """The checkpoint buckets (found or made; a request that times out while the meta
+        layer is busy is asked again, bounded)."""
+        if self._cp is not None:
+            return self._cp
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout * 2
+        while True:
+            try:
+                return await self._make_buckets()
+            except (TimeoutError, nats.errors.TimeoutError):
+                if loop.time() + 0.2 > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def _make_buckets(self) -> tuple[ObjectStore, KeyValue]:
         if self._cp is None:
             js = self._nc.jetstream()
             name = f"{self.stream}_checkpoints"

@@ -323,7 +323,14 @@ class ClusterNode:
         self._flushing.add(shard)
         task = asyncio.get_running_loop().create_task(self._drain_pending(shard))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._drained)
+
+    def _drained(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # a bug of ours: the frames still waiting go when the shard's owner next changes,
+            # or their clients are told to reconnect when they time out (`_expire_pending`)
+            log.error("pending_flush_failed", error=repr(task.exception()))
 
     async def _drain_pending(self, shard: int) -> None:
         """The shard has an owner now: its waiting frames go, in order (new ones queue behind

@@ -27,7 +27,6 @@ from client_sdk import (
     Client,
     ClientOptions,
     Group,
-    GroupEvent,
     Message,
     ViewInstalled,
     connect,
@@ -66,20 +65,6 @@ async def client(made: list[Client], url: str | list[str], member: str) -> Clien
                                        rng=random.Random(member)), TIMEOUT)
     made.append(c)
     return c
-
-
-async def until(group: Group, pred: Any, timeout: float = TIMEOUT) -> list[GroupEvent]:
-    out: list[GroupEvent] = []
-
-    async def run() -> None:
-        while True:
-            e = await group.next_event(timeout)
-            out.append(e)
-            if pred(e):
-                return
-
-    await asyncio.wait_for(run(), timeout)
-    return out
 
 
 def group_on(cluster: NotifyCluster, node: str) -> str:

@@ -107,6 +107,10 @@ def unescape_group(token: str) -> str:
     return out.decode()
 
 
+class _NotStored(Exception):
+    """A batch whose answer was lost, and which reading back showed is not stored."""
+
+
 class FenceError(Exception):
     """JetStream refused a write (e.g. 10071: another writer appended to the group)."""
 
@@ -162,8 +166,12 @@ class JetStreamLog:
             self._nc: Client = self._call(self._connect(connect_timeout),
                                           connect_timeout + 5)
             # now, not on first use: making a bucket is a meta-layer operation, which stalls
-            # for seconds right after a server died, when loads are needed most
-            self._call(self._buckets(), connect_timeout + 5)
+            # for seconds right after a server died, when loads are needed most (if it cannot
+            # be done now, it is tried again by the first checkpoint operation)
+            try:
+                self._call(self._buckets(), connect_timeout + 5)
+            except Exception as e:
+                log.warning("checkpoint_buckets_unavailable", error=_reason(e))
         except BaseException:
             self._stop_loop()
             raise
@@ -275,9 +283,10 @@ class JetStreamLog:
         for attempt in itertools.count():
             try:
                 return await self._batch_once(group, records, ids, attempt)
-            except nats.errors.NoRespondersError:
-                # nobody listens on the subject: the stream has no leader at the moment (just
-                # created, or electing after a server died, which takes seconds). Nothing was
+            except (nats.errors.NoRespondersError, _NotStored):
+                # nobody listens on the subject (the stream has no leader at the moment: just
+                # created, or electing after a server died, which takes seconds), or the
+                # answer was lost and reading back showed the batch is not stored. Nothing was
                 # stored: try again until the deadline, rather than refuse the publishers
                 # of a batch a few seconds would have stored.
                 if loop.time() + delay > deadline:
@@ -309,8 +318,11 @@ class JetStreamLog:
             raise
         except Exception as e:
             self._unknown[group] = ids[-1]
-            if await self._try_resolve(group):
+            stored = await self._try_resolve(group)
+            if stored:
                 return  # it was stored after all
+            if stored is False:  # clearly not stored (the group's last record is not ours)
+                raise _NotStored(_reason(e)) from e
             raise RuntimeError(f"no answer from JetStream ({_reason(e)})") from e
         ack = orjson.loads(reply.data) if reply.data else {}
         if "error" in ack:
@@ -323,12 +335,20 @@ class JetStreamLog:
         self._last[group] = max(self._last.get(group, 0), int(ack["seq"]))
         self.batches += 1
 
-    async def _try_resolve(self, group: str) -> bool:
-        try:
-            return await self._resolve(group)
-        except Exception:
-            log.warning("jetstream_unresolved", group=group)
-            return False
+    async def _try_resolve(self, group: str) -> bool | None:
+        """True: stored; False: not stored; None: still unknown (the group's next write
+        resolves it first). A stream electing a leader answers nothing for a few seconds:
+        asked again until twice `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout * 2
+        while True:
+            try:
+                return await self._resolve(group)
+            except Exception as e:
+                if loop.time() + 0.25 > deadline:
+                    log.warning("jetstream_unresolved", group=group, error=_reason(e))
+                    return None
+                await asyncio.sleep(0.25)
 
     async def _resolve(self, group: str) -> bool:
         """After an unclear answer: True if the group's last record is that write's (stored);
@@ -444,7 +464,7 @@ class JetStreamLog:
             seqs[m.stream] = max(seqs.get(m.stream, 0), m.seq)
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
                            messages[-recent:] if recent > 0 else [], frozenset(aborted),
-                           await self._checkpoint(group), install)
+                           await self._checkpoint_or_none(group), install)
 
     async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
         """The group's records in log order, up to stream sequence `last`: (subject, seq, data).
@@ -587,6 +607,22 @@ class JetStreamLog:
                 await obs.delete(f"{escape_group(group)}/{key}/{index}")
             except (ObjectNotFoundError, NotFoundError):
                 return
+
+    async def _checkpoint_or_none(self, group: str) -> Checkpoint | None:
+        """The group's checkpoint for a load. Its bucket is a stream of its own, which may be
+        electing a leader right when groups are loaded (a server died): asked again until
+        twice `timeout`, then the group loads without it (a joiner with no donor then gets
+        `state_unavailable`, never a wrong state) and says so."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout * 2
+        while True:
+            try:
+                return await self._checkpoint(group)
+            except (TimeoutError, nats.errors.Error) as e:
+                if loop.time() + 0.25 > deadline:
+                    log.warning("checkpoint_unreadable", group=group, error=_reason(e))
+                    return None
+                await asyncio.sleep(0.25)
 
     async def _checkpoint(self, group: str) -> Checkpoint | None:
         _obs, kv = await self._buckets()

@@ -65,10 +65,6 @@ def bench_node(name: str, port: int, dir: Path, nats: list[str] | None = None,
                          env=_env())
 
 
-def wait_ready(nodes: list[NotifyProcess], *, cluster: bool, timeout: float = 60.0) -> None:
-    noderun.wait_ready(nodes, cluster=cluster, timeout=timeout)
-
-
 @contextlib.contextmanager
 def nats_cluster(root: Path) -> Any:
     from notify.cluster import natsrun
@@ -86,7 +82,7 @@ def nodes_running(nodes: list[NotifyProcess], *, cluster: bool) -> Any:
     try:
         for n in nodes:
             n.start()
-        wait_ready(nodes, cluster=cluster)
+        noderun.wait_ready(nodes, cluster=cluster)
         yield nodes
     finally:
         for n in nodes:

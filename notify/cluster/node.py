@@ -138,10 +138,10 @@ class ClusterNode:
         self._nc: Client | None = None
         self.leases: ClusterLeases | None = None
         self._downlinks: Downlinks | None = None
+        #: one link per owner node this edge ever routed to: bounded by the node ids in use
         self._uplinks: dict[str, Uplink] = {}
         self._dedup = UplinkDedup()
         self._gaps = DownlinkGaps()
-        self._subs: list[Any] = []
         self._failed: str | None = None
         # -- edge side: the connections this node holds, and where their frames went
         #: conn -> the owners it was opened at (OPEN sent)
@@ -171,10 +171,9 @@ class ClusterNode:
             c.connect_timeout)
         header = {"node": self.node, "inc": self.inc}
         self._downlinks = Downlinks(self._nc, c.prefix, header)
-        self._subs.append(await self._nc.subscribe(in_subject(c.prefix, self.node),
-                                                   cb=self._on_in))
-        self._subs.append(await self._nc.subscribe(out_subject(c.prefix, self.node),
-                                                   cb=self._on_out))
+        # (unsubscribed by the connection's drain at `stop`)
+        await self._nc.subscribe(in_subject(c.prefix, self.node), cb=self._on_in)
+        await self._nc.subscribe(out_subject(c.prefix, self.node), cb=self._on_out)
         self.leases = ClusterLeases(
             self._nc, self.node, info={"url": server.url, "inc": self.inc},
             on_actions=self._on_lease_actions, on_failure=self._fail,

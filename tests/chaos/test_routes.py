@@ -39,7 +39,16 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         nc = await nats.connect(cluster.urls[0], connect_timeout=5)
         try:
             js = nc.jetstream()
-            await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
+            # right after start the meta layer may still be settling (a new cluster's first
+            # stream request can time out): asked again, bounded
+            for attempt in range(10):
+                try:
+                    await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
+                    break
+                except nats.errors.TimeoutError:
+                    if attempt == 9:
+                        raise
+                    await asyncio.sleep(1.0)
             before = await asyncio.to_thread(mesh.bytes)
             for _ in range(N):
                 await js.publish("t.x", b"x" * SIZE, timeout=10)

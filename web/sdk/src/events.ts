@@ -1,0 +1,160 @@
+/**
+ * What a group hands the application. Every event is a plain object with a `type`, so one
+ * `switch` handles them all (`for await (const ev of group)`), and `group.on(type, fn)` gets
+ * exactly the events of that type.
+ */
+
+/** A message of the group, handed over in its stream's order, once (G1–G5, G7, G8). */
+export interface Message {
+  readonly type: "message";
+  readonly group: string;
+  /** Position in the group log (one counter per group, from 1). */
+  readonly offset: number;
+  /** `fifo:<sender>`, `total`, or `ext:<sender>` (a non-member's FIFO messages). */
+  readonly stream: string;
+  /** Increases by exactly one within `stream`: a gap would be visible. */
+  readonly seq: number;
+  readonly sender: string;
+  /** The view the sender stamped it with. */
+  readonly view: number;
+  /** Atomic messages are handed over only once committed everywhere (G5). */
+  readonly atomic: boolean;
+  readonly payload: unknown;
+  /** The server's accept time, Unix seconds. */
+  readonly ts: number;
+  /** It arrived in a replay (a resume or a catch-up), not live. */
+  readonly replayed: boolean;
+}
+
+/** A new view installed: `members` in seniority order is the presence list. */
+export interface ViewEvent {
+  readonly type: "view";
+  readonly group: string;
+  readonly view: number;
+  readonly members: readonly string[];
+  readonly joined: readonly string[];
+  readonly left: readonly string[];
+  /** The log head at the install. */
+  readonly offset: number;
+}
+
+/** A view change is under way: publishes wait (the SDK queues them) until it installs. */
+export interface ViewChangingEvent {
+  readonly type: "view-changing";
+  readonly group: string;
+  readonly proposed: number;
+  readonly members: readonly string[];
+  readonly joining: readonly string[];
+  readonly leaving: readonly string[];
+  readonly reason: string;
+}
+
+/** The proposed change was cancelled, or this member's resume was accepted: `view` goes on. */
+export interface ViewResumedEvent {
+  readonly type: "view-resumed";
+  readonly group: string;
+  readonly view: number;
+}
+
+/** The replay of a resume or a rejoin is complete up to `offset` (`count` messages). */
+export interface CaughtUpEvent {
+  readonly type: "caught-up";
+  readonly group: string;
+  readonly offset: number;
+  readonly count: number;
+}
+
+/**
+ * A joiner's state arrived and was restored (`snapshot`), or could not be had (`reason`:
+ * `state_unavailable`, `state_too_large`, `bad_transfer: ...`): every later event follows it.
+ */
+export interface StateReceivedEvent {
+  readonly type: "state-received";
+  readonly group: string;
+  readonly offset: number;
+  readonly snapshot: Uint8Array | null;
+  readonly reason: string | null;
+  /** Per stream, the last `seq` the snapshot includes (later messages follow this event). */
+  readonly streams: Readonly<Record<string, number>>;
+}
+
+/** This member is no longer in the group: it left, or the group removed it (`reason`). */
+export interface RemovedEvent {
+  readonly type: "removed";
+  readonly group: string;
+  readonly view: number;
+  readonly reason: string | null;
+}
+
+/**
+ * The server could not serve this member's resume point (its log was reset, or retention
+ * dropped what was missed): the group was joined afresh, and what the application derived
+ * from earlier events must be rebuilt. The next event is the new view.
+ */
+export interface ResetEvent {
+  readonly type: "reset";
+  readonly group: string;
+  readonly reason: string;
+  readonly oldEpoch: number;
+  readonly oldOffset: number;
+  readonly newEpoch: number;
+  readonly newOffset: number;
+}
+
+/** An ephemeral publish (presence, cursors) of another member: at most once, never replayed. */
+export interface EphemeralEvent {
+  readonly type: "ephemeral";
+  readonly group: string;
+  readonly sender: string;
+  readonly view: number;
+  readonly payload: unknown;
+  readonly ts: number;
+}
+
+export type GroupEvent =
+  | Message
+  | ViewEvent
+  | ViewChangingEvent
+  | ViewResumedEvent
+  | CaughtUpEvent
+  | StateReceivedEvent
+  | RemovedEvent
+  | ResetEvent
+  | EphemeralEvent;
+
+export type GroupEventType = GroupEvent["type"];
+
+/** The event of type `T`. */
+export type EventOf<T extends GroupEventType> = Extract<GroupEvent, { type: T }>;
+
+/** Replies to this client's requests, matched by the client, never seen by the app as such. */
+export type Reply =
+  | { readonly type: "published"; readonly req: string | number; readonly id: string; readonly offset: number }
+  | { readonly type: "rejected"; readonly req: string | number; readonly id: string; readonly code: string }
+  | {
+      readonly type: "outcome";
+      readonly id: string;
+      readonly group: string;
+      readonly offset: number;
+      readonly committed: boolean;
+      readonly reason: string | null;
+    }
+  | { readonly type: "refreshed"; readonly expires: number | null }
+  | {
+      readonly type: "checkpoint_stored";
+      readonly req: string | number;
+      readonly group: string;
+      readonly offset: number;
+      readonly bytes: number;
+    }
+  | { readonly type: "error"; readonly code: string; readonly message: string; readonly req: string | number | null }
+  | { readonly type: "pong"; readonly req: string | number | null };
+
+/** A donor's duty: snapshot now and send it (handled inside the SDK, never seen by the app). */
+export interface StateRequest {
+  readonly type: "state-request";
+  readonly group: string;
+  readonly transfer: string;
+  readonly joiner: string;
+  readonly offset: number;
+}

@@ -22,38 +22,41 @@ export class Backoff {
   readonly baseMs: number;
   readonly capMs: number;
   readonly stableMs: number;
-  private attempt = 0;
-  private upSince: number | null = null;
+  #attempt = 0;
+  #upSince: number | null = null;
 
-  constructor(opts: BackoffOptions = {}, private readonly random: () => number = Math.random) {
+  readonly #random: () => number;
+
+  constructor(opts: BackoffOptions = {}, random: () => number = Math.random) {
+    this.#random = random;
     this.baseMs = opts.baseMs ?? 100;
     this.capMs = opts.capMs ?? 10_000;
     this.stableMs = opts.stableMs ?? 30_000;
     if (!(this.baseMs > 0) || !(this.capMs >= this.baseMs) || !(this.stableMs >= 0)) {
-      throw new RangeError("backoff: need 0 < baseMs <= capMs and stableMs >= 0");
+      throw new RangeError("backoff: 0 < baseMs <= capMs");
     }
   }
 
   /** The delay before the next attempt (ms); counts the attempt. */
   next(): number {
-    const bound = Math.min(this.capMs, this.baseMs * 2 ** Math.min(this.attempt, 30));
-    this.attempt += 1;
-    return this.random() * bound;
+    const bound = Math.min(this.capMs, this.baseMs * 2 ** Math.min(this.#attempt, 30));
+    this.#attempt += 1;
+    return this.#random() * bound;
   }
 
   /** How many attempts since the last stable connection. */
   get attempts(): number {
-    return this.attempt;
+    return this.#attempt;
   }
 
   /** A connection is up at `now` (ms, monotonic). */
   connected(now: number): void {
-    this.upSince = now;
+    this.#upSince = now;
   }
 
   /** The connection went down at `now`: if it had been up long enough, start over. */
   disconnected(now: number): void {
-    if (this.upSince !== null && now - this.upSince >= this.stableMs) this.attempt = 0;
-    this.upSince = null;
+    if (this.#upSince !== null && now - this.#upSince >= this.stableMs) this.#attempt = 0;
+    this.#upSince = null;
   }
 }

@@ -30,7 +30,7 @@
  */
 
 import { Backoff, type BackoffOptions } from "./backoff.js";
-import { decodeSnapshot, encodeSnapshot, fromBase64, SnapshotError, toBase64 } from "./codec.js";
+import { fromBase64, toBase64 } from "./base64.js";
 import { Emitter, type Unsubscribe } from "./emitter.js";
 import {
   ClientClosed,
@@ -127,6 +127,8 @@ interface ClientEvents {
   error: NotifyError;
 }
 
+type TimerName = "reconnect" | "connect" | "tick" | "suspend" | "refresh";
+
 /** `error` codes of a `join` that pass: the same join again, after a backoff delay. */
 const RETRIED_JOIN_REFUSALS = new Set(["join_pending", "unavailable"]);
 const JOIN_RETRIES = 10;
@@ -152,90 +154,90 @@ export class Client implements GroupHost {
   failure: NotifyError | null = null;
   readonly urls: readonly string[];
   readonly protocol: ClientProtocol;
-  private readonly opts: ClientOptions;
-  private readonly WS: WebSocketConstructor;
-  private readonly emitter: Emitter<ClientEvents>;
-  private readonly backoff: Backoff;
-  private readonly store: SessionStore;
-  private readonly groups = new Map<string, Group>();
-  private readonly pending = new Map<string, Pending>();
-  private readonly joins = new Map<string, Request<void>>();
-  private readonly leaves = new Map<string, Request<void>>();
-  private readonly checkpoints = new Map<string, Request<{ offset: number; bytes: number }>>();
-  private readonly refreshes: Array<Request<void>> = [];
-  private readonly joinRetries = new Map<string, number>();
-  private savedGroups: Record<string, SavedGroup>;
-  private token: string | undefined;
-  private ws: WebSocketLike | null = null;
+  readonly #opts: ClientOptions;
+  readonly #WS: WebSocketConstructor;
+  readonly #emitter: Emitter<ClientEvents>;
+  readonly #backoff: Backoff;
+  readonly #store: SessionStore;
+  readonly #groups = new Map<string, Group>();
+  readonly #pending = new Map<string, Pending>();
+  readonly #joins = new Map<string, Request<void>>();
+  readonly #leaves = new Map<string, Request<void>>();
+  readonly #checkpoints = new Map<string, Request<{ offset: number; bytes: number }>>();
+  readonly #refreshes: Array<Request<void>> = [];
+  readonly #joinRetries = new Map<string, number>();
+  #savedGroups: Record<string, SavedGroup>;
+  #token: string | undefined;
+  #ws: WebSocketLike | null = null;
   /** bumped for every socket: callbacks of an older one are ignored */
-  private generation = 0;
-  private welcomed = false;
-  private at = 0;
-  private nextUrl = 0;
-  private failedAttempts = 0;
-  private tokenRefusals = 0;
-  private refusal: { code: string; message: string } | null = null;
-  private lostAt: number | null = null;
-  private heartbeat: Heartbeat | null = null;
-  private pingSent = new Map<string, number>();
-  private frozen: unknown[] | null = null;
-  private timers = {
-    reconnect: null as ReturnType<typeof setTimeout> | null,
-    connect: null as ReturnType<typeof setTimeout> | null,
-    tick: null as ReturnType<typeof setInterval> | null,
-    suspend: null as ReturnType<typeof setTimeout> | null,
-    refresh: null as ReturnType<typeof setTimeout> | null,
+  #generation = 0;
+  #welcomed = false;
+  #at = 0;
+  #nextUrl = 0;
+  #failedAttempts = 0;
+  #tokenRefusals = 0;
+  #refusal: { code: string; message: string } | null = null;
+  #lostAt: number | null = null;
+  #heartbeat: Heartbeat | null = null;
+  #pingSent = new Map<string, number>();
+  #frozen: unknown[] | null = null;
+  #timers: Record<TimerName, ReturnType<typeof setTimeout> | null> = {
+    reconnect: null,
+    connect: null,
+    tick: null,
+    suspend: null,
+    refresh: null,
   };
-  private seq = 0;
-  private unwatch: () => void = () => undefined;
-  private readyWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
+  #seq = 0;
+  #unwatch: () => void = () => undefined;
+  #readyWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
 
   constructor(url: string | readonly string[], opts: ClientOptions = {}) {
     this.urls = serverUrls(url);
     this.url = this.urls[0]!;
-    this.opts = opts;
+    this.#opts = opts;
     const WS = opts.WebSocket ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     if (WS === undefined) {
       throw new TypeError(
         "WebSocket is not defined: in Node 20 pass one, e.g. createClient(url, { WebSocket }) with `import { WebSocket } from \"ws\"`",
       );
     }
-    this.WS = WS;
-    this.emitter = new Emitter<ClientEvents>(opts.onListenerError);
-    this.backoff = new Backoff(opts.backoff, opts.random);
+    this.#WS = WS;
+    this.#emitter = new Emitter<ClientEvents>(opts.onListenerError);
+    this.#backoff = new Backoff(opts.backoff, opts.random);
     const storage = opts.storage === undefined ? defaultStorage() : opts.storage;
-    this.store = new SessionStore(storage, `notify:${opts.storageKey ?? this.urls.join(",")}:${opts.member ?? "*"}`);
-    const saved = this.store.load();
+    this.#store = new SessionStore(storage, `notify:${opts.storageKey ?? this.urls.join(",")}:${opts.member ?? "*"}`);
+    const saved = this.#store.load();
     const usable = saved !== null && (opts.member === undefined || opts.member === saved.member);
     this.member = opts.member ?? (usable ? saved.member : `web-${randomId().slice(0, 12)}`);
     this.session = usable ? saved.session : null;
-    this.savedGroups = usable ? { ...saved.groups } : {};
-    this.token = opts.token;
+    this.#savedGroups = usable ? { ...saved.groups } : {};
+    this.#token = opts.token;
     this.protocol = new ClientProtocol(this.member);
     if (opts.lifecycle ?? true) {
-      this.unwatch = watchLifecycle({
-        wake: (why) => this.wake(why),
-        suspect: (why) => this.probe(why),
-        save: () => this.persist(),
+      this.#unwatch = watchLifecycle({
+        wake: (why) => this.#wake(why),
+        suspect: (why) => this.#probe(why),
+        save: () => this.#persist(),
         sleep: (why) => this.dropLink(`page ${why}`),
       });
     }
-    this.attempt();
+    this.#attempt();
   }
 
   // -- the application's API ------------------------------------------------------------------
 
   /** Listen to `state` changes (`{from, to, reason}`) or unsolicited server `error`s. */
   on<K extends keyof ClientEvents>(event: K, fn: (value: ClientEvents[K]) => void): Unsubscribe {
-    return this.emitter.on(event, fn);
+    return this.#emitter.on(event, fn);
   }
 
   /** The handle of group `name` (the same one every call: options of the first call count). */
   group(name: string, options: GroupOptions = {}): Group {
-    let g = this.groups.get(name);
+    let g = this.#groups.get(name);
     if (g === undefined) {
-      g = new Group(this, name, options, this.opts.maxQueuedEvents ?? 10_000, this.opts.onListenerError);
-      this.groups.set(name, g);
+      g = new Group(this, name, options, this.#opts.maxQueuedEvents ?? 10_000, this.#opts.onListenerError);
+      this.#groups.set(name, g);
     }
     return g;
   }
@@ -243,8 +245,8 @@ export class Client implements GroupHost {
   /** Resolves when connected (now, or at the next connection); rejects if the client closes. */
   ready(): Promise<void> {
     if (this.state === "connected") return Promise.resolve();
-    if (this.state === "closed") return Promise.reject(this.closedError());
-    return new Promise((resolve, reject) => this.readyWaiters.push({ resolve, reject }));
+    if (this.state === "closed") return Promise.reject(this.#closedError());
+    return new Promise((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
   }
 
   /**
@@ -254,13 +256,13 @@ export class Client implements GroupHost {
    */
   close(): void {
     if (this.state === "closed") return;
-    this.store.clear();
-    this.finish(new ClientClosed("client closed", "closed"), true);
+    this.#store.clear();
+    this.#finish(new ClientClosed("client closed", "closed"), true);
   }
 
   /** A new token for this connection (and the later ones); resolves when it is in force. */
   setToken(token: string): Promise<void> {
-    this.token = token;
+    this.#token = token;
     if (this.state !== "connected") return Promise.resolve(); // the next hello carries it
     return new Promise<void>((resolve, reject) => {
       const r: Request<void> = {
@@ -268,21 +270,21 @@ export class Client implements GroupHost {
         resolve,
         reject,
         timer: setTimeout(() => {
-          this.dropRequest(this.refreshes, r);
+          this.#dropRequest(this.#refreshes, r);
           reject(new RequestTimeout("refresh: no answer"));
-        }, this.requestTimeout),
+        }, this.#requestTimeout),
       };
-      this.refreshes.push(r);
+      this.#refreshes.push(r);
       this.protocol.send({ type: "refresh", token });
-      this.flush();
+      this.#flush();
     });
   }
 
   /** Debugging and tests: drop the link as a network would (the client reconnects). */
   dropLink(reason = "dropped by the application"): void {
-    const ws = this.ws;
+    const ws = this.#ws;
     if (ws === null || this.state === "closed") return;
-    this.lost(reason);
+    this.#lost(reason);
     try {
       ws.close(3000, reason.slice(0, 100));
     } catch {
@@ -295,239 +297,239 @@ export class Client implements GroupHost {
    * `flush_ok`, no `pong`), as a frozen tab would; then handle them in order.
    */
   freeze(ms: number): void {
-    if (this.frozen !== null) return;
-    this.frozen = [];
+    if (this.#frozen !== null) return;
+    this.#frozen = [];
     setTimeout(() => {
-      const held = this.frozen ?? [];
-      this.frozen = null;
-      for (const data of held) this.receive(data);
+      const held = this.#frozen ?? [];
+      this.#frozen = null;
+      for (const data of held) this.#receive(data);
     }, ms);
   }
 
   // -- the connection -------------------------------------------------------------------------
 
-  private get requestTimeout(): number {
-    return this.opts.requestTimeoutMs ?? 30_000;
+  get #requestTimeout(): number {
+    return this.#opts.requestTimeoutMs ?? 30_000;
   }
 
-  private attempt(): void {
-    this.clearTimer("reconnect");
-    if (this.state === "closed" || this.ws !== null) return;
-    const i = this.nextUrl;
+  #attempt(): void {
+    this.#clearTimer("reconnect");
+    if (this.state === "closed" || this.#ws !== null) return;
+    const i = this.#nextUrl;
     const url = this.urls[i]!;
-    const generation = ++this.generation;
-    this.refusal = null;
-    this.welcomed = false;
+    const generation = ++this.#generation;
+    this.#refusal = null;
+    this.#welcomed = false;
     const open = (token: string | undefined): void => {
-      if (generation !== this.generation || this.state === "closed") return;
+      if (generation !== this.#generation || this.state === "closed") return;
       let ws: WebSocketLike;
       try {
-        ws = new this.WS(url);
+        ws = new this.#WS(url);
       } catch (e) {
-        this.attemptFailed(`cannot open ${url}: ${String(e)}`);
+        this.#attemptFailed(`cannot open ${url}: ${String(e)}`);
         return;
       }
-      this.ws = ws;
-      this.at = i;
+      this.#ws = ws;
+      this.#at = i;
       this.url = url;
       ws.onopen = () => {
-        if (generation !== this.generation) return;
+        if (generation !== this.#generation) return;
         const hello: Frame = { type: "hello", protocol: 1, member: this.member };
         if (token !== undefined) hello.token = token;
         if (this.session !== null) hello.resume_session = this.session;
         ws.send(JSON.stringify(hello));
       };
       ws.onmessage = (ev) => {
-        if (generation === this.generation) this.receive(ev.data);
+        if (generation === this.#generation) this.#receive(ev.data);
       };
       ws.onclose = (ev) => {
-        if (generation === this.generation) this.closed(ev.code, ev.reason);
+        if (generation === this.#generation) this.#closed(ev.code, ev.reason);
       };
       ws.onerror = () => undefined; // a close follows
     };
-    this.timers.connect = setTimeout(() => {
-      if (generation !== this.generation || this.welcomed) return;
-      const ws = this.ws;
-      this.ws = null;
-      this.generation++;
+    this.#timers.connect = setTimeout(() => {
+      if (generation !== this.#generation || this.#welcomed) return;
+      const ws = this.#ws;
+      this.#ws = null;
+      this.#generation++;
       try {
         ws?.close();
       } catch {
         /* never opened */
       }
-      this.attemptFailed(`no welcome from ${url} within ${this.opts.connectTimeoutMs ?? 10_000} ms`);
-    }, this.opts.connectTimeoutMs ?? 10_000);
-    if (this.opts.getToken === undefined) {
-      open(this.token);
+      this.#attemptFailed(`no welcome from ${url}`);
+    }, this.#opts.connectTimeoutMs ?? 10_000);
+    if (this.#opts.getToken === undefined) {
+      open(this.#token);
       return;
     }
     Promise.resolve()
-      .then(() => this.opts.getToken!())
+      .then(() => this.#opts.getToken!())
       .then(
         (token) => {
-          this.token = token;
+          this.#token = token;
           open(token);
         },
         (e: unknown) => {
-          if (generation !== this.generation) return;
-          this.clearTimer("connect");
-          this.attemptFailed(`getToken failed: ${String(e)}`);
+          if (generation !== this.#generation) return;
+          this.#clearTimer("connect");
+          this.#attemptFailed(`getToken failed: ${String(e)}`);
         },
       );
   }
 
   /** An attempt failed before a `welcome`: try the next URL after a backoff delay. */
-  private attemptFailed(reason: string): void {
-    this.clearTimer("connect");
-    this.ws = null;
-    this.generation++;
+  #attemptFailed(reason: string): void {
+    this.#clearTimer("connect");
+    this.#ws = null;
+    this.#generation++;
     if (this.state === "closed") return;
-    this.nextUrl = (this.at + 1) % this.urls.length;
-    this.failedAttempts += 1;
-    const max = this.opts.maxAttempts;
-    if (max !== undefined && this.failedAttempts >= max) {
-      this.finish(new ClientClosed(`gave up after ${this.failedAttempts} attempts: ${reason}`, "unreachable"), false);
+    this.#nextUrl = (this.#at + 1) % this.urls.length;
+    this.#failedAttempts += 1;
+    const max = this.#opts.maxAttempts;
+    if (max !== undefined && this.#failedAttempts >= max) {
+      this.#finish(new ClientClosed(`gave up: ${reason}`, "unreachable"), false);
       return;
     }
-    this.scheduleReconnect(reason);
+    this.#scheduleReconnect(reason);
   }
 
-  private scheduleReconnect(reason: string): void {
-    this.clearTimer("reconnect");
-    const delay = this.backoff.next();
-    this.timers.reconnect = setTimeout(() => this.attempt(), delay);
-    if (this.state === "connected") this.setState("reconnecting", reason);
+  #scheduleReconnect(reason: string): void {
+    this.#clearTimer("reconnect");
+    const delay = this.#backoff.next();
+    this.#timers.reconnect = setTimeout(() => this.#attempt(), delay);
+    if (this.state === "connected") this.#setState("reconnecting", reason);
   }
 
-  private closed(code: number, reason: string): void {
-    if (!this.welcomed) {
-      const refusal = this.refusal;
+  #closed(code: number, reason: string): void {
+    if (!this.#welcomed) {
+      const refusal = this.#refusal;
       if (refusal !== null && code === 4004) {
-        const mendable = this.opts.getToken !== undefined && TOKEN_REFUSALS.has(refusal.code);
-        if (!mendable || ++this.tokenRefusals > 3) {
-          this.finish(new ClientClosed(`hello refused: ${refusal.code}: ${refusal.message}`, refusal.code), false);
+        const mendable = this.#opts.getToken !== undefined && TOKEN_REFUSALS.has(refusal.code);
+        if (!mendable || ++this.#tokenRefusals > 3) {
+          this.#finish(new ClientClosed(`hello refused: ${refusal.code}: ${refusal.message}`, refusal.code), false);
           return;
         }
       }
-      this.attemptFailed(`closed ${code} before welcome${reason ? `: ${reason}` : ""}`);
+      this.#attemptFailed(`closed ${code} before welcome${reason ? `: ${reason}` : ""}`);
       return;
     }
     if (code === 4002) {
       // Another connection took this session or member over (a second tab with the same
       // saved session, or a new incarnation): fighting back would loop forever.
-      this.store.clear();
-      this.finish(new ClientClosed("replaced by another connection of this member (4002)", "replaced"), false);
+      this.#store.clear();
+      this.#finish(new ClientClosed("replaced (4002)", "replaced"), false);
       return;
     }
-    this.lost(`closed ${code}${reason ? ` ${reason}` : ""}`);
+    this.#lost(`closed ${code}${reason ? ` ${reason}` : ""}`);
   }
 
-  private lost(reason: string): void {
-    if (this.ws === null) return;
-    this.ws = null;
-    this.generation++;
-    this.welcomed = false;
-    this.frozen = null;
-    this.heartbeat = null;
-    this.pingSent.clear();
-    this.clearTimer("tick");
-    this.clearTimer("refresh");
-    this.nextUrl = (this.at + 1) % this.urls.length;
-    this.backoff.disconnected(now());
-    this.lostAt = now();
+  #lost(reason: string): void {
+    if (this.#ws === null) return;
+    this.#ws = null;
+    this.#generation++;
+    this.#welcomed = false;
+    this.#frozen = null;
+    this.#heartbeat = null;
+    this.#pingSent.clear();
+    this.#clearTimer("tick");
+    this.#clearTimer("refresh");
+    this.#nextUrl = (this.#at + 1) % this.urls.length;
+    this.#backoff.disconnected(now());
+    this.#lostAt = now();
     this.protocol.dataToSend(); // frames for the old connection: the rejoin replaces them
-    for (const p of this.pending.values()) p.sent = false; // sent again, same id, after the resume
-    for (const [req, c] of this.checkpoints) {
+    for (const p of this.#pending.values()) p.sent = false; // sent again, same id, after the resume
+    for (const [req, c] of this.#checkpoints) {
       clearTimeout(c.timer);
-      c.reject(new NotifyError("connection lost during the checkpoint; take it again", "lost"));
-      this.checkpoints.delete(req);
+      c.reject(new NotifyError("connection lost during the checkpoint", "lost"));
+      this.#checkpoints.delete(req);
     }
     const suspect = typeof this.limits.suspect_timeout_ms === "number" ? this.limits.suspect_timeout_ms : 3_000;
-    this.clearTimer("suspend");
-    this.timers.suspend = setTimeout(() => {
-      if (this.state === "reconnecting") this.setState("suspended", `away longer than ${suspect} ms`);
+    this.#clearTimer("suspend");
+    this.#timers.suspend = setTimeout(() => {
+      if (this.state === "reconnecting") this.#setState("suspended", `away longer than ${suspect} ms`);
     }, suspect);
-    this.setState("reconnecting", reason);
-    this.scheduleReconnect(reason);
+    this.#setState("reconnecting", reason);
+    this.#scheduleReconnect(reason);
   }
 
-  private welcome(f: Frame): void {
-    this.clearTimer("connect");
-    this.clearTimer("suspend");
-    this.welcomed = true;
-    this.failedAttempts = 0;
-    this.tokenRefusals = 0;
+  #welcome(f: Frame): void {
+    this.#clearTimer("connect");
+    this.#clearTimer("suspend");
+    this.#welcomed = true;
+    this.#failedAttempts = 0;
+    this.#tokenRefusals = 0;
     this.member = typeof f.member === "string" ? f.member : this.member;
     this.session = typeof f.session === "string" ? f.session : null;
     this.limits = (f.limits as Record<string, unknown>) ?? {};
     const t = now();
-    this.backoff.connected(t);
+    this.#backoff.connected(t);
     const hbMs = typeof f.heartbeat_ms === "number" ? f.heartbeat_ms : undefined;
-    this.heartbeat = new Heartbeat(t, { intervalMs: hbMs, ...this.opts.heartbeat });
-    this.timers.tick = setInterval(() => this.tick(), this.heartbeat.tickMs);
+    this.#heartbeat = new Heartbeat(t, { intervalMs: hbMs, ...this.#opts.heartbeat });
+    this.#timers.tick = setInterval(() => this.#tick(), this.#heartbeat.tickMs);
     // The hello carried the newest token: refreshes asked meanwhile are in force.
-    for (const r of this.refreshes.splice(0)) {
+    for (const r of this.#refreshes.splice(0)) {
       clearTimeout(r.timer);
       r.resolve();
     }
-    this.scheduleRefresh();
+    this.#scheduleRefresh();
     this.protocol.dataToSend(); // joins asked before this connection: the loop below sends them
     // Rejoin every group the application holds: with its resume point, or afresh.
     for (const [name, g] of this.protocol.groups) {
-      const handle = this.groups.get(name);
+      const handle = this.#groups.get(name);
       if (handle === undefined || g.phase === "left") continue;
-      if (!handle.wanted && !this.leaves.has(name)) continue;
-      this.joinRetries.delete(name);
-      const req = this.nextReq("r");
+      if (!handle.wanted && !this.#leaves.has(name)) continue;
+      this.#joinRetries.delete(name);
+      const req = this.#nextReq("r");
       this.protocol.join(req, name, { resume: true, acceptFrom: handle.options.acceptFrom });
-      const waiter = this.joins.get(name);
+      const waiter = this.#joins.get(name);
       if (waiter !== undefined) waiter.req = req;
-      const leave = this.leaves.get(name);
+      const leave = this.#leaves.get(name);
       if (leave !== undefined) this.protocol.leave(leave.req, name); // asked while away
     }
-    const lostFor = this.lostAt === null ? 0 : t - this.lostAt;
-    this.lostAt = null;
-    this.setState("connected", `welcome from ${this.url}${lostFor ? ` after ${Math.round(lostFor)} ms` : ""}`);
-    for (const w of this.readyWaiters.splice(0)) w.resolve();
-    this.flush();
+    const lostFor = this.#lostAt === null ? 0 : t - this.#lostAt;
+    this.#lostAt = null;
+    this.#setState("connected", `welcome from ${this.url}${lostFor ? ` after ${Math.round(lostFor)} ms` : ""}`);
+    for (const w of this.#readyWaiters.splice(0)) w.resolve();
+    this.#flush();
   }
 
-  private tick(): void {
-    const hb = this.heartbeat;
+  #tick(): void {
+    const hb = this.#heartbeat;
     if (hb === null) return;
     const action = hb.tick(now(), pageHidden());
-    if (action === "ping") this.ping();
+    if (action === "ping") this.#ping();
     else if (action === "dead") this.dropLink("heartbeat: no answer");
   }
 
-  private ping(): void {
-    const ws = this.ws;
-    if (ws === null || !this.welcomed) return;
-    const req = this.nextReq("h");
-    this.pingSent.set(req, now());
-    if (this.pingSent.size > 8) this.pingSent.delete(this.pingSent.keys().next().value!);
+  #ping(): void {
+    const ws = this.#ws;
+    if (ws === null || !this.#welcomed) return;
+    const req = this.#nextReq("h");
+    this.#pingSent.set(req, now());
+    if (this.#pingSent.size > 8) this.#pingSent.delete(this.#pingSent.keys().next().value!);
     ws.send(JSON.stringify({ type: "ping", req }));
   }
 
   /** The page came back, or the network did: reconnect now, or check the link. */
-  private wake(reason: string): void {
+  #wake(reason: string): void {
     if (this.state === "closed") return;
-    if (this.ws === null) {
-      if (this.timers.reconnect !== null) this.attempt(); // skip the rest of the backoff
+    if (this.#ws === null) {
+      if (this.#timers.reconnect !== null) this.#attempt(); // skip the rest of the backoff
       return;
     }
-    this.probe(reason);
+    this.#probe(reason);
   }
 
-  private probe(_reason: string): void {
-    const hb = this.heartbeat;
-    if (hb !== null && hb.probe(now()) === "ping") this.ping();
+  #probe(_reason: string): void {
+    const hb = this.#heartbeat;
+    if (hb !== null && hb.probe(now()) === "ping") this.#ping();
   }
 
-  private persist(): void {
+  #persist(): void {
     if (this.state === "closed") return;
-    const groups: Record<string, SavedGroup> = { ...this.savedGroups };
-    for (const [name, handle] of this.groups) {
+    const groups: Record<string, SavedGroup> = { ...this.#savedGroups };
+    for (const [name, handle] of this.#groups) {
       const g = this.protocol.groups.get(name);
       if (!handle.wanted || g === undefined || g.phase === "left" || !g.epoch || handle.awaitingState) continue;
       const entry: SavedGroup = { point: g.savedPoint() };
@@ -535,33 +537,33 @@ export class Client implements GroupHost {
         try {
           entry.snapshot = toBase64(handle.options.state.snapshot());
         } catch (e) {
-          this.opts.onListenerError?.(e, "snapshot");
+          this.#opts.onListenerError?.(e, "snapshot");
           continue;
         }
       }
       groups[name] = entry;
     }
-    this.store.save({ member: this.member, session: this.session, at: Date.now(), groups });
+    this.#store.save({ member: this.member, session: this.session, at: Date.now(), groups });
   }
 
-  private scheduleRefresh(): void {
-    this.clearTimer("refresh");
-    const token = this.token;
-    if (this.opts.getToken === undefined || token === undefined) return;
+  #scheduleRefresh(): void {
+    this.#clearTimer("refresh");
+    const token = this.#token;
+    if (this.#opts.getToken === undefined || token === undefined) return;
     const exp = tokenExpiry(token);
     if (exp === null) return;
     const delay = Math.max(0, refreshAt(exp, Date.now()) - Date.now());
-    this.timers.refresh = setTimeout(() => {
+    this.#timers.refresh = setTimeout(() => {
       Promise.resolve()
-        .then(() => this.opts.getToken!())
+        .then(() => this.#opts.getToken!())
         .then((fresh) => this.setToken(fresh))
         .then(
-          () => this.scheduleRefresh(),
+          () => this.#scheduleRefresh(),
           (e: unknown) => {
             // Try again shortly while the old token lasts; past `exp` the server closes 4005
             // and the next hello asks getToken again.
-            this.emitter.emit("error", new NotifyError(`token refresh failed: ${String(e)}`, "refresh_failed"));
-            if (this.state === "connected" && Date.now() < exp) this.timers.refresh = setTimeout(() => this.scheduleRefresh(), 5_000);
+            this.#emitter.emit("error", new NotifyError(`token refresh failed: ${String(e)}`, "refresh_failed"));
+            if (this.state === "connected" && Date.now() < exp) this.#timers.refresh = setTimeout(() => this.#scheduleRefresh(), 5_000);
           },
         );
     }, delay);
@@ -569,24 +571,24 @@ export class Client implements GroupHost {
 
   // -- receiving ------------------------------------------------------------------------------
 
-  private receive(data: unknown): void {
-    if (this.frozen !== null) {
-      this.frozen.push(data);
+  #receive(data: unknown): void {
+    if (this.#frozen !== null) {
+      this.#frozen.push(data);
       return;
     }
-    this.heartbeat?.received(now());
+    this.#heartbeat?.received(now());
     let frame: Frame;
     try {
       const parsed: unknown = JSON.parse(typeof data === "string" ? data : String(data));
       if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not an object");
       frame = parsed as Frame;
     } catch (e) {
-      this.violation(new ProtocolViolation(`a frame that is not a JSON object: ${String(e)}`));
+      this.#violation(new ProtocolViolation(`not a JSON object: ${String(e)}`));
       return;
     }
-    if (!this.welcomed) {
-      if (frame.type === "welcome") this.welcome(frame);
-      else if (frame.type === "error") this.refusal = { code: String(frame.code), message: String(frame.message) };
+    if (!this.#welcomed) {
+      if (frame.type === "welcome") this.#welcome(frame);
+      else if (frame.type === "error") this.#refusal = { code: String(frame.code), message: String(frame.message) };
       return;
     }
     let events: ProtocolEvent[];
@@ -595,66 +597,66 @@ export class Client implements GroupHost {
       ({ events, replies } = this.protocol.receive(frame));
     } catch (e) {
       if (!(e instanceof ProtocolViolation)) throw e;
-      this.dispatch(e.events, e.replies);
-      this.violation(e);
+      this.#dispatch(e.events, e.replies);
+      this.#violation(e);
       return;
     }
-    this.dispatch(events, replies);
+    this.#dispatch(events, replies);
   }
 
-  private violation(e: ProtocolViolation): void {
+  #violation(e: ProtocolViolation): void {
     // The resume point is exact: a new connection resumes without a gap or a duplicate.
     console.warn(`notify: ${e.message}; reconnecting`);
     this.dropLink(`protocol violation: ${e.message}`);
   }
 
-  private dispatch(events: ProtocolEvent[], replies: Reply[]): void {
-    this.flush(); // ACKs and flush_ok first, before any application code
+  #dispatch(events: ProtocolEvent[], replies: Reply[]): void {
+    this.#flush(); // ACKs and flush_ok first, before any application code
     for (const ev of events) {
       if (this.state === "closed") return;
-      this.onEvent(ev);
+      this.#onEvent(ev);
     }
     for (const r of replies) {
       if (this.state === "closed") return;
-      this.onReply(r);
+      this.#onReply(r);
     }
-    this.flush(); // publishes a view change was holding, joins and leaves asked by handlers
+    this.#flush(); // publishes a view change was holding, joins and leaves asked by handlers
   }
 
-  private onEvent(ev: ProtocolEvent): void {
+  #onEvent(ev: ProtocolEvent): void {
     if (ev.type === "state-request") {
-      this.serveState(ev);
+      this.#serveState(ev);
       return;
     }
     if (ev.type === "snapshot-ready") {
-      this.restoreState(ev);
+      this.#restoreState(ev);
       return;
     }
-    const handle = this.groups.get(ev.group);
+    const handle = this.#groups.get(ev.group);
     switch (ev.type) {
       case "view": {
         const mine = ev.members.includes(this.member);
-        if (mine) this.joinRetries.delete(ev.group);
-        if (handle !== undefined && mine && !handle.wanted && !this.leaves.has(ev.group)) {
+        if (mine) this.#joinRetries.delete(ev.group);
+        if (handle !== undefined && mine && !handle.wanted && !this.#leaves.has(ev.group)) {
           // A join given up on (timed out) came through after all: undo it.
           void this.requestLeave(handle).catch(() => undefined);
         }
-        if (mine) this.settle(this.joins, ev.group);
+        if (mine) this.#settle(this.#joins, ev.group);
         break;
       }
       case "view-resumed":
-        this.settle(this.joins, ev.group);
+        this.#settle(this.#joins, ev.group);
         break;
       case "reset":
         if (ev.newEpoch !== ev.oldEpoch) {
           // The views their stamps name are gone with the old log: refused, never misapplied.
-          this.failGroup(ev.group, new PublishRejected("the group's log was reset", "stale_view"), { sameViewOnly: true });
+          this.#failGroup(ev.group, new PublishRejected("log reset", "stale_view"), { sameViewOnly: true });
         }
         break;
       case "removed":
-        this.settle(this.leaves, ev.group);
-        this.failGroup(ev.group, new GroupLeftError(`no longer a member of ${ev.group}`), { sentToo: false });
-        delete this.savedGroups[ev.group];
+        this.#settle(this.#leaves, ev.group);
+        this.#failGroup(ev.group, new GroupLeftError(`no longer a member of ${ev.group}`), { sentToo: false });
+        delete this.#savedGroups[ev.group];
         break;
       default:
         break;
@@ -662,44 +664,44 @@ export class Client implements GroupHost {
     handle?.dispatch(ev as GroupEvent);
   }
 
-  private onReply(r: Reply): void {
+  #onReply(r: Reply): void {
     switch (r.type) {
       case "published": {
-        const p = this.pending.get(r.id);
+        const p = this.#pending.get(r.id);
         if (p === undefined) return;
         p.offset = r.offset;
         if (!p.atomic) {
-          this.pending.delete(r.id);
+          this.#pending.delete(r.id);
           clearTimeout(p.timer);
           p.resolve({ id: r.id, offset: r.offset });
         }
         return;
       }
       case "outcome": {
-        const p = this.pending.get(r.id);
+        const p = this.#pending.get(r.id);
         if (p === undefined) return;
-        this.pending.delete(r.id);
+        this.#pending.delete(r.id);
         clearTimeout(p.timer);
-        p.resolve({ id: r.id, offset: r.offset, committed: r.committed, reason: r.reason });
+        p.resolve({ id: r.id, offset: r.offset, committed: r.committed, reason: r.reason ?? null });
         return;
       }
       case "rejected": {
-        const p = this.pending.get(r.id);
+        const p = this.#pending.get(r.id);
         if (p === undefined) return;
         if (r.code === "view_changing") {
           p.sent = false; // it crossed a view change: send it after the install
           return;
         }
-        this.pending.delete(r.id);
+        this.#pending.delete(r.id);
         clearTimeout(p.timer);
-        p.reject(new PublishRejected(`${p.group}: publish ${r.id} rejected: ${r.code}`, r.code));
+        p.reject(new PublishRejected(`${p.group}: rejected ${r.code}`, r.code));
         return;
       }
       case "checkpoint_stored":
-        this.settle(this.checkpoints, String(r.req), { offset: r.offset, bytes: r.bytes });
+        this.#settle(this.#checkpoints, String(r.req), { offset: r.offset, bytes: r.bytes });
         return;
       case "refreshed": {
-        const w = this.refreshes.shift();
+        const w = this.#refreshes.shift();
         if (w !== undefined) {
           clearTimeout(w.timer);
           w.resolve();
@@ -707,52 +709,52 @@ export class Client implements GroupHost {
         return;
       }
       case "pong": {
-        const sent = r.req === null ? undefined : this.pingSent.get(String(r.req));
+        const sent = this.#pingSent.get(String(r.req));
         if (sent !== undefined) {
           this.rtt = now() - sent;
-          this.pingSent.delete(String(r.req));
+          this.#pingSent.delete(String(r.req));
         }
         return;
       }
       case "error":
-        this.onError(r);
+        this.#onError(r);
         return;
     }
   }
 
-  private onError(r: Extract<Reply, { type: "error" }>): void {
+  #onError(r: Extract<Reply, { type: "error" }>): void {
     const error = new ServerRefused(`${r.code}: ${r.message}`, r.code);
     const g = this.protocol.groupOfJoin(r.req);
-    if (g !== undefined && g.phase === "joining" && this.groups.has(g.name)) {
-      this.joinRefused(this.groups.get(g.name)!, r.code, error);
+    if (g !== undefined && g.phase === "joining" && this.#groups.has(g.name)) {
+      this.#joinRefused(this.#groups.get(g.name)!, r.code, error);
       return;
     }
     const req = r.req === null ? null : String(r.req);
-    if (req !== null && this.checkpoints.has(req)) {
-      this.fail(this.checkpoints, req, error);
+    if (req !== null && this.#checkpoints.has(req)) {
+      this.#fail(this.#checkpoints, req, error);
       return;
     }
-    for (const [name, w] of this.leaves) {
+    for (const [name, w] of this.#leaves) {
       if (w.req !== req) continue;
       if (r.code === "not_member" || r.code === "no_group") {
         // Already out (removed while away): the leave is done.
-        const handle = this.groups.get(name);
-        this.settle(this.leaves, name);
+        const handle = this.#groups.get(name);
+        this.#settle(this.#leaves, name);
         const pg = this.protocol.groups.get(name);
         if (pg !== undefined) pg.phase = "left";
         handle?.dispatch({ type: "removed", group: name, view: pg?.view ?? 0, reason: r.code });
       } else {
-        this.fail(this.leaves, name, error);
+        this.#fail(this.#leaves, name, error);
       }
       return;
     }
-    if (req === null && REFRESH_REFUSALS.has(r.code) && this.refreshes.length) {
-      const w = this.refreshes.shift()!;
+    if (req === null && REFRESH_REFUSALS.has(r.code) && this.#refreshes.length) {
+      const w = this.#refreshes.shift()!;
       clearTimeout(w.timer);
       w.reject(error);
       return;
     }
-    this.emitter.emit("error", error);
+    this.#emitter.emit("error", error);
   }
 
   /**
@@ -761,73 +763,61 @@ export class Client implements GroupHost {
    * resume point joins afresh (`reset` first); anything else rejects `join()`, or removes a
    * group that was joined.
    */
-  private joinRefused(handle: Group, code: string, error: ServerRefused): void {
+  #joinRefused(handle: Group, code: string, error: ServerRefused): void {
     const name = handle.name;
     const g = this.protocol.groups.get(name)!;
-    const retries = this.joinRetries.get(name) ?? 0;
+    const retries = this.#joinRetries.get(name) ?? 0;
     if (RETRIED_JOIN_REFUSALS.has(code) && retries < JOIN_RETRIES) {
-      this.joinRetries.set(name, retries + 1);
+      this.#joinRetries.set(name, retries + 1);
       const req = g.joinReq;
       setTimeout(() => {
         const now = this.protocol.groups.get(name);
-        if (!this.welcomed || now === undefined || now.phase !== "joining" || now.joinReq !== req) return;
-        const again = this.nextReq("r");
+        if (!this.#welcomed || now === undefined || now.phase !== "joining" || now.joinReq !== req) return;
+        const again = this.#nextReq("r");
         this.protocol.join(again, name, { resume: true, acceptFrom: handle.options.acceptFrom });
-        const waiter = this.joins.get(name);
+        const waiter = this.#joins.get(name);
         if (waiter !== undefined) waiter.req = again;
-        this.flush();
+        this.#flush();
       }, 50 * 2 ** Math.min(retries, 6) * (0.5 + Math.random()));
       return;
     }
-    if (code === "already_member") {
-      // This page resumed a session whose member is in the group, without a resume point
-      // (none was saved): leave, then join afresh.
-      this.protocol.leave(this.nextReq("l"), name);
-      this.protocol.join(this.nextReq("j"), name, {
-        wantState: handle.options.wantState ?? false,
-        acceptFrom: handle.options.acceptFrom,
-      });
-      const waiter = this.joins.get(name);
-      if (waiter !== undefined) waiter.req = this.protocol.groups.get(name)!.joinReq;
-      return;
-    }
     if (g.resuming) {
-      const req = this.nextReq("r");
+      const req = this.#nextReq("r");
       const wantState = handle.options.state !== undefined;
       this.protocol.joinAfresh(req, name, code, { wantState, acceptFrom: handle.options.acceptFrom });
       handle.awaitingState = wantState;
-      const waiter = this.joins.get(name);
+      const waiter = this.#joins.get(name);
       if (waiter !== undefined) waiter.req = req;
       return;
     }
     g.phase = "left";
-    if (this.joins.has(name)) {
-      this.fail(this.joins, name, error);
+    if (this.#joins.has(name)) {
+      this.#fail(this.#joins, name, error);
       handle.dispatch({ type: "removed", group: name, view: g.view, reason: code });
       return;
     }
-    this.failGroup(name, new GroupLeftError(`${name}: the server refused to let this member back in (${code})`, code), { sentToo: true });
+    this.#failGroup(name, new GroupLeftError(`${name}: rejoin refused (${code})`, code), { sentToo: true });
     handle.dispatch({ type: "removed", group: name, view: g.view, reason: code });
   }
 
   // -- state transfer -------------------------------------------------------------------------
 
   /** Be the donor: snapshot now (every earlier event has been handed over), then send it. */
-  private serveState(req: StateRequest): void {
-    const handle = this.groups.get(req.group);
+  #serveState(req: StateRequest): void {
+    const handle = this.#groups.get(req.group);
     let snapshot: Uint8Array = new Uint8Array(0);
     if (handle?.options.state !== undefined) {
       try {
         snapshot = handle.options.state.snapshot();
       } catch (e) {
-        this.opts.onListenerError?.(e, "snapshot");
+        this.#opts.onListenerError?.(e, "snapshot");
         return; // the server asks the next member after flush_timeout
       }
     }
     const covered = Object.fromEntries(handle?.delivered ?? []);
-    const generation = this.generation;
-    void encodeSnapshot(snapshot).then((chunks) => {
-      if (generation !== this.generation || !this.welcomed) return; // the joiner is served by another donor
+    const generation = this.#generation;
+    void loadCodec().then(({ encodeSnapshot }) => encodeSnapshot(snapshot)).then((chunks) => {
+      if (generation !== this.#generation || !this.#welcomed) return; // the joiner is served by another donor
       for (const c of chunks) {
         const frame: Frame = {
           type: "state_chunk",
@@ -843,34 +833,36 @@ export class Client implements GroupHost {
         }
         this.protocol.send(frame);
       }
-      this.flush();
+      this.#flush();
     });
   }
 
-  private restoreState(ready: SnapshotReady): void {
-    decodeSnapshot(ready.chunks, ready.sha256).then(
-      (data) => this.stateDecoded(ready, data, null),
-      (e: unknown) => this.stateDecoded(ready, null, e instanceof SnapshotError ? `bad_transfer: ${e.message}` : String(e)),
-    );
+  #restoreState(ready: SnapshotReady): void {
+    loadCodec()
+      .then(({ decodeSnapshot }) => decodeSnapshot(ready.chunks, ready.sha256))
+      .then(
+        (data) => this.#stateDecoded(ready, data, null),
+        (e: unknown) => this.#stateDecoded(ready, null, `bad_transfer: ${(e as Error).message}`),
+      );
   }
 
-  private stateDecoded(ready: SnapshotReady, data: Uint8Array | null, reason: string | null): void {
+  #stateDecoded(ready: SnapshotReady, data: Uint8Array | null, reason: string | null): void {
     if (this.state === "closed") return;
-    this.dispatch(this.protocol.stateDecoded(ready.group, ready.transfer, data, reason), []);
+    this.#dispatch(this.protocol.stateDecoded(ready.group, ready.transfer, data, reason), []);
   }
 
   // -- requests (GroupHost) -------------------------------------------------------------------
 
   /** @internal */
   requestJoin(handle: Group): Promise<void> {
-    if (this.state === "closed") return Promise.reject(this.closedError());
+    if (this.state === "closed") return Promise.reject(this.#closedError());
     const name = handle.name;
     const o = handle.options;
-    const old = this.joins.get(name);
-    if (old !== undefined) this.fail(this.joins, name, new GroupLeftError(`${name}: joined again`));
-    const req = this.nextReq("j");
-    const saved = this.savedGroups[name];
-    delete this.savedGroups[name];
+    const old = this.#joins.get(name);
+    if (old !== undefined) this.#fail(this.#joins, name, new GroupLeftError(`${name}: joined again`));
+    const req = this.#nextReq("j");
+    const saved = this.#savedGroups[name];
+    delete this.#savedGroups[name];
     handle.setStatus("joining");
     handle.awaitingState = false;
     if (saved !== undefined && (o.state === undefined || saved.snapshot !== undefined)) {
@@ -885,8 +877,8 @@ export class Client implements GroupHost {
       handle.awaitingState = o.wantState ?? false;
       this.protocol.join(req, name, { wantState: o.wantState ?? false, acceptFrom: o.acceptFrom });
     }
-    const done = this.request(this.joins, name, req, `join ${name}`);
-    this.flush();
+    const done = this.#request(this.#joins, name, req, `join ${name}`);
+    this.#flush();
     return done;
   }
 
@@ -894,49 +886,49 @@ export class Client implements GroupHost {
   requestLeave(handle: Group): Promise<void> {
     const name = handle.name;
     const g = this.protocol.groups.get(name);
-    this.fail(this.joins, name, new GroupLeftError(`${name}: left before the join completed`));
-    this.failGroup(name, new GroupLeftError(`left ${name}`), { sentToo: false });
-    delete this.savedGroups[name];
+    this.#fail(this.#joins, name, new GroupLeftError(`${name}: left`));
+    this.#failGroup(name, new GroupLeftError(`left ${name}`), { sentToo: false });
+    delete this.#savedGroups[name];
     if (g === undefined || g.phase === "left" || this.state === "closed") {
       if (g !== undefined) g.phase = "left";
       return Promise.resolve();
     }
-    const existing = this.leaves.get(name);
-    if (existing !== undefined) return new Promise((resolve) => this.chain(existing, resolve));
-    const req = this.nextReq("l");
+    const existing = this.#leaves.get(name);
+    if (existing !== undefined) return new Promise((resolve) => this.#chain(existing, resolve));
+    const req = this.#nextReq("l");
     this.protocol.leave(req, name);
-    const done = this.request(this.leaves, name, req, `leave ${name}`);
-    this.flush();
+    const done = this.#request(this.#leaves, name, req, `leave ${name}`);
+    this.#flush();
     return done;
   }
 
   /** @internal */
   publish(handle: Group, payload: unknown, opts: PublishOptions): Promise<PublishResult> {
     try {
-      return this.startPublish(handle, payload, opts);
+      return this.#startPublish(handle, payload, opts);
     } catch (e) {
       return Promise.reject(e as Error);
     }
   }
 
-  private startPublish(handle: Group, payload: unknown, opts: PublishOptions): Promise<PublishResult> {
-    if (this.state === "closed") throw this.closedError();
+  #startPublish(handle: Group, payload: unknown, opts: PublishOptions): Promise<PublishResult> {
+    if (this.state === "closed") throw this.#closedError();
     if (!handle.wanted) throw new GroupLeftError(`${handle.name}: not joined`);
     const order = opts.order ?? "fifo";
-    if (order !== "fifo" && order !== "total") throw new TypeError(`order must be "fifo" or "total", not ${String(order)}`);
+    if (order !== "fifo" && order !== "total") throw new TypeError(`order: "fifo" or "total"`);
     if (opts.ephemeral && (opts.atomic || order !== "fifo")) {
-      throw new TypeError("an ephemeral publish is neither atomic nor in the total order");
+      throw new TypeError("ephemeral: not atomic, not total");
     }
     const size = checkPayload(payload, handle.name);
     const limit = this.limits.max_frame_bytes;
     if (typeof limit === "number" && size + handle.name.length + PUBLISH_OVERHEAD > limit) {
-      throw new NotifyError(`${handle.name}: a payload of ${size} bytes does not fit in max_frame_bytes=${limit}`, "too_large");
+      throw new NotifyError(`${handle.name}: payload over max_frame_bytes (${size})`, "too_large");
     }
     const g = this.protocol.groups.get(handle.name);
     const id = opts.id ?? randomId();
     const frame: Frame = {
       type: "publish",
-      req: this.nextReq("p"),
+      req: this.#nextReq("p"),
       group: handle.name,
       id,
       view: g?.view ?? 0,
@@ -947,19 +939,19 @@ export class Client implements GroupHost {
     };
     if (opts.ephemeral) {
       // At most once: sent now, or not at all (a cursor position is stale by the reconnect).
-      if (!this.welcomed || g === undefined || !g.canSend || this.ws === null) {
+      if (!this.#welcomed || g === undefined || !g.canSend || this.#ws === null) {
         return Promise.resolve({ id, offset: 0, dropped: true });
       }
       frame.ephemeral = true;
       this.protocol.send(frame);
-      this.flush();
+      this.#flush();
       return Promise.resolve({ id, offset: 0 });
     }
-    const max = this.opts.maxPendingPublishes ?? 1_000;
-    if (this.pending.size >= max) {
-      throw new PublishQueueFull(`${this.pending.size} publishes already waiting (maxPendingPublishes=${max})`);
+    const max = this.#opts.maxPendingPublishes ?? 1_000;
+    if (this.#pending.size >= max) {
+      throw new PublishQueueFull(`maxPendingPublishes (${max}) reached`);
     }
-    if (this.pending.has(id)) throw new TypeError(`publish id ${id} is already waiting`);
+    if (this.#pending.has(id)) throw new TypeError(`publish id ${id} is already waiting`);
     return new Promise<PublishResult>((resolve, reject) => {
       const p: Pending = {
         group: handle.name,
@@ -970,21 +962,21 @@ export class Client implements GroupHost {
         resolve,
         reject,
         timer: setTimeout(() => {
-          if (this.pending.get(id) === p) this.pending.delete(id); // not sent again
-          reject(new RequestTimeout(`publish ${id} to ${handle.name}: no answer within ${this.requestTimeout} ms (${this.state})`));
-        }, this.requestTimeout),
+          if (this.#pending.get(id) === p) this.#pending.delete(id); // not sent again
+          reject(new RequestTimeout(`publish to ${handle.name}: timeout (${this.state})`));
+        }, this.#requestTimeout),
       };
-      this.pending.set(id, p);
-      this.flush();
+      this.#pending.set(id, p);
+      this.#flush();
     });
   }
 
   /** @internal */
   checkpoint(handle: Group): Promise<{ offset: number; bytes: number }> {
     const state = handle.options.state;
-    if (state === undefined) return Promise.reject(new TypeError("a checkpoint needs the group's state provider"));
+    if (state === undefined) return Promise.reject(new TypeError("checkpoint: no state provider"));
     if (!handle.wanted) return Promise.reject(new GroupLeftError(`${handle.name}: not joined`));
-    if (handle.awaitingState) return Promise.reject(new NotifyError(`${handle.name}: the state has not arrived yet`, "not_ready"));
+    if (handle.awaitingState) return Promise.reject(new NotifyError(`${handle.name}: no state yet`, "not_ready"));
     if (this.state !== "connected") return Promise.reject(new NotifyError(`not connected (${this.state})`, "not_connected"));
     const g = this.protocol.groups.get(handle.name)!;
     // The snapshot and the position it claims are taken at the same point of the events.
@@ -995,11 +987,11 @@ export class Client implements GroupHost {
       view: handle.view?.version ?? 0,
       streams: Object.fromEntries(handle.delivered),
     };
-    const req = this.nextReq("c");
-    const generation = this.generation;
-    const done = this.request(this.checkpoints, req, req, `checkpoint of ${handle.name}`);
-    void encodeSnapshot(snapshot).then((chunks) => {
-      if (generation !== this.generation) return; // lost: `lost()` rejected it
+    const req = this.#nextReq("c");
+    const generation = this.#generation;
+    const done = this.#request(this.#checkpoints, req, req, `checkpoint of ${handle.name}`);
+    void loadCodec().then(({ encodeSnapshot }) => encodeSnapshot(snapshot)).then((chunks) => {
+      if (generation !== this.#generation) return; // lost: `lost()` rejected it
       for (const c of chunks) {
         const frame: Frame = { type: "checkpoint", req, group: handle.name, index: c.index, last: c.last, data: c.data };
         if (c.last) {
@@ -1008,7 +1000,7 @@ export class Client implements GroupHost {
         }
         this.protocol.send(frame);
       }
-      this.flush();
+      this.#flush();
     });
     return done;
   }
@@ -1016,7 +1008,7 @@ export class Client implements GroupHost {
   /** @internal */
   pendingOf(handle: Group): number {
     let n = 0;
-    for (const p of this.pending.values()) if (p.group === handle.name) n += 1;
+    for (const p of this.#pending.values()) if (p.group === handle.name) n += 1;
     return n;
   }
 
@@ -1029,10 +1021,10 @@ export class Client implements GroupHost {
   // -- sending --------------------------------------------------------------------------------
 
   /** Write what the protocol has to say, and every waiting publish its group accepts, in order. */
-  private flush(): void {
-    const ws = this.ws;
-    if (ws === null || !this.welcomed || this.frozen !== null) return;
-    for (const p of this.pending.values()) {
+  #flush(): void {
+    const ws = this.#ws;
+    if (ws === null || !this.#welcomed || this.#frozen !== null) return;
+    for (const p of this.#pending.values()) {
       if (p.sent) continue;
       const g = this.protocol.groups.get(p.group);
       if (g === undefined || !g.canSend) continue;
@@ -1046,7 +1038,7 @@ export class Client implements GroupHost {
 
   // -- bookkeeping ----------------------------------------------------------------------------
 
-  private request<T>(table: Map<string, Request<T>>, key: string, req: string, what: string): Promise<T> {
+  #request<T>(table: Map<string, Request<T>>, key: string, req: string, what: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const r: Request<T> = {
         req,
@@ -1054,14 +1046,14 @@ export class Client implements GroupHost {
         reject,
         timer: setTimeout(() => {
           if (table.get(key) === r) table.delete(key);
-          reject(new RequestTimeout(`${what}: no answer within ${this.requestTimeout} ms (${this.state})`));
-        }, this.requestTimeout),
+          reject(new RequestTimeout(`${what}: timeout (${this.state})`));
+        }, this.#requestTimeout),
       };
       table.set(key, r);
     });
   }
 
-  private settle<T>(table: Map<string, Request<T>>, key: string, value?: T): void {
+  #settle<T>(table: Map<string, Request<T>>, key: string, value?: T): void {
     const r = table.get(key);
     if (r === undefined) return;
     table.delete(key);
@@ -1069,7 +1061,7 @@ export class Client implements GroupHost {
     r.resolve(value as T);
   }
 
-  private fail<T>(table: Map<string, Request<T>>, key: string, error: Error): void {
+  #fail<T>(table: Map<string, Request<T>>, key: string, error: Error): void {
     const r = table.get(key);
     if (r === undefined) return;
     table.delete(key);
@@ -1077,7 +1069,7 @@ export class Client implements GroupHost {
     r.reject(error);
   }
 
-  private chain(r: Request<void>, resolve: () => void): void {
+  #chain(r: Request<void>, resolve: () => void): void {
     const first = r.resolve;
     r.resolve = () => {
       first();
@@ -1085,77 +1077,77 @@ export class Client implements GroupHost {
     };
   }
 
-  private dropRequest<T>(list: Array<Request<T>>, r: Request<T>): void {
+  #dropRequest<T>(list: Array<Request<T>>, r: Request<T>): void {
     const i = list.indexOf(r);
     if (i >= 0) list.splice(i, 1);
   }
 
-  private failGroup(group: string, error: Error, o: { sentToo?: boolean; sameViewOnly?: boolean }): void {
-    for (const [id, p] of this.pending) {
+  #failGroup(group: string, error: Error, o: { sentToo?: boolean; sameViewOnly?: boolean }): void {
+    for (const [id, p] of this.#pending) {
       if (p.group !== group || (p.sent && !o.sentToo) || (o.sameViewOnly && !p.frame.same_view)) continue;
-      this.pending.delete(id);
+      this.#pending.delete(id);
       clearTimeout(p.timer);
       p.reject(error);
     }
   }
 
-  private finish(error: NotifyError, byApp: boolean): void {
+  #finish(error: NotifyError, byApp: boolean): void {
     if (this.state === "closed") return;
     if (!byApp) this.failure = error;
-    const ws = this.ws;
-    this.ws = null;
-    this.generation++;
-    this.welcomed = false;
-    for (const name of Object.keys(this.timers) as Array<keyof typeof this.timers>) this.clearTimer(name);
-    this.unwatch();
+    const ws = this.#ws;
+    this.#ws = null;
+    this.#generation++;
+    this.#welcomed = false;
+    for (const name of Object.keys(this.#timers) as TimerName[]) this.#clearTimer(name);
+    this.#unwatch();
     try {
       ws?.close(1000, "client closed");
     } catch {
       /* never opened */
     }
-    this.setState("closed", error.message);
-    for (const p of this.pending.values()) {
+    this.#setState("closed", error.message);
+    for (const p of this.#pending.values()) {
       clearTimeout(p.timer);
       p.reject(error);
     }
-    this.pending.clear();
-    for (const table of [this.joins, this.leaves, this.checkpoints] as Array<Map<string, Request<unknown>>>) {
+    this.#pending.clear();
+    for (const table of [this.#joins, this.#leaves, this.#checkpoints] as Array<Map<string, Request<unknown>>>) {
       for (const r of table.values()) {
         clearTimeout(r.timer);
         r.reject(error);
       }
       table.clear();
     }
-    for (const r of this.refreshes.splice(0)) {
+    for (const r of this.#refreshes.splice(0)) {
       clearTimeout(r.timer);
       r.reject(error);
     }
-    for (const w of this.readyWaiters.splice(0)) w.reject(error);
-    for (const g of this.groups.values()) g.end(byApp ? null : error);
+    for (const w of this.#readyWaiters.splice(0)) w.reject(error);
+    for (const g of this.#groups.values()) g.end(byApp ? null : error);
   }
 
-  private closedError(): NotifyError {
+  #closedError(): NotifyError {
     return this.failure ?? new ClientClosed("client closed", "closed");
   }
 
-  private setState(to: ConnectionState, reason: string): void {
+  #setState(to: ConnectionState, reason: string): void {
     const from = this.state;
     if (from === to) return;
     this.state = to;
-    this.emitter.emit("state", { from, to, reason });
+    this.#emitter.emit("state", { from, to, reason });
   }
 
-  private clearTimer(name: keyof Client["timers"]): void {
-    const t = this.timers[name];
+  #clearTimer(name: TimerName): void {
+    const t = this.#timers[name];
     if (t === null) return;
     clearTimeout(t);
     clearInterval(t);
-    this.timers[name] = null;
+    this.#timers[name] = null;
   }
 
-  private nextReq(prefix: string): string {
-    this.seq += 1;
-    return `${prefix}${this.seq}`;
+  #nextReq(prefix: string): string {
+    this.#seq += 1;
+    return `${prefix}${this.#seq}`;
   }
 }
 
@@ -1167,7 +1159,7 @@ export function createClient(url: string | readonly string[], options: ClientOpt
 /** `url` as a non-empty list of ws:// or wss:// URLs; a `TypeError` at once otherwise. */
 export function serverUrls(url: string | readonly string[]): readonly string[] {
   const urls = typeof url === "string" ? [url] : [...url];
-  if (!urls.length) throw new TypeError("no server URL: give one ws:// or wss:// URL, or a non-empty list of them");
+  if (!urls.length) throw new TypeError("no server URL");
   for (const u of urls) {
     let ok = false;
     try {
@@ -1176,7 +1168,7 @@ export function serverUrls(url: string | readonly string[]): readonly string[] {
     } catch {
       ok = false;
     }
-    if (!ok) throw new TypeError(`${JSON.stringify(u)} is not a WebSocket URL (ws://host:port or wss://host:port)`);
+    if (!ok) throw new TypeError(`not a ws:// or wss:// URL: ${u}`);
   }
   return Object.freeze(urls);
 }
@@ -1196,10 +1188,15 @@ export function checkPayload(payload: unknown, group: string): number {
       return value;
     });
   } catch (e) {
-    throw new TypeError(`${group}: the payload cannot be sent as JSON: ${(e as Error).message}`);
+    throw new TypeError(`${group}: payload not JSON: ${(e as Error).message}`);
   }
-  if (text === undefined) throw new TypeError(`${group}: the payload cannot be sent as JSON (${typeof payload})`);
+  if (text === undefined) throw new TypeError(`${group}: payload not JSON (${typeof payload})`);
   return text.length;
+}
+
+/** Snapshots are compressed by a module loaded on first use: most pages never transfer state. */
+function loadCodec(): Promise<typeof import("./codec.js")> {
+  return import("./codec.js");
 }
 
 function now(): number {

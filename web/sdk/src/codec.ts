@@ -6,6 +6,8 @@
  * inflate code of its own.
  */
 
+import { fromBase64, toBase64 } from "./base64.js";
+
 export const CHUNK_BYTES = 256 * 1024;
 
 /** What a decoded snapshot may grow to (a bound on memory, like the server's). */
@@ -53,7 +55,7 @@ export async function decodeSnapshot(
     snapshot = await pipe(packed, new DecompressionStream("deflate"), maxBytes);
   } catch (e) {
     if (e instanceof SnapshotError) throw e;
-    throw new SnapshotError(`the snapshot does not decompress: ${String(e)}`);
+    throw new SnapshotError(`inflate: ${String(e)}`);
   }
   const digest = await sha256Hex(snapshot);
   if (digest !== sha256.toLowerCase()) throw new SnapshotError("sha256 mismatch");
@@ -102,21 +104,5 @@ function concat(parts: readonly Uint8Array[]): Uint8Array {
     out.set(p, at);
     at += p.length;
   }
-  return out;
-}
-
-/** base64 of bytes, in slices so that a large snapshot does not overflow the call stack. */
-export function toBase64(bytes: Uint8Array): string {
-  let bin = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  }
-  return btoa(bin);
-}
-
-export function fromBase64(text: string): Uint8Array {
-  const bin = atob(text);
-  const out = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
   return out;
 }

@@ -11,15 +11,19 @@
 export type Unsubscribe = () => void;
 
 export class Emitter<Events extends { [K in keyof Events]: unknown }> {
-  private readonly listeners = new Map<keyof Events, Set<(value: never) => void>>();
+  readonly #listeners = new Map<keyof Events, Set<(value: never) => void>>();
 
-  constructor(private readonly onListenerError: (error: unknown, event: PropertyKey) => void = defaultReport) {}
+  readonly #onListenerError: (error: unknown, event: PropertyKey) => void;
+
+  constructor(onListenerError: (error: unknown, event: PropertyKey) => void = defaultReport) {
+    this.#onListenerError = onListenerError;
+  }
 
   on<K extends keyof Events>(event: K, fn: (value: Events[K]) => void): Unsubscribe {
-    let set = this.listeners.get(event);
+    let set = this.#listeners.get(event);
     if (set === undefined) {
       set = new Set();
-      this.listeners.set(event, set);
+      this.#listeners.set(event, set);
     }
     const entry = fn as (value: never) => void;
     // A function registered twice is called twice: wrap it so each `on` is its own entry.
@@ -31,24 +35,24 @@ export class Emitter<Events extends { [K in keyof Events]: unknown }> {
   }
 
   emit<K extends keyof Events>(event: K, value: Events[K]): void {
-    const set = this.listeners.get(event);
+    const set = this.#listeners.get(event);
     if (set === undefined || set.size === 0) return;
     for (const fn of [...set]) {
       if (!set.has(fn)) continue; // removed by an earlier listener of this same emit
       try {
         (fn as (v: Events[K]) => void)(value);
       } catch (e) {
-        this.onListenerError(e, event);
+        this.#onListenerError(e, event);
       }
     }
   }
 
   count(event: keyof Events): number {
-    return this.listeners.get(event)?.size ?? 0;
+    return this.#listeners.get(event)?.size ?? 0;
   }
 
   clear(): void {
-    this.listeners.clear();
+    this.#listeners.clear();
   }
 }
 

@@ -137,7 +137,7 @@ export type Reply =
       readonly group: string;
       readonly offset: number;
       readonly committed: boolean;
-      readonly reason: string | null;
+      readonly reason?: string | null;
     }
   | { readonly type: "refreshed"; readonly expires: number | null }
   | {
@@ -148,7 +148,7 @@ export type Reply =
       readonly bytes: number;
     }
   | { readonly type: "error"; readonly code: string; readonly message: string; readonly req: string | number | null }
-  | { readonly type: "pong"; readonly req: string | number | null };
+  | { readonly type: "pong"; readonly req?: string | number | null };
 
 /** A donor's duty: snapshot now and send it (handled inside the SDK, never seen by the app). */
 export interface StateRequest {

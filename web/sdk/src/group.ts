@@ -94,23 +94,26 @@ export class Group implements AsyncIterable<GroupEvent> {
   base = 0;
   /** joined with `wantState`, and the state has not been handed over yet */
   awaitingState = false;
-  private refs = 0;
-  private joining: Promise<void> | null = null;
-  private leaveTimer: ReturnType<typeof setTimeout> | null = null;
-  private readonly emitter: Emitter<Listeners>;
-  private readonly waiters = new Set<Waiter>();
+  #refs = 0;
+  #joining: Promise<void> | null = null;
+  #leaveTimer: ReturnType<typeof setTimeout> | null = null;
+  readonly #emitter: Emitter<Listeners>;
+  readonly #waiters = new Set<Waiter>();
+
+  readonly #host: GroupHost;
 
   constructor(
-    private readonly host: GroupHost,
+    host: GroupHost,
     readonly name: string,
     readonly options: GroupOptions,
     readonly maxQueuedEvents: number,
     onListenerError?: (error: unknown, event: PropertyKey) => void,
   ) {
     if (options.wantState && options.state === undefined) {
-      throw new TypeError(`${name}: wantState needs a state provider ({snapshot, restore}) to restore into`);
+      throw new TypeError(`${name}: wantState needs state`);
     }
-    this.emitter = new Emitter<Listeners>(onListenerError);
+    this.#host = host;
+    this.#emitter = new Emitter<Listeners>(onListenerError);
   }
 
   /**
@@ -118,20 +121,20 @@ export class Group implements AsyncIterable<GroupEvent> {
    * member (or when its resume is accepted); rejects with `ServerRefused` or `RequestTimeout`.
    */
   join(): Promise<void> {
-    this.refs += 1;
-    if (this.leaveTimer !== null) {
-      clearTimeout(this.leaveTimer); // a StrictMode remount: the leave never happens
-      this.leaveTimer = null;
+    this.#refs += 1;
+    if (this.#leaveTimer !== null) {
+      clearTimeout(this.#leaveTimer); // a StrictMode remount: the leave never happens
+      this.#leaveTimer = null;
     }
-    if (this.joining === null || this.status === "left" || this.status === "removed") {
-      const joining = this.host.requestJoin(this);
-      this.joining = joining;
+    if (this.#joining === null || this.status === "left" || this.status === "removed") {
+      const joining = this.#host.requestJoin(this);
+      this.#joining = joining;
       joining.catch(() => {
-        if (this.joining === joining) this.joining = null;
-        this.refs = Math.max(0, this.refs - 1);
+        if (this.#joining === joining) this.#joining = null;
+        this.#refs = Math.max(0, this.#refs - 1);
       });
     }
-    return this.joining;
+    return this.#joining;
   }
 
   /**
@@ -139,56 +142,56 @@ export class Group implements AsyncIterable<GroupEvent> {
    * cancels it). Resolves once the group installed a view without this member.
    */
   leave(): Promise<void> {
-    if (this.refs === 0) return Promise.resolve();
-    this.refs -= 1;
-    if (this.refs > 0) return Promise.resolve();
+    if (this.#refs === 0) return Promise.resolve();
+    this.#refs -= 1;
+    if (this.#refs > 0) return Promise.resolve();
     return new Promise((resolve, reject) => {
-      this.leaveTimer = setTimeout(() => {
-        this.leaveTimer = null;
-        if (this.refs > 0) {
+      this.#leaveTimer = setTimeout(() => {
+        this.#leaveTimer = null;
+        if (this.#refs > 0) {
           resolve();
           return;
         }
-        this.joining = null;
-        this.host.requestLeave(this).then(resolve, reject);
+        this.#joining = null;
+        this.#host.requestLeave(this).then(resolve, reject);
       }, 0);
     });
   }
 
   /** Send `payload` (any JSON value) to the group; this member receives it too. */
   publish(payload: unknown, opts: PublishOptions = {}): Promise<PublishResult> {
-    return this.host.publish(this, payload, opts);
+    return this.#host.publish(this, payload, opts);
   }
 
   /** Store the state (`state.snapshot()`, now) as the group's checkpoint (docs/protocol.md). */
   checkpoint(): Promise<{ offset: number; bytes: number }> {
-    return this.host.checkpoint(this);
+    return this.#host.checkpoint(this);
   }
 
   /** Publishes waiting to be sent or answered. */
   get pending(): number {
-    return this.host.pendingOf(this);
+    return this.#host.pendingOf(this);
   }
 
   /** Where this member's knowledge of the group ends (held-back messages excluded). */
   resumePoint(): ResumePoint | null {
-    return this.host.resumePointOf(this);
+    return this.#host.resumePointOf(this);
   }
 
   /** Whether the application wants this group's events (it joined and did not leave). */
   get wanted(): boolean {
-    return this.refs > 0;
+    return this.#refs > 0;
   }
 
   on<K extends GroupEventType | "status">(event: K, fn: (value: Listeners[K]) => void): Unsubscribe {
-    return this.emitter.on(event, fn);
+    return this.#emitter.on(event, fn);
   }
 
   [Symbol.asyncIterator](): AsyncIterator<GroupEvent> {
     const w: Waiter = { queue: [], wake: null, error: null, done: false };
-    this.waiters.add(w);
+    this.#waiters.add(w);
     const finish = (): IteratorReturnResult<undefined> => {
-      this.waiters.delete(w);
+      this.#waiters.delete(w);
       w.done = true;
       return { done: true, value: undefined };
     };
@@ -222,7 +225,7 @@ export class Group implements AsyncIterable<GroupEvent> {
         this.delivered.set(ev.stream, ev.seq);
         break;
       case "view":
-        if (ev.joined.includes(this.host.member)) {
+        if (ev.joined.includes(this.#host.member)) {
           this.delivered.clear(); // (re)joined: its knowledge starts here
           this.base = ev.offset;
         } else {
@@ -253,20 +256,20 @@ export class Group implements AsyncIterable<GroupEvent> {
         this.delivered.clear();
         break;
       case "removed":
-        this.setStatus(this.refs > 0 ? "removed" : "left");
-        this.refs = 0;
-        this.joining = null;
+        this.setStatus(this.#refs > 0 ? "removed" : "left");
+        this.#refs = 0;
+        this.#joining = null;
         break;
       default:
         break;
     }
     // After the application left, its handlers hear nothing more but the end.
     if (!this.wanted && ev.type !== "removed") return;
-    this.emitter.emit(ev.type, ev as never);
-    for (const w of this.waiters) {
+    this.#emitter.emit(ev.type, ev as never);
+    for (const w of this.#waiters) {
       if (w.done || w.error !== null) continue;
       if (w.queue.length >= this.maxQueuedEvents) {
-        w.error = new Error(`${this.name}: the iterator fell ${w.queue.length} events behind; it ends here`);
+        w.error = new Error(`${this.name}: iterator fell behind`);
       } else {
         w.queue.push(ev);
       }
@@ -279,12 +282,12 @@ export class Group implements AsyncIterable<GroupEvent> {
   setStatus(status: GroupStatus): void {
     if (status === this.status) return;
     this.status = status;
-    this.emitter.emit("status", status);
+    this.#emitter.emit("status", status);
   }
 
   /** @internal The client closed: iterators end (with `error`, if it failed). */
   end(error: Error | null): void {
-    for (const w of this.waiters) {
+    for (const w of this.#waiters) {
       if (error !== null) w.error = error;
       else w.done = true;
       w.wake?.();

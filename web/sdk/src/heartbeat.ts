@@ -31,18 +31,18 @@ export class Heartbeat {
   readonly timeoutMs: number;
   readonly hiddenTimeoutMs: number;
   readonly probeMs: number;
-  private lastRx: number;
-  private pingAt: number | null = null;
-  private deadline = Infinity;
-  private lastTick: number;
+  #lastRx: number;
+  #pingAt: number | null = null;
+  #deadline = Infinity;
+  #lastTick: number;
 
   constructor(now: number, opts: HeartbeatOptions = {}) {
     this.intervalMs = opts.intervalMs ?? 5_000;
     this.timeoutMs = opts.timeoutMs ?? 15_000;
     this.hiddenTimeoutMs = opts.hiddenTimeoutMs ?? 75_000;
     this.probeMs = opts.probeMs ?? 5_000;
-    this.lastRx = now;
-    this.lastTick = now;
+    this.#lastRx = now;
+    this.#lastTick = now;
   }
 
   /** How often to call `tick` (ms). */
@@ -52,30 +52,30 @@ export class Heartbeat {
 
   /** Any frame proves the link alive. */
   received(now: number): void {
-    this.lastRx = now;
-    this.pingAt = null;
-    this.deadline = Infinity;
+    this.#lastRx = now;
+    this.#pingAt = null;
+    this.#deadline = Infinity;
   }
 
   /** Probe now (the page became visible, the network came back): a ping with `probeMs`. */
   probe(now: number): HeartbeatAction {
-    this.pingAt = now;
-    this.deadline = now + this.probeMs;
+    this.#pingAt = now;
+    this.#deadline = now + this.probeMs;
     return "ping";
   }
 
   tick(now: number, hidden: boolean): HeartbeatAction {
-    const late = now - this.lastTick > this.tickMs + 2_000;
-    this.lastTick = now;
-    if (this.pingAt !== null) {
+    const late = now - this.#lastTick > this.tickMs + 2_000;
+    this.#lastTick = now;
+    if (this.#pingAt !== null) {
       if (late) return this.probe(now); // not the link's fault: ask again, briefly
-      const limit = Math.min(this.deadline, this.pingAt + (hidden ? this.hiddenTimeoutMs : this.timeoutMs));
+      const limit = Math.min(this.#deadline, this.#pingAt + (hidden ? this.hiddenTimeoutMs : this.timeoutMs));
       return now >= limit ? "dead" : null;
     }
     if (late) return this.probe(now);
-    if (now - this.lastRx >= this.intervalMs) {
-      this.pingAt = now;
-      this.deadline = Infinity;
+    if (now - this.#lastRx >= this.intervalMs) {
+      this.#pingAt = now;
+      this.#deadline = Infinity;
       return "ping";
     }
     return null;

@@ -22,6 +22,7 @@
  */
 
 import type {
+  EphemeralEvent,
   GroupEvent,
   Message,
   Reply,
@@ -220,8 +221,8 @@ export function includes(
 /** All groups of one client: lives as long as the client, across connections. */
 export class ClientProtocol {
   readonly groups = new Map<string, GroupProtocol>();
-  private out: Frame[] = [];
-  private acks = new Map<string, number[]>();
+  #out: Frame[] = [];
+  #acks = new Map<string, number[]>();
 
   constructor(readonly me: string) {}
 
@@ -251,7 +252,7 @@ export class ClientProtocol {
       g.restorePoint(opts.resumeFrom);
       frame.resume = g.resumePoint();
       g.resuming = g.catchingUp = true;
-      this.out.push(frame);
+      this.#out.push(frame);
       return;
     }
     if (opts.resume && g !== undefined && g.epoch) {
@@ -267,7 +268,7 @@ export class ClientProtocol {
       g.joinReq = req;
     }
     g.resuming = g.catchingUp = "resume" in frame;
-    this.out.push(frame);
+    this.#out.push(frame);
   }
 
   /**
@@ -290,8 +291,8 @@ export class ClientProtocol {
     g.stateBuffer = null;
     g.snapshot = null;
     g.stateReplay = new Map();
-    this.acks.delete(group);
-    this.out.push({
+    this.#acks.delete(group);
+    this.#out.push({
       type: "join",
       req,
       group,
@@ -301,20 +302,20 @@ export class ClientProtocol {
   }
 
   leave(req: string, group: string): void {
-    this.out.push({ type: "leave", req, group });
+    this.#out.push({ type: "leave", req, group });
   }
 
   send(frame: Frame): void {
-    this.out.push(frame);
+    this.#out.push(frame);
   }
 
   /** Frames to write, ACKs first (they must precede any flush_ok queued after them). */
   dataToSend(): Frame[] {
     const frames: Frame[] = [];
-    for (const [group, offsets] of this.acks) frames.push({ type: "ack", group, offsets });
-    this.acks.clear();
-    frames.push(...this.out);
-    this.out = [];
+    for (const [group, offsets] of this.#acks) frames.push({ type: "ack", group, offsets });
+    this.#acks.clear();
+    frames.push(...this.#out);
+    this.#out = [];
     return frames;
   }
 
@@ -342,16 +343,16 @@ export class ClientProtocol {
       try {
         const next = frames.next();
         if (next.done) break;
-        this.receiveOne(next.value, raw, replies);
+        this.#receiveOne(next.value, raw, replies);
       } catch (e) {
         violation =
           e instanceof ProtocolViolation
             ? e
-            : new ProtocolViolation(`malformed frame from the server (${String(e)})`);
+            : new ProtocolViolation(`malformed frame (${String(e)})`);
       }
       // Routed frame by frame: within one batch the install, later messages and the
       // snapshot's last chunk may all come, and what follows the install must wait.
-      this.route(raw, events);
+      this.#route(raw, events);
       if (violation !== null) {
         violation.events = events;
         violation.replies = replies;
@@ -375,7 +376,7 @@ export class ClientProtocol {
     if (data === null) {
       // Never a wrong state: nothing is restored, and what was buffered is dropped with it.
       g.stateBuffer = [];
-      this.stateDone(g, stateReceived(g.name, snap.offset, null, reason ?? "bad_transfer"), events);
+      this.#stateDone(g, stateReceived(g.name, snap.offset, null, reason ?? "bad_transfer"), events);
       return events;
     }
     const covered = { ...snap.streams };
@@ -388,11 +389,11 @@ export class ClientProtocol {
       (e) => !(e.type === "message" && includes(0, covered, e.offset, e.stream, e.seq)),
     );
     g.stateBuffer = [...completion, ...later];
-    this.stateDone(g, stateReceived(g.name, snap.offset, data, null, covered), events);
+    this.#stateDone(g, stateReceived(g.name, snap.offset, data, null, covered), events);
     return events;
   }
 
-  private route(raw: ProtocolEvent[], events: ProtocolEvent[]): void {
+  #route(raw: ProtocolEvent[], events: ProtocolEvent[]): void {
     for (const ev of raw) {
       const g = this.groups.get(ev.group);
       const passes =
@@ -408,31 +409,31 @@ export class ClientProtocol {
     }
   }
 
-  private receiveOne(f: Frame, events: ProtocolEvent[], replies: Reply[]): void {
+  #receiveOne(f: Frame, events: ProtocolEvent[], replies: Reply[]): void {
     switch (f.type) {
       case "deliver":
-        this.deliver(f, events);
+        this.#deliver(f, events);
         return;
       case "confirm":
       case "abort": {
         const g = this.groups.get(str(f, "group"));
         if (g === undefined) return;
         const offsets = f.offsets;
-        if (!Array.isArray(offsets)) throw new TypeError("offsets: not a list");
+        if (!Array.isArray(offsets)) throw new TypeError("offsets");
         for (const off of offsets) if (g.atomic.has(off as number)) g.atomic.set(off as number, f.type === "confirm");
-        this.release(g, events);
+        this.#release(g, events);
         return;
       }
       case "view_change":
-        this.viewChange(f, events);
+        this.#viewChange(f, events);
         return;
       case "view_install":
-        this.viewInstall(f, events);
+        this.#viewInstall(f, events);
         return;
       case "view_resume": {
         const g = this.groups.get(str(f, "group"));
         if (g === undefined) return;
-        if (g.phase === "joining") this.reack(g); // our own resume: re-ACK what we hold
+        if (g.phase === "joining") this.#reack(g); // our own resume: re-ACK what we hold
         g.phase = "active";
         g.proposed = null;
         events.push({ type: "view-resumed", group: g.name, view: int(f, "view") });
@@ -448,76 +449,41 @@ export class ClientProtocol {
         return;
       }
       case "ephemeral":
-        events.push({
-          type: "ephemeral",
-          group: str(f, "group"),
-          sender: str(f, "sender"),
-          view: int(f, "view"),
-          payload: f.payload,
-          ts: f.ts as number,
-        });
-        return;
-      case "published":
-        replies.push({ type: "published", req: reqOf(f) ?? "", id: str(f, "id"), offset: int(f, "offset") });
-        return;
-      case "rejected":
-        replies.push({ type: "rejected", req: reqOf(f) ?? "", id: str(f, "id"), code: str(f, "code") });
-        return;
-      case "outcome":
-        replies.push({
-          type: "outcome",
-          id: str(f, "id"),
-          group: str(f, "group"),
-          offset: int(f, "offset"),
-          committed: f.committed === true,
-          reason: typeof f.reason === "string" ? f.reason : null,
-        });
+        str(f, "group");
+        events.push(f as unknown as EphemeralEvent); // the frame is the event
         return;
       case "state_request":
-        events.push({
-          type: "state-request",
-          group: str(f, "group"),
-          transfer: str(f, "transfer"),
-          joiner: str(f, "joiner"),
-          offset: int(f, "offset"),
-        });
+        str(f, "group");
+        events.push({ ...f, type: "state-request" } as unknown as StateRequest);
         return;
       case "state_chunk":
-        this.stateChunk(f, events);
-        return;
-      case "refreshed":
-        replies.push({ type: "refreshed", expires: typeof f.expires === "number" ? f.expires : null });
-        return;
-      case "checkpoint_stored":
-        replies.push({
-          type: "checkpoint_stored",
-          req: reqOf(f) ?? "",
-          group: str(f, "group"),
-          offset: int(f, "offset"),
-          bytes: int(f, "bytes"),
-        });
-        return;
-      case "pong":
-        replies.push({ type: "pong", req: reqOf(f) });
+        this.#stateChunk(f, events);
         return;
       case "error": {
-        const code = str(f, "code");
         const g = this.groupOfJoin(reqOf(f));
-        if (g !== undefined && g.stateBuffer !== null && (code === "state_unavailable" || code === "state_too_large")) {
-          this.stateDone(g, stateReceived(g.name, 0, null, code), events);
-        } else {
-          replies.push({ type: "error", code, message: str(f, "message"), req: reqOf(f) });
+        if (g !== undefined && g.stateBuffer !== null && (f.code === "state_unavailable" || f.code === "state_too_large")) {
+          this.#stateDone(g, stateReceived(g.name, 0, null, f.code), events);
+          return;
         }
+        replies.push({ type: "error", code: str(f, "code"), message: String(f.message), req: reqOf(f) });
         return;
       }
+      case "published":
+      case "rejected":
+      case "outcome":
+      case "refreshed":
+      case "checkpoint_stored":
+      case "pong":
+        replies.push(f as unknown as Reply); // the frame is the reply (docs/protocol.md)
+        return;
       case "welcome":
         return; // a late duplicate; the client reads the first one itself
       default:
-        throw new ProtocolViolation(`an unknown frame type from the server: ${clip(f.type)}`);
+        throw new ProtocolViolation(`unknown frame ${clip(f.type)}`);
     }
   }
 
-  private deliver(f: Frame, events: ProtocolEvent[]): void {
+  #deliver(f: Frame, events: ProtocolEvent[]): void {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined || g.phase === "left") return;
     const m = message(g, f); // a malformed frame throws here, before anything is counted
@@ -543,23 +509,23 @@ export class ClientProtocol {
     g.top = Math.max(g.top, m.offset);
     if (m.atomic) {
       g.atomic.set(m.offset, null);
-      const acks = this.acks.get(g.name);
+      const acks = this.#acks.get(g.name);
       if (acks) acks.push(m.offset);
-      else this.acks.set(g.name, [m.offset]);
+      else this.#acks.set(g.name, [m.offset]);
     }
     if (s.held.length || m.atomic) {
       s.held.push(m);
-      if (m.atomic) this.releaseStream(g, s, events);
+      if (m.atomic) this.#releaseStream(g, s, events);
     } else {
       events.push(m);
     }
   }
 
-  private release(g: GroupProtocol, events: ProtocolEvent[]): void {
-    for (const s of g.streams.values()) if (s.held.length) this.releaseStream(g, s, events);
+  #release(g: GroupProtocol, events: ProtocolEvent[]): void {
+    for (const s of g.streams.values()) if (s.held.length) this.#releaseStream(g, s, events);
   }
 
-  private releaseStream(g: GroupProtocol, s: Stream, events: ProtocolEvent[]): void {
+  #releaseStream(g: GroupProtocol, s: Stream, events: ProtocolEvent[]): void {
     while (s.held.length) {
       const m = s.held[0]!;
       if (m.atomic) {
@@ -574,7 +540,7 @@ export class ClientProtocol {
     }
   }
 
-  private viewChange(f: Frame, events: ProtocolEvent[]): void {
+  #viewChange(f: Frame, events: ProtocolEvent[]): void {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined || g.phase === "left") return;
     const proposed = int(f, "proposed");
@@ -591,10 +557,10 @@ export class ClientProtocol {
     g.proposed = proposed;
     events.push(ev);
     // Every atomic message held is already ACKed (acks queued in dataToSend go first).
-    this.out.push({ type: "flush_ok", group: g.name, view: proposed });
+    this.#out.push({ type: "flush_ok", group: g.name, view: proposed });
   }
 
-  private viewInstall(f: Frame, events: ProtocolEvent[]): void {
+  #viewInstall(f: Frame, events: ProtocolEvent[]): void {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined) return;
     const view = int(f, "view");
@@ -638,7 +604,7 @@ export class ClientProtocol {
         g.base = offset;
       }
       g.epoch = epoch;
-      this.reack(g);
+      this.#reack(g);
     } else if (g.stateBuffer === null) {
       // A member of the view before: every message up to the install has reached it.
       g.base = Math.max(g.base, offset);
@@ -648,7 +614,7 @@ export class ClientProtocol {
     events.push({ type: "view", group: g.name, view, members, joined, left, offset });
   }
 
-  private stateChunk(f: Frame, events: ProtocolEvent[]): void {
+  #stateChunk(f: Frame, events: ProtocolEvent[]): void {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined || g.stateBuffer === null) return;
     const transfer = str(f, "transfer");
@@ -661,9 +627,9 @@ export class ClientProtocol {
     if (snap.done) return;
     if (index !== snap.chunks.length) {
       g.stateBuffer = [];
-      this.stateDone(
+      this.#stateDone(
         g,
-        stateReceived(g.name, 0, null, `bad_transfer: chunk ${index} where ${snap.chunks.length} was due`),
+        stateReceived(g.name, 0, null, `bad_transfer: chunk ${index}`),
         events,
       );
       return;
@@ -682,7 +648,7 @@ export class ClientProtocol {
     });
   }
 
-  private stateDone(g: GroupProtocol, received: StateReceivedEvent, events: ProtocolEvent[]): void {
+  #stateDone(g: GroupProtocol, received: StateReceivedEvent, events: ProtocolEvent[]): void {
     const buffered = g.stateBuffer ?? [];
     g.stateBuffer = null;
     g.snapshot = null;
@@ -695,12 +661,12 @@ export class ClientProtocol {
    * After a resume or rejoin, ACK again what is held: the first ACK may have been lost; the
    * server answers with the outcome if it is already known.
    */
-  private reack(g: GroupProtocol): void {
+  #reack(g: GroupProtocol): void {
     const waiting = [...g.atomic].filter(([, outcome]) => outcome === null).map(([off]) => off);
     if (!waiting.length) return;
-    const acks = this.acks.get(g.name);
+    const acks = this.#acks.get(g.name);
     if (acks) acks.push(...waiting);
-    else this.acks.set(g.name, waiting);
+    else this.#acks.set(g.name, waiting);
   }
 }
 

@@ -33,15 +33,18 @@ export interface SavedSession {
 }
 
 export class SessionStore {
-  constructor(
-    private readonly storage: StorageLike | null,
-    private readonly key: string,
-  ) {}
+  readonly #storage: StorageLike | null;
+  readonly #key: string;
+
+  constructor(storage: StorageLike | null, key: string) {
+    this.#storage = storage;
+    this.#key = key;
+  }
 
   load(): SavedSession | null {
-    if (this.storage === null) return null;
+    if (this.#storage === null) return null;
     try {
-      const text = this.storage.getItem(this.key);
+      const text = this.#storage.getItem(this.#key);
       if (text === null) return null;
       const saved = JSON.parse(text) as SavedSession;
       if (typeof saved.member !== "string" || typeof saved.groups !== "object" || saved.groups === null) return null;
@@ -52,16 +55,16 @@ export class SessionStore {
   }
 
   save(session: SavedSession): boolean {
-    if (this.storage === null) return false;
+    if (this.#storage === null) return false;
     try {
-      this.storage.setItem(this.key, JSON.stringify(session));
+      this.#storage.setItem(this.#key, JSON.stringify(session));
       return true;
     } catch {
       // Over quota (a large snapshot): keep the session and points, drop the snapshots.
       try {
         const lean: SavedSession = { ...session, groups: {} };
         for (const [name, g] of Object.entries(session.groups)) if (g.snapshot === undefined) lean.groups[name] = g;
-        this.storage.setItem(this.key, JSON.stringify(lean));
+        this.#storage.setItem(this.#key, JSON.stringify(lean));
       } catch {
         /* storage unusable: a reload joins afresh */
       }
@@ -71,7 +74,7 @@ export class SessionStore {
 
   clear(): void {
     try {
-      this.storage?.removeItem(this.key);
+      this.#storage?.removeItem(this.#key);
     } catch {
       /* nothing to clear */
     }

@@ -10,7 +10,8 @@
  *   hidden) means the link is dead;
  * - a tick that comes much later than asked (the timer was throttled, or the machine slept) is
  *   not evidence against the link: the frames that arrived meanwhile may not have been read
- *   yet. It sends a fresh probe and gives it `probeMs` from now instead.
+ *   yet. It sends a fresh probe and gives it `probeMs` from now instead, once: the probe
+ *   itself is then judged by its deadline at the next tick, however late.
  */
 
 export interface HeartbeatOptions {
@@ -68,7 +69,11 @@ export class Heartbeat {
     const late = now - this.lastTick > this.tickMs + 2_000;
     this.lastTick = now;
     if (this.pingAt !== null) {
-      if (late) return this.probe(now); // not the link's fault: ask again, briefly
+      // Not the link's fault: ask again, briefly. Once: a fresh probe (finite deadline) still
+      // unanswered at a later tick is judged, late or not, since socket events are not
+      // throttled; re-probing at every late tick would never find a dead link in a tab whose
+      // every tick is late (one wake-up a minute).
+      if (late && this.deadline === Infinity) return this.probe(now);
       const limit = Math.min(this.deadline, this.pingAt + (hidden ? this.hiddenTimeoutMs : this.timeoutMs));
       return now >= limit ? "dead" : null;
     }

@@ -456,6 +456,54 @@ describe("groups", () => {
   });
 });
 
+describe("while away, and the heartbeat", () => {
+  it("a join asked before the first welcome is sent once, after it", async () => {
+    const h = harness();
+    const g = h.client.group("g");
+    const joining = g.join();
+    const ws = h.last();
+    ws.open();
+    expect(ws.ofType("join")).toHaveLength(0);
+    ws.push(welcome());
+    expect(ws.ofType("join")).toHaveLength(1);
+    expect(ws.ofType("join")[0]).not.toHaveProperty("resume");
+    ws.push(install("g"));
+    await joining;
+    expect(g.view).toEqual({ version: 1, members: ["me"] });
+  });
+
+  it("an ephemeral publish while disconnected is dropped, not queued", async () => {
+    const h = harness();
+    const ws = connect(h);
+    const g = await joined(h);
+    ws.serverClose(1006);
+    expect(await g.publish({ cursor: 1 }, { ephemeral: true })).toMatchObject({ offset: 0, dropped: true });
+    expect(g.pending).toBe(0);
+    await expect(g.publish(1, { ephemeral: true, atomic: true })).rejects.toBeInstanceOf(TypeError);
+  });
+
+  it("pings a quiet link, times the pong, and drops a link that does not answer", () => {
+    const h = harness();
+    const ws = connect(h, { heartbeat_ms: 5_000 });
+    vi.advanceTimersByTime(5_000);
+    const [ping] = ws.ofType("ping");
+    expect(ping).toBeDefined();
+    vi.advanceTimersByTime(30);
+    ws.push({ type: "pong", req: ping!.req as string });
+    expect(h.client.rtt).toBe(30);
+    // silence from now on: a ping at the first tick 5 s after the pong (t = 11 s), dead 15 s later
+    vi.advanceTimersByTime(5_960); // t = 10.99 s
+    expect(ws.ofType("ping")).toHaveLength(1);
+    vi.advanceTimersByTime(10); // t = 11 s
+    expect(ws.ofType("ping")).toHaveLength(2);
+    vi.advanceTimersByTime(14_000);
+    expect(h.client.state).toBe("connected");
+    vi.advanceTimersByTime(1_000);
+    expect(h.client.state).toBe("reconnecting");
+    expect(ws.closedByClient?.code).toBe(3000);
+  });
+});
+
 describe("ack and flush_ok leave from the frame handler, before application code", () => {
   it("the ack of an atomic message is on the socket when a listener of the same batch runs", async () => {
     const h = harness();

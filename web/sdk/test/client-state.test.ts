@@ -118,6 +118,59 @@ describe("state transfer", () => {
   });
 });
 
+describe("checkpoints", () => {
+  it("the position a checkpoint claims leaves out messages still held back (an atomic caught up before its outcome)", async () => {
+    const { h, ws } = connected();
+    let applied: number[] = [];
+    const g = h.client.group("g", {
+      state: { snapshot: () => bytes(JSON.stringify(applied)), restore: () => undefined },
+    });
+    g.on("message", (m) => applied.push(m.offset));
+    const joining = g.join();
+    ws.push(install("g", { epoch: 1, offset: 0 }));
+    await joining;
+    ws.push({ type: "batch", frames: [deliver("g", 1, "fifo:a", 1), deliver("g", 2, "fifo:a", 2)] });
+    ws.serverClose(1006);
+    vi.advanceTimersByTime(100);
+    const ws2 = h.last();
+    ws2.open();
+    ws2.push(welcome({ resumed: true }));
+    ws2.push({ type: "view_resume", group: "g", view: 1 });
+    // the replay: an atomic message whose outcome comes after catchup_done, and one behind it
+    ws2.push({
+      type: "batch",
+      frames: [
+        deliver("g", 3, "fifo:a", 3, { atomic: true }),
+        deliver("g", 4, "fifo:a", 4),
+        { type: "catchup_done", group: "g", offset: 4, count: 2 },
+      ],
+    });
+    expect(applied).toEqual([1, 2]);
+
+    const position = async (): Promise<{ offset: number; streams: Record<string, number> }> => {
+      const before = ws2.ofType("checkpoint").length;
+      void g.checkpoint().catch(() => undefined);
+      await vi.waitFor(() => expect(ws2.ofType("checkpoint").length).toBeGreaterThan(before));
+      return ws2.ofType("checkpoint").at(-1)!.position as { offset: number; streams: Record<string, number> };
+    };
+    // The snapshot holds messages 1 and 2 only: the position must not include 3 or 4, or a
+    // member restoring this checkpoint would never get them.
+    const held = await position();
+    const includes = (p: typeof held, offset: number, stream: string, seq: number): boolean =>
+      offset <= p.offset || seq <= (p.streams[stream] ?? 0);
+    expect(held.streams).toEqual({ "fifo:a": 2 });
+    expect(includes(held, 2, "fifo:a", 2)).toBe(true);
+    expect(includes(held, 3, "fifo:a", 3)).toBe(false);
+    expect(includes(held, 4, "fifo:a", 4)).toBe(false);
+
+    ws2.push({ type: "confirm", group: "g", offsets: [3] });
+    expect(applied).toEqual([1, 2, 3, 4]);
+    const after = await position();
+    expect(after).toMatchObject({ offset: 4, streams: { "fifo:a": 4 } });
+    applied = [];
+  });
+});
+
 describe("a refused resume point", () => {
   it("joins afresh: the application sees `reset`, then the new view, then the new log", async () => {
     const { h, ws } = connected();

@@ -981,9 +981,14 @@ export class Client implements GroupHost {
     const g = this.protocol.groups.get(handle.name)!;
     // The snapshot and the position it claims are taken at the same point of the events.
     const snapshot = state.snapshot();
+    // `handle.base` may already be past messages still held back (an atomic message replayed
+    // before a `catchup_done`, its outcome not in yet): the snapshot lacks them, so the position
+    // must stop before them, as `savedPoint` does, or a restorer would never get them.
+    let offset = handle.base;
+    for (const s of g.streams.values()) for (const m of s.held) offset = Math.min(offset, m.offset - 1);
     const position = {
       epoch: g.epoch,
-      offset: handle.base,
+      offset,
       view: handle.view?.version ?? 0,
       streams: Object.fromEntries(handle.delivered),
     };

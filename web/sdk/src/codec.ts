@@ -55,7 +55,7 @@ export async function decodeSnapshot(
     snapshot = await pipe(packed, new DecompressionStream("deflate"), maxBytes);
   } catch (e) {
     if (e instanceof SnapshotError) throw e;
-    throw new SnapshotError(`inflate: ${String(e)}`);
+    throw new SnapshotError(`does not decompress: ${String(e)}`);
   }
   const digest = await sha256Hex(snapshot);
   if (digest !== sha256.toLowerCase()) throw new SnapshotError("sha256 mismatch");

@@ -97,6 +97,8 @@ export class Group implements AsyncIterable<GroupEvent> {
   #refs = 0;
   #joining: Promise<void> | null = null;
   #leaveTimer: ReturnType<typeof setTimeout> | null = null;
+  /** settles the promise of the leave `#leaveTimer` would make */
+  #leaveDone: (() => void) | null = null;
   readonly #emitter: Emitter<Listeners>;
   readonly #waiters = new Set<Waiter>();
 
@@ -125,6 +127,8 @@ export class Group implements AsyncIterable<GroupEvent> {
     if (this.#leaveTimer !== null) {
       clearTimeout(this.#leaveTimer); // a StrictMode remount: the leave never happens
       this.#leaveTimer = null;
+      this.#leaveDone?.(); // and its promise resolves: nothing is left to wait for
+      this.#leaveDone = null;
     }
     if (this.#joining === null || this.status === "left" || this.status === "removed") {
       const joining = this.#host.requestJoin(this);
@@ -146,8 +150,10 @@ export class Group implements AsyncIterable<GroupEvent> {
     this.#refs -= 1;
     if (this.#refs > 0) return Promise.resolve();
     return new Promise((resolve, reject) => {
+      this.#leaveDone = resolve;
       this.#leaveTimer = setTimeout(() => {
         this.#leaveTimer = null;
+        this.#leaveDone = null;
         if (this.#refs > 0) {
           resolve();
           return;

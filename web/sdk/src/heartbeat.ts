@@ -68,7 +68,11 @@ export class Heartbeat {
     const late = now - this.#lastTick > this.tickMs + 2_000;
     this.#lastTick = now;
     if (this.#pingAt !== null) {
-      if (late) return this.probe(now); // not the link's fault: ask again, briefly
+      // Not the link's fault: ask again, briefly. Once: a fresh probe (finite deadline) still
+      // unanswered at a later tick is judged, late or not, since socket events are not
+      // throttled; re-probing at every late tick would never find a dead link in a tab whose
+      // every tick is late (one wake-up a minute).
+      if (late && this.#deadline === Infinity) return this.probe(now);
       const limit = Math.min(this.#deadline, this.#pingAt + (hidden ? this.hiddenTimeoutMs : this.timeoutMs));
       return now >= limit ? "dead" : null;
     }

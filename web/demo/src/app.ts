@@ -28,7 +28,8 @@ const PRESENCE_EVERY_MS = 5_000;
 type LogEntry =
   | { kind: "op"; offset: number; seq: number; sender: string; op: Op }
   | { kind: "view"; version: number; members: string[] }
-  | { kind: "state"; offset: number; reason: string | null };
+  | { kind: "state"; offset: number; reason: string | null }
+  | { kind: "removed"; group: string; reason: string | null };
 
 interface Ghost {
   by: string;
@@ -155,6 +156,20 @@ async function main(): Promise<void> {
     render();
   });
   texts.on("status", render);
+
+  // Removed by the group (e.g. frozen past ack_timeout, or away past suspect_timeout while a
+  // view change needed it): the application is still here, so join again; the state comes by
+  // transfer, as for any joiner. A leave of our own ends as "left", not "removed".
+  for (const g of [group, texts]) {
+    g.on("removed", (ev) => {
+      log.push({ kind: "removed", group: g.name, reason: ev.reason });
+      render();
+      if (g.status !== "removed") return;
+      setTimeout(() => {
+        g.join().catch((e: unknown) => console.warn(`notify board: could not join ${g.name} again`, e));
+      }, 250);
+    });
+  }
 
   // -- presence ------------------------------------------------------------------------------
   function sendPresence(): void {
@@ -385,8 +400,8 @@ async function main(): Promise<void> {
     set("members", members.join(", ") || "—");
     set("status", `${group.status} / text: ${texts.status}`);
     set("offset", String(lastOffset));
-    set("pending", `${group.pending} board + ${texts.pending} text (${y.buffered} merging)`);
-    set("rtt", client.rtt === null ? "—" : `${client.rtt.toFixed(0)} ms`);
+    set("pending", `${group.pending} board, ${texts.pending} text, ${y.buffered} merging`);
+    set("rtt", client.rtt === null ? "— (pinged on a quiet link only)" : `${client.rtt.toFixed(0)} ms`);
     set("url", client.url);
   }
 

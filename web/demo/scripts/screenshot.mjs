@@ -214,6 +214,10 @@ try {
   console.log(`     views seen: ana ${views[0].join(",")} · bo ${views[1].join(",")} · cy ${views[2].join(",")}`);
 
   // The picture: three members, some cards, someone in a note.
+  const byTitle = await ana.evaluate(() => Object.fromEntries(window.board.state().cards.map((c) => [c.title, c.id])));
+  await ana.getByTestId(`right-${byTitle["Added while bo was away"]}`).click();
+  await cy.getByTestId(`delete-${byTitle["Added while bo reloads"]}`).click();
+  await converge(pages, "after a move and a delete");
   await bo.getByTestId(`text-${ids[1]}`).click();
   await bo.getByTestId(`text-${ids[1]}`).press("End");
   await bo.getByTestId(`text-${ids[1]}`).pressSequentially(" (then full jitter)", { delay: 20 });

@@ -283,17 +283,19 @@ async function main(): Promise<void> {
     const head = h("header");
     const title = h("h3", { "data-testid": `title-${id}` });
     const del = h("button", { class: "icon", title: "delete", "data-testid": `delete-${id}` }, "×");
-    head.append(title, del);
-    const area = h("textarea", { "data-testid": `text-${id}`, placeholder: "notes…", rows: "3", spellcheck: "false" });
-    const typing = h("div", { class: "typing", "data-testid": `typing-${id}` });
-    const foot = h("footer");
-    const owner = h("span", { class: "owner", "data-testid": `owner-${id}` });
     const left = h("button", { class: "icon", title: "move left", "data-testid": `left-${id}` }, "◀");
     const right = h("button", { class: "icon", title: "move right", "data-testid": `right-${id}` }, "▶");
+    const tools = h("span", { class: "tools" });
+    tools.append(left, right, del);
+    head.append(title, tools);
+    const area = h("textarea", { "data-testid": `text-${id}`, placeholder: "notes…", rows: "3", spellcheck: "false" });
+    const typingEl = h("div", { class: "typing", "data-testid": `typing-${id}` });
+    const foot = h("footer");
+    const owner = h("span", { class: "owner", "data-testid": `owner-${id}` });
     const claimBtn = h("button", { class: "claim", "data-testid": `claim-${id}` }, "claim");
-    foot.append(owner, left, right, claimBtn);
+    foot.append(owner, claimBtn);
     const note = h("div", { class: "note", "data-testid": `note-${id}` });
-    root.append(head, area, typing, foot, note);
+    root.append(head, area, typingEl, foot, note);
 
     const move = (step: number): void => {
       const card = board.cards.find((c) => c.id === id);
@@ -310,12 +312,12 @@ async function main(): Promise<void> {
       else void claim(id);
     });
     root.addEventListener("dragstart", (ev) => ev.dataTransfer?.setData("text/x-card", id));
-    const aware = (): void => setAwareness({ name: member, card: id, cursor: area.selectionStart, typing: Date.now() });
-    const unbind = bindTextarea(area, doc.getText(`card:${id}`), aware);
-    area.addEventListener("focus", aware);
+    const typing = (): void => setAwareness({ name: member, card: id, cursor: area.selectionStart, typing: Date.now() });
+    const unbind = bindTextarea(area, doc.getText(`card:${id}`), typing);
+    area.addEventListener("focus", () => setAwareness({ name: member, card: id, cursor: area.selectionStart }));
     area.addEventListener("blur", () => setAwareness({ name: member, card: null }));
 
-    const v: CardView = { root, title, owner, claim: claimBtn, typing, note, left, right, unbind };
+    const v: CardView = { root, title, owner, claim: claimBtn, typing: typingEl, note, left, right, unbind };
     cardViews.set(id, v);
     return v;
   }
@@ -360,7 +362,7 @@ async function main(): Promise<void> {
       const claimState = card.claimedBy !== null ? (card.claimedBy === member ? "mine" : "other") : ghost !== undefined ? "ghost" : "none";
       v.root.dataset.claim = claimState;
       v.owner.textContent =
-        card.claimedBy !== null ? `claimed by ${card.claimedBy}` : ghost !== undefined ? `claiming… (${ghost.committed ? "committed" : "pending"})` : `added by ${card.by}`;
+        card.claimedBy !== null ? `claimed by ${card.claimedBy === member ? "you" : card.claimedBy}` : ghost !== undefined ? `claiming… (${ghost.committed ? "committed" : "pending"})` : `added by ${card.by}`;
       v.claim.textContent = card.claimedBy === member ? "release" : "claim";
       v.claim.disabled = ghost !== undefined || (card.claimedBy !== null && card.claimedBy !== member);
       v.left.disabled = card.column === "todo";
@@ -400,7 +402,7 @@ async function main(): Promise<void> {
     set("members", members.join(", ") || "—");
     set("status", `${group.status} / text: ${texts.status}`);
     set("offset", String(lastOffset));
-    set("pending", `${group.pending} board, ${texts.pending} text, ${y.buffered} merging`);
+    set("pending", `${group.pending} board · ${texts.pending} text · ${y.buffered} merging`);
     set("rtt", client.rtt === null ? "— (pinged on a quiet link only)" : `${client.rtt.toFixed(0)} ms`);
     set("url", client.url);
   }

@@ -180,6 +180,7 @@ export class Client implements GroupHost {
   #lostAt: number | null = null;
   #heartbeat: Heartbeat | null = null;
   #pingSent = new Map<string, number>();
+  #pingAt = -Infinity;
   #frozen: unknown[] | null = null;
   #timers: Record<TimerName, ReturnType<typeof setTimeout> | null> = {
     reconnect: null,
@@ -497,16 +498,19 @@ export class Client implements GroupHost {
   #tick(): void {
     const hb = this.#heartbeat;
     if (hb === null) return;
-    const action = hb.tick(now(), pageHidden());
+    const t = now();
+    const action = hb.tick(t, pageHidden());
     if (action === "ping") this.#ping();
     else if (action === "dead") this.dropLink("heartbeat: no answer");
+    else if (t - this.#pingAt > 30_000) this.#ping(); // a busy link is never quiet: measure rtt anyway
   }
 
   #ping(): void {
     const ws = this.#ws;
     if (ws === null || !this.#welcomed) return;
     const req = this.#nextReq("h");
-    this.#pingSent.set(req, now());
+    this.#pingAt = now();
+    this.#pingSent.set(req, this.#pingAt);
     if (this.#pingSent.size > 8) this.#pingSent.delete(this.#pingSent.keys().next().value!);
     ws.send(JSON.stringify({ type: "ping", req }));
   }
@@ -654,6 +658,7 @@ export class Client implements GroupHost {
         }
         break;
       case "removed":
+        if (ev.reason === null && !this.#leaves.has(ev.group) && handle?.wanted) ev = { ...ev, reason: "removed" };
         this.#settle(this.#leaves, ev.group);
         this.#failGroup(ev.group, new GroupLeftError(`no longer a member of ${ev.group}`), { sentToo: false });
         delete this.#savedGroups[ev.group];

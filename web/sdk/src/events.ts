@@ -12,7 +12,8 @@ export interface Message {
   readonly offset: number;
   /** `fifo:<sender>`, `total`, or `ext:<sender>` (a non-member's FIFO messages). */
   readonly stream: string;
-  /** Increases by exactly one within `stream`: a gap would be visible. */
+  /** Increases by one within `stream`, except over an aborted atomic message (G5), whose seq is
+   * never handed over: any other gap would be visible. */
   readonly seq: number;
   readonly sender: string;
   /** The view the sender stamped it with. */
@@ -78,7 +79,11 @@ export interface StateReceivedEvent {
   readonly streams: Readonly<Record<string, number>>;
 }
 
-/** This member is no longer in the group: it left, or the group removed it (`reason`). */
+/**
+ * This member is no longer in the group: it left (`reason` null), or the group removed it while
+ * the application still wanted it (`reason`: `removed` — e.g. it could not ACK or flush in time —
+ * or the code that refused its rejoin). The application decides whether to `join()` again.
+ */
 export interface RemovedEvent {
   readonly type: "removed";
   readonly group: string;

@@ -174,7 +174,12 @@ export class Group implements AsyncIterable<GroupEvent> {
     return this.#host.checkpoint(this);
   }
 
-  /** Publishes waiting to be sent or answered. */
+  /** This client's member id. */
+  get member(): string {
+    return this.#host.member;
+  }
+
+    /** Publishes waiting to be sent or answered. */
   get pending(): number {
     return this.#host.pendingOf(this);
   }

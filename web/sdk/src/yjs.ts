@@ -27,7 +27,7 @@
  */
 
 import * as Y from "yjs";
-import { fromBase64, toBase64 } from "./codec.js";
+import { fromBase64, toBase64 } from "./base64.js";
 import { Emitter, type Unsubscribe } from "./emitter.js";
 import { NotifyError } from "./errors.js";
 import type { Group, StateProvider } from "./group.js";

@@ -465,6 +465,7 @@ export class Client implements GroupHost {
     this.limits = (f.limits as Record<string, unknown>) ?? {};
     const t = now();
     this.#backoff.connected(t);
+    this.#pingAt = t;
     const hbMs = typeof f.heartbeat_ms === "number" ? f.heartbeat_ms : undefined;
     this.#heartbeat = new Heartbeat(t, { intervalMs: hbMs, ...this.#opts.heartbeat });
     this.#timers.tick = setInterval(() => this.#tick(), this.#heartbeat.tickMs);

@@ -40,7 +40,8 @@ __all__ = ["main"]
 #: the demo's build, relative to the repository
 DEFAULT_STATIC = Path(__file__).resolve().parent.parent / "web" / "demo" / "dist"
 
-BUILD_HINT = "build it: ./dev demo does, or (cd web && npm run -w notify-board build)"
+BUILD_HINT = ("build it: (cd web && npm run -w notify-board build); ./dev demo runs that itself "
+              "once web/demo/build.mjs exists")
 
 
 class _Handler(SimpleHTTPRequestHandler):

@@ -13,14 +13,21 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import ValidationError
 
 from notify.config import Settings
 from notify.eventlog import EventLog
+
+if TYPE_CHECKING:
+    from notify.server import NotifyServer
+
+#: called once `notify serve` is listening (tools that embed it: `notify.devdemo`)
+OnReady = Callable[["NotifyServer"], object]
 
 #: `notify serve` flags: (flag, settings section, type, help). Every flag defaults to "not given"
 #: so that only the flags on the command line override the environment and the TOML file.
@@ -132,7 +139,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         raise SystemExit(f"notify serve: bad configuration: {e}") from None
 
 
-async def _serve(a: argparse.Namespace) -> None:
+async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None:
     from notify.server import NotifyServer
     from notify.server.auth import TokenVerifier
     from notify.storage import MemoryLog, MessageLog, SqliteLog
@@ -189,6 +196,8 @@ async def _serve(a: argparse.Namespace) -> None:
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
                           cluster=cluster)
     await server.start()
+    if on_ready is not None:
+        on_ready(server)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -303,7 +312,8 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> int:
+    """The `notify` command. `on_ready(server)` is called once `notify serve` listens."""
     parser = argparse.ArgumentParser(prog="notify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -339,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                         wrapper_class=structlog.make_filtering_bound_logger(level))
     try:
         if a.cmd == "serve":
-            asyncio.run(_serve(a))
+            asyncio.run(_serve(a, on_ready))
         elif a.cmd == "pub":
             return asyncio.run(_pub(a))
         else:

@@ -192,7 +192,7 @@ function flagsOf(opts: NotifyOptions, staticOrigin: string | undefined): string[
   const args: string[] = [];
   for (const [key, value] of Object.entries(opts)) {
     if (value === undefined || key === 'store' || key === 'origins' || key === 'args') continue;
-    const flag = '--' + key.replace(/[A-Z0-9]+/g, (m) => '-' + m.toLowerCase()).replace(/^-/, '');
+    const flag = '--' + key.replace(/[A-Z]/g, (m) => '-' + m.toLowerCase()); // authHs256Secret: --auth-hs256-secret
     if (value === true) args.push(flag);
     else if (value === false) continue;
     else if (Array.isArray(value)) for (const v of value) args.push(flag, v);

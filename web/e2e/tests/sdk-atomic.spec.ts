@@ -19,9 +19,14 @@ test('a frozen peer past ack_timeout aborts it: rolled back, delivered to no one
   const r = await publish(pages[0]!, { claim: 9 }, { order: 'total', atomic: true });
   expect(r.committed).toBe(false);
   expect(r.reason).toBeTruthy();
-  // behind it in the total order, a plain message still reaches everyone, the frozen one too
+  // The member that did not ACK in time is the failed one: the group removes it (view change
+  // with reason ack_timeout). Behind the aborted message in the total order, a plain message
+  // reaches the others; nobody, the frozen member included, ever handed over the claim.
   await publish(pages[1]!, { after: 1 }, { order: 'total' });
-  for (const p of pages) {
+  for (const p of pages.slice(0, 2)) {
     await expect.poll(async () => (await snap(p)).total.map(([, , x]) => x), { timeout: 15_000 }).toEqual([{ after: 1 }]);
+    expect((await snap(p)).view?.members).toEqual(['m0', 'm1']);
   }
+  await expect.poll(async () => (await snap(pages[2]!)).status, { timeout: 15_000 }).toBe('removed');
+  expect((await snap(pages[2]!)).total).toEqual([]);
 });

@@ -23,6 +23,7 @@
 
 import type {
   EphemeralEvent,
+  ViewChangingEvent,
   GroupEvent,
   Message,
   Reply,
@@ -544,18 +545,9 @@ export class ClientProtocol {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined || g.phase === "left") return;
     const proposed = int(f, "proposed");
-    const ev = {
-      type: "view-changing" as const,
-      group: g.name,
-      proposed,
-      members: strings(f, "members"),
-      joining: strings(f, "joining"),
-      leaving: strings(f, "leaving"),
-      reason: str(f, "reason"),
-    };
     g.phase = "flushing";
     g.proposed = proposed;
-    events.push(ev);
+    events.push({ ...f, type: "view-changing" } as unknown as ViewChangingEvent); // the frame is the event
     // Every atomic message held is already ACKed (acks queued in dataToSend go first).
     this.#out.push({ type: "flush_ok", group: g.name, view: proposed });
   }
@@ -671,19 +663,10 @@ export class ClientProtocol {
 }
 
 function message(g: GroupProtocol, f: Frame): Message {
-  return {
-    type: "message",
-    group: g.name,
-    offset: int(f, "offset"),
-    stream: str(f, "stream"),
-    seq: int(f, "seq"),
-    sender: str(f, "sender"),
-    view: int(f, "view"),
-    atomic: f.atomic === true,
-    payload: f.payload,
-    ts: f.ts as number,
-    replayed: g.catchingUp,
-  };
+  int(f, "offset");
+  int(f, "seq");
+  str(f, "stream");
+  return { ...f, type: "message", group: g.name, atomic: f.atomic === true, replayed: g.catchingUp } as unknown as Message;
 }
 
 function stateReceived(

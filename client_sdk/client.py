@@ -1037,9 +1037,8 @@ class Client:
         # The snapshot and the position it claims are taken at the same point of the events
         # handed to the application.
         snapshot = group._state.snapshot()
-        position = {"epoch": self.protocol.groups[group.name].epoch, "offset": group._base,
-                    "view": group.view.version if group.view is not None else 0,
-                    "streams": dict(group._delivered)}
+        position = self.protocol.groups[group.name].snapshot_point(group._base, group._delivered)
+        position["view"] = group.view.version if group.view is not None else 0
         chunks = (await asyncio.to_thread(encode, snapshot)) if len(snapshot) > _THREAD_ENCODE \
             else encode(snapshot)
         req = f"c{next(self._reqs)}"

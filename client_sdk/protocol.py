@@ -131,6 +131,16 @@ class GroupProtocol:
                                 for k, s in self.streams.items() if s.received - len(s.held)}
         return point
 
+    def snapshot_point(self, base: int, delivered: dict[str, int]) -> dict[str, Any]:
+        """The position of a snapshot taken when the application has been handed every message
+        at or below `base` and, per stream, up to `delivered`: it stops before any message still
+        held back (an atomic replayed before a `catchup_done` may be unresolved while `base` is
+        already past it), so a member restoring it gets those messages instead of missing them."""
+        held = [m.offset for st in self.streams.values() for m in st.held]
+        offset = min(base, min(held) - 1) if held else base
+        return {"epoch": self.epoch, "offset": offset, "view": self.view,
+                "streams": dict(delivered)}
+
     def restore_point(self, point: dict[str, Any]) -> None:
         """Start from a point saved by `saved_point()`."""
         self.epoch, self.base = int(point["epoch"]), int(point["offset"])

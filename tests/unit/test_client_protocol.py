@@ -195,3 +195,20 @@ def test_refused_resume_with_the_same_epoch_starts_at_the_new_install(
     assert ev[0] == Reset("g", "offset_unavailable", 1, 6, 1, 40)
     assert proto.groups["g"].resume_point() == {"epoch": 1, "offset": 40, "view": 4,
                                                 "streams": {}}
+
+
+def test_snapshot_point_stops_before_messages_still_held_back(proto: ClientProtocol) -> None:
+    """A checkpoint taken while an atomic message is unresolved (replayed before a
+    `catchup_done` that moved the base past it) must not claim it: a member restoring the
+    checkpoint would never be given it (found by the browser SDK's tests, issue 13)."""
+    proto.receive(deliver(6, 1, atomic=True))  # held, with what follows in its stream
+    proto.receive(deliver(7, 2))
+    ev, _ = proto.receive(deliver(8, 1, stream="total"))
+    assert delivered(ev) == [8]
+    proto.receive({"type": "catchup_done", "group": "g", "offset": 8, "count": 3})
+    g = proto.groups["g"]
+    point = g.snapshot_point(8, {"total": 1})
+    assert point["offset"] == 5  # before the held atomic, not the catch-up's 8
+    assert point["streams"] == {"total": 1} and point["epoch"] == 1
+    proto.receive({"type": "confirm", "group": "g", "offsets": [6]})
+    assert g.snapshot_point(8, {"total": 1, "fifo:b": 2})["offset"] == 8  # nothing held now

@@ -63,3 +63,14 @@ export function mintToken(secret: string, sub: string, seconds: number): string 
   const body = `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub, iat: now, exp: now + seconds })}`;
   return `${body}.${createHmac('sha256', secret).update(body).digest('base64url')}`;
 }
+
+/** The network as `page` sees it: while `blocked`, every connection attempt fails at once
+ * (Playwright's `setOffline` does not touch WebSockets, so the route stands in for it). */
+export async function network(page: Page): Promise<{ blocked: boolean }> {
+  const net = { blocked: false };
+  await page.routeWebSocket(/.*/, (ws) => {
+    if (net.blocked) ws.close();
+    else ws.connectToServer();
+  });
+  return net;
+}

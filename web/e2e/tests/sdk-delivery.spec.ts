@@ -1,7 +1,7 @@
 // The browser SDK against a real server, in Debian's chromium: what a web app is promised.
 // Each page is its own browser context (its own device and sessionStorage).
 import { expect, test } from '../fixtures.ts';
-import { gapFree, join, publish, snap } from '../member.ts';
+import { gapFree, join, network, publish, snap } from '../member.ts';
 
 test('three browsers and a Python observer converge: same total order, same state hash', async ({ newPage, notify, web, group, observe }) => {
   const obs = await observe({ group, member: 'py-obs' });
@@ -49,20 +49,15 @@ test('a short drop resumes with no view change and no gap', async ({ newPage, no
 
 test('publishes made offline are sent once when back, never twice', async ({ newPage, notify, web, group }) => {
   const [a, b] = await Promise.all([newPage(), newPage()]);
-  let blocked = false;
-  // The network as this page sees it: while blocked, every connection attempt fails.
-  await a.routeWebSocket(/.*/, (ws) => {
-    if (blocked) ws.close();
-    else ws.connectToServer();
-  });
+  const net = await network(a);
   await join(a, web.origin, { url: notify.url, member: 'ana', group });
   await join(b, web.origin, { url: notify.url, member: 'bo', group });
-  blocked = true;
+  net.blocked = true;
   await a.evaluate(() => (window as any).h.m.client.dropLink('test: offline'));
   await a.evaluate(() => (window as any).h.publishLater([1, 2, 3, 4, 5].map((n) => ({ offline: n })), { order: 'total' }));
   await a.waitForTimeout(700);
   expect((await snap(a)).pending).toBe(5);
-  blocked = false;
+  net.blocked = false;
   await expect.poll(() => a.evaluate(() => (window as any).h.results.length), { timeout: 15_000 }).toBe(5);
   const results = await a.evaluate(() => (window as any).h.results);
   expect(results.every((r: any) => typeof r.offset === 'number' && r.offset > 0)).toBe(true);

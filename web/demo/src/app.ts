@@ -403,7 +403,7 @@ async function main(): Promise<void> {
     set("status", `${group.status} / text: ${texts.status}`);
     set("offset", String(lastOffset));
     set("pending", `${group.pending} board · ${texts.pending} text · ${y.buffered} merging`);
-    set("rtt", client.rtt === null ? "— (pinged on a quiet link only)" : `${client.rtt.toFixed(0)} ms`);
+    set("rtt", client.rtt === null ? "—" : `${client.rtt.toFixed(0)} ms`);
     set("url", client.url);
   }
 

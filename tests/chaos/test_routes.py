@@ -26,6 +26,8 @@ N, SIZE = 200, 4096
 
 async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
     nats = pytest.importorskip("nats")
+    from nats.js.errors import APIError, ServiceUnavailableError
+
     binary = nats_server_binary()
     assert binary is not None
     mesh = RouteMesh()
@@ -39,14 +41,17 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         nc = await nats.connect(cluster.urls[0], connect_timeout=5)
         try:
             js = nc.jetstream()
-            # right after start the meta layer may still be settling (a new cluster's first
-            # stream request can time out): asked again, bounded
+            # right after start the meta layer may still be settling: a new cluster's first
+            # stream request can time out, or be refused while a peer is not yet seen online
+            # (10005 "no suitable peers for placement", seen in CI); asked again, bounded
             for attempt in range(10):
                 try:
                     await js.add_stream(name="T", subjects=["t.>"], num_replicas=3)
                     break
-                except nats.errors.TimeoutError:
-                    if attempt == 9:
+                except (nats.errors.TimeoutError, APIError) as e:
+                    settling = not isinstance(e, APIError) or e.err_code == 10005 \
+                        or isinstance(e, ServiceUnavailableError)
+                    if attempt == 9 or not settling:
                         raise
                     await asyncio.sleep(1.0)
             before = await asyncio.to_thread(mesh.bytes)

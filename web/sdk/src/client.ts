@@ -164,7 +164,8 @@ export class Client implements GroupHost {
   readonly #joins = new Map<string, Request<void>>();
   readonly #leaves = new Map<string, Request<void>>();
   readonly #checkpoints = new Map<string, Request<{ offset: number; bytes: number }>>();
-  readonly #refreshes: Array<Request<void>> = [];
+  /** `setToken` calls waiting for `refreshed`, oldest first (the frame has no req) */
+  readonly #refreshes = new Map<string, Request<void>>();
   readonly #joinRetries = new Map<string, number>();
   #savedGroups: Record<string, SavedGroup>;
   #token: string | undefined;
@@ -191,7 +192,6 @@ export class Client implements GroupHost {
   };
   #seq = 0;
   #unwatch: () => void = () => undefined;
-  #readyWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
 
   constructor(url: string | readonly string[], opts: ClientOptions = {}) {
     this.urls = serverUrls(url);
@@ -247,7 +247,14 @@ export class Client implements GroupHost {
   ready(): Promise<void> {
     if (this.state === "connected") return Promise.resolve();
     if (this.state === "closed") return Promise.reject(this.#closedError());
-    return new Promise((resolve, reject) => this.#readyWaiters.push({ resolve, reject }));
+    return new Promise((resolve, reject) => {
+      const off = this.on("state", ({ to }) => {
+        if (to === "connected") resolve();
+        else if (to === "closed") reject(this.#closedError());
+        else return;
+        off();
+      });
+    });
   }
 
   /**
@@ -265,20 +272,11 @@ export class Client implements GroupHost {
   setToken(token: string): Promise<void> {
     this.#token = token;
     if (this.state !== "connected") return Promise.resolve(); // the next hello carries it
-    return new Promise<void>((resolve, reject) => {
-      const r: Request<void> = {
-        req: "",
-        resolve,
-        reject,
-        timer: setTimeout(() => {
-          this.#dropRequest(this.#refreshes, r);
-          reject(new RequestTimeout("refresh: no answer"));
-        }, this.#requestTimeout),
-      };
-      this.#refreshes.push(r);
-      this.protocol.send({ type: "refresh", token });
-      this.#flush();
-    });
+    const key = this.#nextReq("t");
+    const done = this.#request(this.#refreshes, key, key, "refresh");
+    this.protocol.send({ type: "refresh", token });
+    this.#flush();
+    return done;
   }
 
   /** Debugging and tests: drop the link as a network would (the client reconnects). */
@@ -470,10 +468,7 @@ export class Client implements GroupHost {
     this.#heartbeat = new Heartbeat(t, { intervalMs: hbMs, ...this.#opts.heartbeat });
     this.#timers.tick = setInterval(() => this.#tick(), this.#heartbeat.tickMs);
     // The hello carried the newest token: refreshes asked meanwhile are in force.
-    for (const r of this.#refreshes.splice(0)) {
-      clearTimeout(r.timer);
-      r.resolve();
-    }
+    for (const key of this.#refreshes.keys()) this.#settle(this.#refreshes, key);
     this.#scheduleRefresh();
     this.protocol.dataToSend(); // joins asked before this connection: the loop below sends them
     // Rejoin every group the application holds: with its resume point, or afresh.
@@ -492,7 +487,6 @@ export class Client implements GroupHost {
     const lostFor = this.#lostAt === null ? 0 : t - this.#lostAt;
     this.#lostAt = null;
     this.#setState("connected", `welcome from ${this.url}${lostFor ? ` after ${Math.round(lostFor)} ms` : ""}`);
-    for (const w of this.#readyWaiters.splice(0)) w.resolve();
     this.#flush();
   }
 
@@ -707,11 +701,7 @@ export class Client implements GroupHost {
         this.#settle(this.#checkpoints, String(r.req), { offset: r.offset, bytes: r.bytes });
         return;
       case "refreshed": {
-        const w = this.#refreshes.shift();
-        if (w !== undefined) {
-          clearTimeout(w.timer);
-          w.resolve();
-        }
+        this.#settle(this.#refreshes, this.#refreshes.keys().next().value ?? "");
         return;
       }
       case "pong": {
@@ -754,10 +744,8 @@ export class Client implements GroupHost {
       }
       return;
     }
-    if (req === null && REFRESH_REFUSALS.has(r.code) && this.#refreshes.length) {
-      const w = this.#refreshes.shift()!;
-      clearTimeout(w.timer);
-      w.reject(error);
+    if (req === null && REFRESH_REFUSALS.has(r.code) && this.#refreshes.size) {
+      this.#fail(this.#refreshes, this.#refreshes.keys().next().value!, error);
       return;
     }
     this.#emitter.emit("error", error);
@@ -1088,11 +1076,6 @@ export class Client implements GroupHost {
     };
   }
 
-  #dropRequest<T>(list: Array<Request<T>>, r: Request<T>): void {
-    const i = list.indexOf(r);
-    if (i >= 0) list.splice(i, 1);
-  }
-
   #failGroup(group: string, error: Error, o: { sentToo?: boolean; sameViewOnly?: boolean }): void {
     for (const [id, p] of this.#pending) {
       if (p.group !== group || (p.sent && !o.sentToo) || (o.sameViewOnly && !p.frame.same_view)) continue;
@@ -1122,18 +1105,13 @@ export class Client implements GroupHost {
       p.reject(error);
     }
     this.#pending.clear();
-    for (const table of [this.#joins, this.#leaves, this.#checkpoints] as Array<Map<string, Request<unknown>>>) {
+    for (const table of [this.#joins, this.#leaves, this.#checkpoints, this.#refreshes] as Array<Map<string, Request<unknown>>>) {
       for (const r of table.values()) {
         clearTimeout(r.timer);
         r.reject(error);
       }
       table.clear();
     }
-    for (const r of this.#refreshes.splice(0)) {
-      clearTimeout(r.timer);
-      r.reject(error);
-    }
-    for (const w of this.#readyWaiters.splice(0)) w.reject(error);
     for (const g of this.#groups.values()) g.end(byApp ? null : error);
   }
 

@@ -93,7 +93,16 @@ async def test_route_delay_is_felt(tmp_path: Path) -> None:
                 await msg.respond(msg.data)
             await b.subscribe("echo", cb=echo)
             await b.flush()
-            await asyncio.sleep(0.5)  # the interest reaches server 0
+            # the interest reaches server 0 over the route: until then a request finds no
+            # responder (0.5 s was not always enough in CI); asked until answered, bounded
+            for attempt in range(50):
+                try:
+                    await a.request("echo", b"x", timeout=5)
+                    break
+                except nats.errors.NoRespondersError:
+                    if attempt == 49:
+                        raise
+                    await asyncio.sleep(0.2)
 
             async def rtt(n: int) -> float:
                 ts = []

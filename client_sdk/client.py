@@ -86,6 +86,7 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
+from client_sdk.events_queue import EventQueue
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 from state_transfer import encode
 
@@ -259,11 +260,17 @@ class PublishResult:
 
 @dataclass(slots=True)
 class _Pending:
+    """A publish waiting to be sent or answered: one future, its result. An atomic publish is
+    answered twice (`published`, then `outcome`); `offset` keeps the first answer's."""
+
     group: str
     frame: dict[str, Any]
-    published: asyncio.Future[Published]
-    outcome: asyncio.Future[Outcome] | None
+    atomic: bool
+    result: asyncio.Future[PublishResult]
     sent: bool = False
+    offset: int = 0
+    #: the deadline of a `publish_nowait` (an awaited publish has its own)
+    timer: asyncio.TimerHandle | None = None
 
 
 #: in a group's queue: iteration ends (the group was left, or the app closed the client)
@@ -454,9 +461,9 @@ class Client:
         self._set_state(ConnectionState.CLOSED)
         waiting: list[asyncio.Future[Any]] = []
         for p in self._pending.values():
-            waiting.append(p.published)
-            if p.outcome is not None:
-                waiting.append(p.outcome)
+            waiting.append(p.result)
+            if p.timer is not None:
+                p.timer.cancel()
         waiting.extend(fut for _, fut in self._joins.values())
         waiting.extend(fut for _, fut in self._leaves.values())
         waiting.extend(self._checkpoints.values())
@@ -699,10 +706,15 @@ class Client:
 
     def _on_event(self, e: GroupEvent, now: float) -> None:
         g = self._groups.get(e.group)
-        if isinstance(e, Message):
-            self._log("client.deliver", group=e.group, offset=e.offset, stream=e.stream,
-                      seq=e.seq, sender=e.sender, sent_ts=e.ts, recv_ts=now, atomic=e.atomic)
-        elif isinstance(e, ViewInstalled):
+        if type(e) is Message:  # the hot path: one check, and no log record unless logging
+            if self._events_log is not None:
+                self._log("client.deliver", group=e.group, offset=e.offset, stream=e.stream,
+                          seq=e.seq, sender=e.sender, sent_ts=e.ts, recv_ts=now,
+                          atomic=e.atomic)
+            if g is not None:
+                g._queue.put_nowait(e)
+            return
+        if isinstance(e, ViewInstalled):
             self._log("client.view", group=e.group, view=e.view, members=list(e.members))
             if g is not None:
                 g.view = View(e.view, e.members)
@@ -745,23 +757,20 @@ class Client:
                     same_view_only and not p.frame["same_view"]):
                 continue
             del self._pending[pid]
-            if not p.published.done():
-                p.published.set_exception(error)
-            if p.outcome is not None:
-                p.outcome.cancel()
+            self._settle(p, error=error)
 
     def _on_reply(self, r: Reply) -> None:
-        if isinstance(r, Published):
+        if type(r) is Published:  # the hot path of a publisher
             p = self._pending.get(r.id)
             if p is not None:
-                if not p.published.done():
-                    p.published.set_result(r)
-                if p.outcome is None:
+                p.offset = r.offset
+                if not p.atomic:
                     del self._pending[r.id]
+                    self._settle(p, PublishResult(r.id, r.offset))
         elif isinstance(r, Outcome):
             p = self._pending.pop(r.id, None)
-            if p is not None and p.outcome is not None and not p.outcome.done():
-                p.outcome.set_result(r)
+            if p is not None:
+                self._settle(p, PublishResult(r.id, p.offset or r.offset, r.committed, r.reason))
         elif isinstance(r, Rejected):
             p = self._pending.get(r.id)
             if p is None:
@@ -770,9 +779,7 @@ class Client:
                 p.sent = False
                 return
             del self._pending[r.id]
-            p.published.set_exception(PublishRejected(r.code))
-            if p.outcome is not None:
-                p.outcome.cancel()
+            self._settle(p, error=PublishRejected(r.code))
         elif isinstance(r, CheckpointStored):
             fut = self._checkpoints.pop(r.req, None)
             if fut is not None and not fut.done():
@@ -959,8 +966,9 @@ class Client:
             raise PayloadTooLarge(f"{group.name}: a payload of {len(data)} bytes does not fit "
                                   f"in the server's max_frame_bytes={limit}")
 
-    async def _publish(self, group: Group, data: bytes, order: str, atomic: bool,
-                       same_view: bool, publish_id: str | None) -> PublishResult:
+    def _submit(self, group: Group, data: bytes, order: str, atomic: bool, same_view: bool,
+                publish_id: str | None) -> tuple[str, _Pending]:
+        """Queue a publish (checked now: it raises before anything is queued)."""
         if group._left:
             raise GroupLeftError(f"left {group.name}")
         if self.state is ConnectionState.CLOSED:
@@ -970,25 +978,53 @@ class Client:
             raise PublishQueueFull(f"{len(self._pending)} publishes already waiting "
                                    f"(max_pending_publishes={self.options.max_pending_publishes})")
         pid = publish_id or uuid.uuid4().hex
-        loop = asyncio.get_running_loop()
         frame = self.protocol.publish_frame(f"p{next(self._reqs)}", group.name, pid,
                                             orjson.Fragment(data), order=order, atomic=atomic,
                                             same_view=same_view)
-        p = _Pending(group.name, frame, loop.create_future(),
-                     loop.create_future() if atomic else None)
+        p = _Pending(group.name, frame, atomic, asyncio.get_running_loop().create_future())
         self._pending[pid] = p
         self._kick()
+        return pid, p
+
+    @staticmethod
+    def _settle(p: _Pending, result: PublishResult | None = None, *,
+                error: BaseException | None = None) -> None:
+        if p.timer is not None:
+            p.timer.cancel()
+        if p.result.done():
+            return
+        if error is not None:
+            p.result.set_exception(error)
+        else:
+            p.result.set_result(result)  # type: ignore[arg-type]
+
+    async def _publish(self, group: Group, data: bytes, order: str, atomic: bool,
+                       same_view: bool, publish_id: str | None) -> PublishResult:
+        pid, p = self._submit(group, data, order, atomic, same_view, publish_id)
         try:
             async with self._deadline(f"publish {pid} to {group.name}"):
-                published = await p.published
-                if p.outcome is None:
-                    return PublishResult(pid, published.offset)
-                outcome = await p.outcome
+                return await p.result
         except RequestTimeout:
             if self._pending.get(pid) is p:
                 del self._pending[pid]  # not sent again; a reply that still comes is ignored
             raise
-        return PublishResult(pid, published.offset, outcome.committed, outcome.reason)
+
+    def _publish_nowait(self, group: Group, data: bytes, order: str, atomic: bool,
+                        same_view: bool, publish_id: str | None) -> asyncio.Future[PublishResult]:
+        pid, p = self._submit(group, data, order, atomic, same_view, publish_id)
+        limit = self.options.request_timeout
+        if limit is not None:
+            p.timer = asyncio.get_running_loop().call_later(limit, self._expire, pid, p, limit)
+        return p.result
+
+    def _expire(self, pid: str, p: _Pending, limit: float) -> None:
+        """(A loop callback.) A `publish_nowait` got no answer within `request_timeout`."""
+        if self._pending.get(pid) is p:
+            del self._pending[pid]  # not sent again; a reply that still comes is ignored
+        p.timer = None
+        self._settle(p, error=RequestTimeout(
+            f"publish {pid} to {p.group}: no answer within request_timeout={limit} s"
+            f" ({self.state.value})"))
 
     async def _leave(self, group: Group) -> None:
         if group._left:
@@ -1073,7 +1109,7 @@ class Group:
         self._state = state
         #: events for the application; bounded by the reader (`Client._backpressure`), which
         #: waits for `_room` when the queue reaches `max_queued_events`
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: EventQueue[Any] = EventQueue()
         self._room = asyncio.Event()
         self._room.set()
         self._paused = 0  # times the reader waited for this group
@@ -1105,6 +1141,22 @@ class Group:
         except TypeError as e:
             raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
         return await self._client._publish(self, data, order, atomic, same_view, publish_id)
+
+    def publish_nowait(self, payload: Any, *, order: str = "fifo", atomic: bool = False,
+                       same_view: bool = False,
+                       publish_id: str | None = None) -> asyncio.Future[PublishResult]:
+        """`publish`, without waiting: queue it and return a future of its result at once, so
+        a publisher can have many publishes in flight without a task for each (pipelining).
+        The same checks raise here, before anything is queued (`PublishQueueFull` bounds how
+        many wait); the future fails with `RequestTimeout` after `request_timeout`. Await the
+        futures (or `asyncio.gather` them) to learn their offsets and outcomes."""
+        if order not in ("fifo", "total"):
+            raise ValueError(f"order must be 'fifo' or 'total', not {order!r}")
+        try:
+            data = orjson.dumps(payload)
+        except TypeError as e:
+            raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
+        return self._client._publish_nowait(self, data, order, atomic, same_view, publish_id)
 
     async def leave(self) -> None:
         """Leave; returns when the group installed a view without this member (or raises
@@ -1153,6 +1205,9 @@ class Group:
                 e = await asyncio.wait_for(self._queue.get(), timeout)
             if not self._room.is_set() and self._queue.qsize() <= self._low_water():
                 self._room.set()  # the reader may go on
+            if type(e) is Message:  # the hot path
+                self._delivered[e.stream] = e.seq
+                return e
             if e is _END or isinstance(e, _Failed):
                 self._queue.put_nowait(e)  # for the next call too
                 if isinstance(e, _Failed):
@@ -1167,9 +1222,7 @@ class Group:
                 for stream, seq in e.streams.items():
                     self._delivered[stream] = max(seq, self._delivered.get(stream, 0))
                 self._awaiting_state = False
-            if isinstance(e, Message):
-                self._delivered[e.stream] = e.seq
-            elif isinstance(e, ViewInstalled):
+            if isinstance(e, ViewInstalled):
                 if self._client.member in e.joined:  # (re)joined: its knowledge starts here
                     self._delivered, self._base = {}, e.offset
                 else:  # every message up to the install was handed over before it

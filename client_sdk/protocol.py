@@ -20,7 +20,6 @@ Theory of operation (DESIGN §3–§4, seed 003 §3.1):
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -152,20 +151,6 @@ class GroupProtocol:
         return self.phase is GroupPhase.ACTIVE
 
 
-def _unbatched(frame: Frame) -> Iterator[Frame]:
-    """The frames of a `batch` (nested ones too), in order; any other frame itself."""
-    if frame.get("type") != "batch":
-        yield frame
-        return
-    inner = frame.get("frames")
-    if not isinstance(inner, list):
-        raise ProtocolViolation(f"a batch without frames: {str(frame)[:200]}")
-    for f in inner:
-        if not isinstance(f, dict):
-            raise ProtocolViolation(f"a batch holding a non-object: {str(f)[:200]}")
-        yield from _unbatched(f)
-
-
 def _message(group: str, f: Frame) -> Message:
     return Message(group, f["offset"], f["stream"], f["seq"], f["sender"], f["view"], f["atomic"],
                    f.get("payload"), f["ts"])
@@ -269,23 +254,47 @@ class ClientProtocol:
         breaks the protocol or is malformed."""
         events: list[GroupEvent] = []
         replies: list[Reply] = []
-        for f in _unbatched(frame):
+        try:
+            self._receive_frames(frame, events, replies)
+        except ProtocolViolation as e:
+            e.events, e.replies = events, replies
+            raise
+        return events, replies
+
+    def _receive_frames(self, frame: Frame, events: list[GroupEvent],
+                        replies: list[Reply]) -> None:
+        """One frame, or each frame of a `batch` (nested ones too) in order. The hot path (a
+        batch of `deliver`s) makes no list and no generator per frame: a message goes straight
+        to `events`, or to its group's state buffer (`_deliver` routes it)."""
+        if frame.get("type") != "batch":
+            self._receive_one(frame, events, replies)
+            return
+        inner = frame.get("frames")
+        if not isinstance(inner, list):
+            raise ProtocolViolation(f"a batch without frames: {str(frame)[:200]}")
+        for f in inner:
+            if not isinstance(f, dict):
+                raise ProtocolViolation(f"a batch holding a non-object: {str(f)[:200]}")
+            if f.get("type") == "batch":
+                self._receive_frames(f, events, replies)
+            else:
+                self._receive_one(f, events, replies)
+
+    def _receive_one(self, f: Frame, events: list[GroupEvent], replies: list[Reply]) -> None:
+        try:
+            if f.get("type") == "deliver":
+                self._deliver(f, events)
+                return
             raw: list[GroupEvent] = []
-            violation: ProtocolViolation | None = None
             try:
                 self._receive(f, raw, replies)
-            except ProtocolViolation as e:
-                violation = e
-            except (KeyError, TypeError, ValueError, AttributeError) as e:
-                violation = ProtocolViolation(f"malformed frame from the server ({e!r}): "
-                                              f"{str(f)[:200]}")
-            # Routed frame by frame: within one batch the install, later messages and the
-            # snapshot's last chunk may all come, and what follows the install must wait.
-            self._route(raw, events)
-            if violation is not None:
-                violation.events, violation.replies = events, replies
-                raise violation
-        return events, replies
+            finally:
+                # Routed frame by frame: within one batch the install, later messages and the
+                # snapshot's last chunk may all come, and what follows the install must wait.
+                self._route(raw, events)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ProtocolViolation(f"malformed frame from the server ({e!r}): "
+                                    f"{str(f)[:200]}") from e
 
     def _route(self, raw: list[GroupEvent], events: list[GroupEvent]) -> None:
         """A joiner waiting for its state keeps what comes after its install (G9)."""
@@ -367,6 +376,8 @@ class ClientProtocol:
         if s.received and seq != s.received + 1:
             raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
         m = _message(g.name, f)  # a malformed frame raises here, before anything is counted
+        if g.state_buffer is not None:
+            events = g.state_buffer  # a joiner waiting for its state keeps it (G9)
         s.received = seq
         g.top = max(g.top, m.offset)
         if m.atomic:
@@ -381,6 +392,7 @@ class ClientProtocol:
             events.append(m)
 
     def _release(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
+        # (called with `raw`: `_route` puts what it releases in the state buffer if need be)
         for s in g.streams.values():
             if s.held:
                 self._release_stream(g, s, events)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from client_sdk import (
     connect,
 )
 from notify.server import NotifyServer
-from tests.integration.conftest import TIMEOUT, MakeServer, until
+from tests.integration.conftest import FAST, TIMEOUT, MakeServer, until
 from tests.integration.proxy import FaultyProxy
 
 
@@ -247,3 +248,35 @@ async def test_G7_stalled_link_is_noticed_by_heartbeats_and_resumed(
     assert not [e for e in evs if isinstance(e, ViewChanging | ViewInstalled)]
     assert states[:2] == [ConnectionState.RECONNECTING, ConnectionState.CONNECTED]
     assert proxy.accepted == 2 and ga.view is not None and ga.view.version == 2
+
+
+async def test_publish_nowait_pipelines_without_a_task_each_and_survives_a_cut(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    """Issue 14: `publish_nowait` returns a future at once; 300 in flight are all answered with
+    distinct offsets, in order, each delivered once, though the link is cut in the middle."""
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    _a, _b, ga, gb = await pair(srv, proxy, sdk)
+    futures = [gb.publish_nowait(i, order="total") for i in range(150)]
+    assert not all(f.done() for f in futures)  # returned before any answer
+    await cut_for(proxy, 0.2)
+    futures += [gb.publish_nowait(i, order="total") for i in range(150, 300)]
+    results = await asyncio.wait_for(asyncio.gather(*futures), TIMEOUT)
+    offsets = [r.offset for r in results]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 300
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == 299)
+    assert payloads(evs) == list(range(300))  # each once, in order
+
+
+async def test_publish_nowait_checks_at_the_call(make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server()
+    a = await sdk(srv.url, "a", dataclasses.replace(FAST, max_pending_publishes=2))
+    ga = await a.join("g")
+    with pytest.raises(TypeError):
+        ga.publish_nowait({1, 2})  # not JSON: refused before anything is queued
+    with pytest.raises(ValueError):
+        ga.publish_nowait(1, order="random")
+    done = [ga.publish_nowait(1), ga.publish_nowait(2)]
+    with pytest.raises(PublishQueueFull):
+        ga.publish_nowait(3)
+    assert [r.offset for r in await asyncio.gather(*done)] == [1, 2]

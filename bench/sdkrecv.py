@@ -1,0 +1,81 @@
+"""The Python SDK's receive path alone, no socket: CPU per message a subscriber spends from the
+bytes of a `batch` frame to the application holding the `Message` (issue 14).
+
+    python -m bench sdkrecv                       # 200,000 messages in batches of 64
+    python -m bench sdkrecv --profile             # the same under cProfile: where the time goes
+
+What it runs is the SDK's own code: `Client._receive` (orjson, `ClientProtocol.receive`, the
+dispatch to the group's queue) and `Group.next_event` (what `async for` calls), fed frames shaped
+as the server sends them. A subscriber process of `bench sdkfanout` spends this plus the socket
+and the event loop; this isolates the part the SDK controls, measured by process CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import time
+
+import orjson
+
+from client_sdk.client import Client, Group
+
+
+def frames(n: int, batch: int, group: str, payload: bytes) -> list[bytes]:
+    """`n` FIFO messages of one sender, `batch` to a frame, as the server writes them."""
+    body = orjson.loads(payload)
+    out = []
+    for start in range(1, n + 1, batch):
+        inner = [{"type": "deliver", "group": group, "offset": i, "stream": "fifo:pub", "seq": i,
+                  "sender": "pub", "view": 1, "atomic": False, "payload": body, "ts": 0.0}
+                 for i in range(start, min(start + batch, n + 1))]
+        out.append(orjson.dumps({"type": "batch", "frames": inner}))
+    return out
+
+
+async def run(n: int, batch: int) -> tuple[float, int]:
+    client = Client("ws://127.0.0.1:1", "sub")
+    group = Group(client, "g", "members")
+    client._groups["g"] = group
+    client.protocol.join("j1", "g")
+    client.protocol.data_to_send()
+    client._receive(orjson.dumps({"type": "view_install", "group": "g", "view": 1,
+                                  "members": ["sub", "pub"], "joined": ["sub"], "left": [],
+                                  "epoch": 1, "offset": 0}))
+    await group.next_event()  # the view
+    data = frames(n, batch, "g", b'{"x":"' + b"a" * 88 + b'"}')  # 100 B payloads
+    got = 0
+    t0 = time.process_time()
+    for d in data:
+        client._receive(d)
+        while not group._queue.empty():
+            await group.next_event()
+            got += 1
+    return time.process_time() - t0, got
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench sdkrecv", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--profile", action="store_true")
+    a = p.parse_args(argv)
+    if a.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        cpu, got = asyncio.run(run(a.messages, a.batch))
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    else:
+        cpu, got = asyncio.run(run(a.messages, a.batch))
+    assert got == a.messages, (got, a.messages)
+    print(f"sdkrecv: {got} messages in batches of {a.batch}: {cpu:.3f} CPU-s, "
+          f"{cpu / got * 1e6:.2f} µs per message")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

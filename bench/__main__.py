@@ -1,4 +1,5 @@
-"""`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`, `cluster`)."""
+"""`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`, `cluster`,
+`sdkfanout`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     benches = {"fanout": "bench.fanout", "catchup": "bench.catchup", "core": "bench.core",
-               "cluster": "bench.cluster"}
+               "cluster": "bench.cluster", "sdkfanout": "bench.sdkfanout"}
     if not argv or argv[0] not in benches:
         print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
         return 2

@@ -271,6 +271,8 @@ class Harness:
         self.pub: Worker | None = None
         self.seq = 0  # next message number: unique over the phases of a run
         self.phase = 0
+        #: seconds a phase may take to complete (None: from the message count)
+        self.phase_timeout: float | None = None
 
     def _url(self, port: int) -> str:
         if self.system == "nats":
@@ -378,7 +380,7 @@ class Harness:
         a, run = self.a, self.run
         self._srv = srv
         members = a.members
-        budget = 60 + a.messages * members / 5_000  # socket.io: ~11 k deliveries/s
+        budget = self.phase_timeout or 60 + a.messages * members / 5_000  # socket.io: ~11 k/s
         # warm-up: code paths, buffers, the first batches; checked, not reported
         warm = max(min(a.messages // 10, 2_000), 10)
         await self._phase(warm, lat=False, cmd={"cmd": "burst"}, timeout=budget)
@@ -415,7 +417,7 @@ class Harness:
             count = max(int(rate * a.rate_duration), 1)
             published, reports, _, lats = await self._phase(
                 count, lat=True, cmd={"cmd": "rate", "rate": rate},
-                timeout=a.rate_duration + budget)
+                timeout=(self.phase_timeout or a.rate_duration + budget))
             r.messages = count
             r.publisher_behind_s = float(published.get("behind_s", 0.0))
             lasts = [x["last_ns"] for x in reports if x["last_ns"]]

@@ -308,10 +308,14 @@ class Harness:
                                                       "--first", str(first)], self.logdir))
             first += k
         self.pub = Worker(f"{tag}-pub", ["pub", *common], self.logdir)
-        everyone = [*self.subs, self.pub]
-        for w in everyone:  # notify: joins overlap; each is ready once its views are full
+        # the publisher last: the relay sends a sender's frames to the connections open when
+        # it connected; notify subscribers are ready once their views include the publisher
+        for w in self.subs:
             await w.start()
-        await asyncio.gather(*(w.expect_key("ready", 120) for w in everyone))
+        await asyncio.gather(*(w.expect_key("connected", 120) for w in self.subs))
+        await self.pub.start()
+        await self.pub.expect_key("ready", 120)
+        await asyncio.gather(*(w.expect_key("ready", 120) for w in self.subs))
 
     async def _phase(self, count: int, *, lat: bool, cmd: dict[str, Any],
                      timeout: float) -> tuple[dict[str, Any], list[dict[str, Any]],

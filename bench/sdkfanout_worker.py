@@ -7,10 +7,13 @@ own client library (the notify SDK, a plain `websockets` client, `socketio.Async
         --window 64
 
 The parent drives it with one JSON object per line on stdin and reads one JSON object per line
-on stdout (stderr is its log). Every process prints `{"ready": true}` once it can take part: its
-connections are open, subscribed or joined, and for notify once every one of its members sees the
-whole view (`--view-size` members: the subscribers and the publisher), so that nothing published
-after every process is ready can miss anyone.
+on stdout (stderr is its log). Every process prints `{"connected": true}` once its connections
+are open, subscribed or joined, then `{"ready": true}` once it can take part: for a notify
+subscriber once every one of its members sees the whole view (`--view-size` members: the
+subscribers and the publisher; the publisher waits for that before `connected`), so that nothing
+published after every process is ready can miss anyone. The parent starts the publisher only
+once the subscribers are connected: the relay (`bench.peers relay`) broadcasts each sender's
+frames to the connections open when that sender connected.
 
 Subscriber commands:
     {"cmd": "expect", "base": B, "count": C, "lat": bool}
@@ -147,6 +150,7 @@ class Sub:
         self.tr = Tracker(a.members)
         self.closers: list[Callable[[], Awaitable[Any]]] = []
         self.tasks: list[asyncio.Task[Any]] = []
+        self._full: asyncio.Event | None = None
 
     def _guard(self, j: int, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         async def run() -> None:
@@ -254,7 +258,12 @@ class Sub:
             self._guard(j, loop(j, group))
 
         await asyncio.gather(*(one(j) for j in range(self.a.members)))
-        await asyncio.wait_for(full.wait(), 60)
+        self._full = full
+
+    async def wait_ready(self) -> None:
+        """notify: until every member of this process sees the whole view."""
+        if self._full is not None:
+            await asyncio.wait_for(self._full.wait(), 60)
 
     async def command(self, c: dict[str, Any]) -> None:
         if c["cmd"] == "expect":
@@ -431,6 +440,9 @@ async def main_async(a: argparse.Namespace) -> int:
     worker: Sub | Pub = Sub(a) if a.role == "sub" else Pub(a)
     try:
         await asyncio.wait_for(worker.setup(), 90)
+        say({"connected": True})
+        if isinstance(worker, Sub):
+            await worker.wait_ready()
         say({"ready": True})
         while True:
             line = await reader.readline()

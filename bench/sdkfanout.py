@@ -586,7 +586,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
                                 else f"@{x.rate:g} skipped" for x in r.rates)
                 print(f"    {b.delivered_per_s:,.0f} delivered/s, server "
                       f"{b.server_us_per_delivery:.2f} µs/delivery, subs "
-                      f"{b.subs_us_per_delivery:.2f} µs/delivery; {lat}; "
+                      f"{b.subs_us_per_delivery:.2f} µs/delivery; {lat}; others "
+                      f"{b.others_cpu_s:.1f} CPU-s; "
                       f"{'ok' if r.ok else 'FAILED: ' + '; '.join(r.failures[:2])} "
                       f"({r.elapsed_s:.0f} s)", file=sys.stderr, flush=True)
     summary = summarise(runs, a)

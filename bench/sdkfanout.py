@@ -255,6 +255,9 @@ class Run:
 
     def fail(self, why: str) -> None:
         self.ok = False
+        lines = [x for x in why.strip().splitlines() if x.strip()]
+        if len(lines) > 2:  # a worker's traceback: its first line and the exception
+            why = f"{lines[0]} ... {lines[-1].strip()}"
         if len(self.failures) < 10:
             self.failures.append(why)
 
@@ -336,8 +339,17 @@ class Harness:
         self.pub.send({**cmd, "base": base, "count": count})
         deadline = time.monotonic() + timeout
         pub_task = asyncio.ensure_future(self.pub.expect_key("published", timeout))
-        complete = await asyncio.gather(
+        subs_task = asyncio.gather(
             *(w.expect_key("complete", timeout) for w in self.subs), return_exceptions=True)
+        await asyncio.wait([pub_task, subs_task],  # type: ignore[type-var]
+                           return_when=asyncio.FIRST_COMPLETED)
+        if pub_task.done() and pub_task.exception() is not None and not subs_task.done():
+            subs_task.cancel()  # the publisher died: nothing more is coming
+            with contextlib.suppress(asyncio.CancelledError):
+                await subs_task
+            raise RuntimeError(f"phase {self.phase}: the publisher failed: "
+                               f"{pub_task.exception()}")
+        complete = await subs_task
         c1 = [srv.cpu(), *(w.cpu() for w in procs)]
         b1 = machine_busy()
         try:
@@ -583,7 +595,8 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
                 runs[s].append(r)
                 b = r.burst
                 lat = ", ".join(f"p99 @{x.rate:g} {x.p99_ms:.1f} ms" if x.samples
-                                else f"@{x.rate:g} skipped" for x in r.rates)
+                                else f"@{x.rate:g} {'skipped' if x.skipped else 'no samples'}"
+                                for x in r.rates)
                 print(f"    {b.delivered_per_s:,.0f} delivered/s, server "
                       f"{b.server_us_per_delivery:.2f} µs/delivery, subs "
                       f"{b.subs_us_per_delivery:.2f} µs/delivery; {lat}; others "

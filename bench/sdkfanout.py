@@ -1,7 +1,7 @@
 """Fan-out as users see it (issue 14, DESIGN §8): every system through its own client library,
 in separate OS processes.
 
-    python -m bench sdkfanout                  # every system, 2 rounds, ~10 minutes
+    python -m bench sdkfanout                  # every system, 2 rounds, ~22 minutes
     python -m bench sdkfanout --quick          # smoke run, ~1 minute
     python -m bench sdkfanout --systems nats,fifo --window 1 --messages 5000
 

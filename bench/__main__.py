@@ -1,5 +1,5 @@
 """`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`, `cluster`,
-`sdkrecv`)."""
+`sdkfanout`, `sdkrecv`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     benches = {"fanout": "bench.fanout", "catchup": "bench.catchup", "core": "bench.core",
-               "cluster": "bench.cluster", "sdkrecv": "bench.sdkrecv"}
+               "cluster": "bench.cluster", "sdkfanout": "bench.sdkfanout",
+               "sdkrecv": "bench.sdkrecv"}
     if not argv or argv[0] not in benches:
         print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
         return 2

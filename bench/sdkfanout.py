@@ -301,7 +301,8 @@ class Harness:
     async def _start(self, port: int) -> None:
         a, url = self.a, self._url(port)
         common = ["--system", self.system, "--url", url, "--view-size", str(a.members + 1),
-                  "--payload", str(a.payload), "--window", str(a.window)]
+                  "--payload", str(a.payload), "--window", str(a.window),
+                  "--publish", a.publish]
         per = [a.members // a.procs + (1 if i < a.members % a.procs else 0)
                for i in range(a.procs)]
         first = 0
@@ -607,7 +608,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.monotonic() - t0
     title = (f"fan-out through each system's client: 1 publisher -> {a.members} members in "
              f"{a.procs} subscriber processes, {a.payload} B payload, {a.messages:,} messages; "
-             f"notify publisher window {a.window} (concurrent publish() awaiting their reply); "
+             f"notify publisher window {a.window} ({a.publish}: "
+             f"{'publish_nowait() futures' if a.publish == 'nowait' else 'concurrent publish()'}"
+             f" awaiting their reply); "
              f"rates {', '.join(f'{r:g}' for r in a.rates)}/s for {a.rate_duration:g} s; "
              f"{a.rounds} round(s), order rotated; {os.cpu_count()} cores; {elapsed:.0f} s")
     table = report(runs, summary, a)
@@ -638,6 +641,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=64,
                    help="notify publisher: concurrent publish() awaiting their reply (default 64;"
                         " 1 = await each)")
+    p.add_argument("--publish", choices=["await", "nowait"], default="nowait",
+                   help="notify publisher: `await group.publish()` in up to --window tasks, or "
+                        "`group.publish_nowait()` with up to --window futures unanswered "
+                        "(default nowait: the pipelined API of issue 14)")
     p.add_argument("--rates", default="200,1000", help="fixed rates, msg/s (default 200,1000)")
     p.add_argument("--rate-duration", type=float, default=5.0,
                    help="seconds per fixed rate (default 5)")

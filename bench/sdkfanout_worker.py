@@ -49,6 +49,7 @@ import sys
 import time
 import traceback
 from array import array
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -397,6 +398,29 @@ class Pub:
             if inflight:
                 await asyncio.gather(*list(inflight))
 
+        if self.a.publish == "nowait":
+            futures: deque[tuple[int, asyncio.Future[Any]]] = deque()
+
+            async def take_oldest() -> None:
+                n, f = futures.popleft()
+                try:
+                    r = await f
+                    if atomic and not r.committed:
+                        self.errors.append(f"atomic {n} aborted: {r.reason}")
+                except Exception as e:
+                    self.errors.append(f"publish {n}: {type(e).__name__}: {e}")
+
+            async def send_nowait(p: dict[str, Any]) -> None:
+                while len(futures) >= window:  # at most `window` publishes unanswered
+                    await take_oldest()
+                futures.append((p["n"], group.publish_nowait(p, order=order, atomic=atomic)))
+
+            async def settle_nowait() -> None:
+                while futures:
+                    await take_oldest()
+
+            self.send, self.settle = send_nowait, settle_nowait
+            return
         self.send, self.settle = send_notify, settle
 
     async def command(self, c: dict[str, Any]) -> None:
@@ -468,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="notify: members in the full view (subscribers + the publisher)")
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--window", type=int, default=64)
+    p.add_argument("--publish", choices=["await", "nowait"], default="await")
     a = p.parse_args(argv)
     import logging
 

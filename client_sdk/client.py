@@ -375,6 +375,9 @@ class Client:
         #: joins given up on (`request_timeout`): left as soon as the server installs them
         self._abandoned: set[str] = set()
         self._reqs = itertools.count(1)
+        #: publish ids: random per client, then counted (unique without a UUID per publish)
+        self._id_prefix = uuid.uuid4().hex[:16] + "-"
+        self._ids = itertools.count(1)
         self._listeners: list[Callable[[ConnectionState, ConnectionState], None]] = []
         self._wake_writer = asyncio.Event()
         self._main: asyncio.Task[None] | None = None
@@ -656,9 +659,18 @@ class Client:
                 continue
             self._queue_publishes()
             frames = self.protocol.data_to_send()
+            if not frames:
+                continue
             try:
-                for f in frames:
-                    await ws.send(orjson.dumps(f), text=True)
+                # Every frame of this run in one write to the socket (websockets' documented
+                # `send_context` pattern): under load a publisher sends dozens at once, and a
+                # `send()` each cost a lock and a system call each (issue 14).
+                async with ws.send_context():
+                    send_text = ws.protocol.send_text
+                    for f in frames:
+                        send_text(orjson.dumps(f))
+                    # the frames' bytes (the sans-I/O layer's output), joined: one write
+                    ws.transport.write(b"".join(ws.protocol.data_to_send()))
             except (ConnectionClosed, OSError):
                 continue  # the reader sees it too; unanswered publishes are resent
 
@@ -977,7 +989,7 @@ class Client:
         if len(self._pending) >= self.options.max_pending_publishes:
             raise PublishQueueFull(f"{len(self._pending)} publishes already waiting "
                                    f"(max_pending_publishes={self.options.max_pending_publishes})")
-        pid = publish_id or uuid.uuid4().hex
+        pid = publish_id or f"{self._id_prefix}{next(self._ids)}"
         frame = self.protocol.publish_frame(f"p{next(self._reqs)}", group.name, pid,
                                             orjson.Fragment(data), order=order, atomic=atomic,
                                             same_view=same_view)

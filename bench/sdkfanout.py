@@ -82,6 +82,17 @@ def _cpu(pid: int) -> float:
 # processes
 
 
+async def _stop(p: asyncio.subprocess.Process) -> None:
+    """SIGTERM, 5 s, then SIGKILL: a process of the run never outlives it."""
+    with contextlib.suppress(ProcessLookupError):
+        p.terminate()
+    try:
+        await asyncio.wait_for(p.wait(), 5)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            p.kill()
+        await p.wait()
+
 class NatsProc:
     """Core NATS (no JetStream): the wheel's `nats-server` on a free loopback port."""
 
@@ -125,14 +136,7 @@ class NatsProc:
     async def __aexit__(self, *exc: object) -> None:
         p = self.proc
         if p is not None and p.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                p.terminate()
-            try:
-                await asyncio.wait_for(p.wait(), 5)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    p.kill()
-                await p.wait()
+            await _stop(p)
         self._log.close()
 
 
@@ -193,14 +197,7 @@ class Worker:
             try:
                 await asyncio.wait_for(p.wait(), 10)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    p.terminate()
-                try:
-                    await asyncio.wait_for(p.wait(), 5)
-                except TimeoutError:
-                    with contextlib.suppress(ProcessLookupError):
-                        p.kill()
-                    await p.wait()
+                await _stop(p)
         self._log.close()
 
 

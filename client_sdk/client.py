@@ -1146,12 +1146,7 @@ class Group:
         beyond 64 bits...) raises `TypeError` at once and nothing is sent; one over the
         server's frame limit raises `PayloadTooLarge`. Raises `RequestTimeout` when there is
         no answer within `request_timeout`."""
-        if order not in ("fifo", "total"):
-            raise ValueError(f"order must be 'fifo' or 'total', not {order!r}")
-        try:
-            data = orjson.dumps(payload)
-        except TypeError as e:
-            raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
+        data = self._encode(payload, order)
         return await self._client._publish(self, data, order, atomic, same_view, publish_id)
 
     def publish_nowait(self, payload: Any, *, order: str = "fifo", atomic: bool = False,
@@ -1162,13 +1157,19 @@ class Group:
         The same checks raise here, before anything is queued (`PublishQueueFull` bounds how
         many wait); the future fails with `RequestTimeout` after `request_timeout`. Await the
         futures (or `asyncio.gather` them) to learn their offsets and outcomes."""
+        data = self._encode(payload, order)
+        return self._client._publish_nowait(self, data, order, atomic, same_view, publish_id)
+
+    def _encode(self, payload: Any, order: str) -> bytes:
+        """The checks of a publish that need no connection: at the call, before anything is
+        queued."""
         if order not in ("fifo", "total"):
             raise ValueError(f"order must be 'fifo' or 'total', not {order!r}")
         try:
             data = orjson.dumps(payload)
         except TypeError as e:
             raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
-        return self._client._publish_nowait(self, data, order, atomic, same_view, publish_id)
+        return data
 
     async def leave(self) -> None:
         """Leave; returns when the group installed a view without this member (or raises

@@ -561,14 +561,23 @@ class ClusterNode:
 
     def _node_down(self, node: str) -> None:
         """An edge died: its members' connections are closed in the hub now (they are
-        suspected, and resume wherever they reconnect)."""
-        vids = [vid for (e, _i, _c), vid in self._vconns.items() if e == node]
-        if vids:
-            log.warning("edge_down", node=node, conns=len(vids))
-        self._close_vconns(vids, "edge down")
+        suspected, and resume wherever they reconnect).
+
+        It may only have looked dead (paused, or cut off from NATS for longer than a lease):
+        then its clients' sockets are still open, and one that only receives would never send
+        the frame that tells this owner's refusal (`MOVED`) to its edge; it would wait forever
+        for messages that no longer come. So the edge is also told to close each of them, on a
+        fresh link (what it lost of the old one is moot): if it is alive, they reconnect and
+        resume; if it is dead, nobody reads it."""
+        conns = [(vid, c) for (e, _i, c), vid in self._vconns.items() if e == node]
+        if conns:
+            log.warning("edge_down", node=node, conns=len(conns))
+        self._close_vconns([vid for vid, _c in conns], "edge down")
         self._dedup.forget(node)
         if self._downlinks is not None:
             self._downlinks.forget(node)
+            for _vid, conn in conns:
+                self._downlink_close(node, conn, int(CloseCode.SHUTDOWN), MOVED)
         self._gaps.forget(node)
 
     # -- introspection ----------------------------------------------------------------------------

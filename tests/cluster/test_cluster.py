@@ -321,6 +321,38 @@ async def test_edge_killed_its_clients_resume_on_another_node(
             await col.stop()
 
 
+@pytest.mark.timeout(150)
+async def test_an_edge_paused_past_its_lease_gets_its_quiet_receivers_back(
+        notify_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """SIGSTOP an edge longer than a lease, then SIGCONT: the owner judged it dead and closed
+    its members' connections; a member there that only receives (it sends the owner nothing
+    that would be refused) gets every message once, in order. Here the woken edge also
+    re-learns the shards' owners and closes what it routed; the owner's own close on
+    `edge_down` (node.py `_node_down`) is for an edge that never stopped (cut off from NATS
+    for longer than a lease, seen in CI after a NATS server was killed), which this test does
+    not reproduce."""
+    cluster = notify_cluster
+    owner, edge = cluster.nodes[0], cluster.nodes[1]
+    _g, ga, _gb, cols = await pair(cluster, clients, owner, owner.url, edge.url)
+    receiver = cols[1]
+    try:
+        await receiver.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+        for k in range(5):
+            await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
+        await receiver.wait_for(lambda s: len(s.messages) >= 5)
+        edge.signal(signal.SIGSTOP)
+        await asyncio.sleep(LEASE_TTL * 2.5)  # the owner sees the edge down
+        edge.signal(signal.SIGCONT)
+        for k in range(5, 15):
+            await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
+        await receiver.wait_for(lambda s: len(s.messages) >= 15, 60)
+        assert [m.payload["k"] for m in receiver.messages] == list(range(15))
+        assert all(n.alive() for n in cluster.nodes)
+    finally:
+        for col in cols:
+            await col.stop()
+
+
 @pytest.mark.timeout(200)
 async def test_one_nats_server_killed_the_service_goes_on(
         notify_cluster: NotifyCluster, nats_cluster: NatsCluster,

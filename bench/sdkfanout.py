@@ -93,7 +93,21 @@ async def _stop(p: asyncio.subprocess.Process) -> None:
             p.kill()
         await p.wait()
 
-class NatsProc:
+class _Child:
+    """A process of the run: its pid, and its CPU seconds so far (/proc)."""
+
+    proc: asyncio.subprocess.Process | None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def cpu(self) -> float:
+        return _cpu(self.pid)
+
+
+class NatsProc(_Child):
     """Core NATS (no JetStream): the wheel's `nats-server` on a free loopback port."""
 
     def __init__(self, logdir: Path) -> None:
@@ -125,13 +139,6 @@ class NatsProc:
                                        + self.logfile.read_text()[-2000:]) from None
                 await asyncio.sleep(0.05)
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def cpu(self) -> float:
-        return _cpu(self.pid)
 
     async def __aexit__(self, *exc: object) -> None:
         p = self.proc
@@ -140,7 +147,7 @@ class NatsProc:
         self._log.close()
 
 
-class Worker:
+class Worker(_Child):
     """A `python -m bench.sdkfanout_worker` process: JSON lines in, JSON lines out."""
 
     def __init__(self, name: str, args: list[str], logdir: Path) -> None:
@@ -157,13 +164,6 @@ class Worker:
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=self._log,
             cwd=ROOT, env=env, limit=1 << 24)
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def cpu(self) -> float:
-        return _cpu(self.pid)
 
     def send(self, obj: dict[str, Any]) -> None:
         assert self.proc is not None and self.proc.stdin is not None

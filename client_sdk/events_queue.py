@@ -10,6 +10,7 @@ the socket), not the queue's. Getters wait in order, as with `asyncio.Queue`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from typing import Generic, TypeVar
 
@@ -38,6 +39,10 @@ class EventQueue(Generic[T]):
                 await getter
             except BaseException:
                 getter.cancel()
+                # A getter given up on (a timeout) leaves the table, or a consumer that polls
+                # with a timeout would grow it by one entry per poll.
+                with contextlib.suppress(ValueError):
+                    self._getters.remove(getter)
                 if self._items and not getter.cancelled():
                     self._wake_next()  # it was woken, then cancelled: pass the turn on
                 raise

@@ -23,6 +23,7 @@ from client_sdk import (
     GroupLeftError,
     Message,
     PublishQueueFull,
+    RequestTimeout,
     ServerRefused,
     ViewChanging,
     ViewInstalled,
@@ -280,3 +281,26 @@ async def test_publish_nowait_checks_at_the_call(make_server: MakeServer, sdk: A
     with pytest.raises(PublishQueueFull):
         ga.publish_nowait(3)
     assert [r.offset for r in await asyncio.gather(*done)] == [1, 2]
+
+
+async def test_publish_nowait_times_out_and_is_not_sent_again(
+        make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
+    """A `publish_nowait` with no answer within `request_timeout` fails with RequestTimeout
+    and leaves the pending table: it is not sent after the link comes back."""
+    srv = await make_server(suspect_timeout=5.0)
+    proxy = await proxy_to(srv)
+    a = await sdk(srv.url, "a")
+    b = await sdk(proxy.url, "b", dataclasses.replace(FAST, request_timeout=0.3))
+    ga = await a.join("g")
+    gb = await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    proxy.block()
+    proxy.cut()
+    f = gb.publish_nowait("lost")
+    with pytest.raises(RequestTimeout):
+        await asyncio.wait_for(f, TIMEOUT)
+    assert b._pending == {}
+    proxy.unblock()
+    await gb.publish("after")
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "after")
+    assert payloads(evs) == ["after"]  # the timed-out one never went out

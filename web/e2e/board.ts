@@ -71,3 +71,16 @@ export function shownCards(p: Page): Promise<{ id: string; title: string; column
       };
     }).sort((a, b) => a.id.localeCompare(b.id)));
 }
+
+/** Three (or more) members, each in its own context, with their board open and in every view:
+ * their pages and the errors each page collects. */
+export async function openBoards(
+  newPage: () => Promise<Page>,
+  members: readonly string[],
+  o: { ws: string; origin: string; board: string },
+): Promise<{ pages: Page[]; errors: string[][] }> {
+  const pages = await Promise.all(members.map(() => newPage()));
+  const errors: string[][] = [];
+  for (const [i, p] of pages.entries()) errors.push(await openBoard(p, { ...o, member: members[i]! }));
+  return { pages, errors };
+}

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from '../fixtures.ts';
-import { addCard, cardsOf, hashOf, logOf, openBoard, opsOf, viewMembers } from '../board.ts';
+import { addCard, cardsOf, hashOf, logOf, openBoards, opsOf, viewMembers } from '../board.ts';
 import { DEMO_DIST } from '../paths.ts';
 
 test.use({ notifyOptions: { ackTimeout: 1 } });
@@ -17,12 +17,8 @@ test.beforeAll(() => {
 });
 
 test('an atomic claim is confirmed everywhere, and rolled back when a member is frozen past ack_timeout', async ({ newPage, notify, web, group }) => {
-  const pages = await Promise.all(MEMBERS.map(() => newPage()));
+  const { pages, errors } = await openBoards(newPage, MEMBERS, { ws: notify.url, origin: web.origin, board: group });
   const [ana, bo, cy] = pages as [typeof pages[0], typeof pages[0], typeof pages[0]];
-  const errors: string[][] = [];
-  for (const [i, p] of pages.entries()) {
-    errors.push(await openBoard(p, { ws: notify.url, origin: web.origin, member: MEMBERS[i]!, board: group }));
-  }
   for (const p of pages) await expect.poll(() => viewMembers(p)).toEqual([...MEMBERS]);
 
   await addCard(ana, 'Write the release notes');

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from '../fixtures.ts';
-import { addCard, cardsOf, hashOf, logOf, noteOf, openBoard, opsOf, shownCards, viewMembers } from '../board.ts';
+import { addCard, cardsOf, hashOf, logOf, noteOf, openBoard, openBoards, opsOf, shownCards, viewMembers } from '../board.ts';
 import { DEMO_DIST } from '../paths.ts';
 
 const MEMBERS = ['ana', 'bo', 'cy'] as const;
@@ -16,12 +16,8 @@ test.beforeAll(() => {
 });
 
 test('three members: presence, cards through the UI, a move and a note converge, with one total order', async ({ newPage, notify, web, group }) => {
-  const pages = await Promise.all(MEMBERS.map(() => newPage()));
+  const { pages, errors } = await openBoards(newPage, MEMBERS, { ws: notify.url, origin: web.origin, board: group });
   const [ana, bo, cy] = pages as [typeof pages[0], typeof pages[0], typeof pages[0]];
-  const errors: string[][] = [];
-  for (const [i, p] of pages.entries()) {
-    errors.push(await openBoard(p, { ws: notify.url, origin: web.origin, member: MEMBERS[i]!, board: group }));
-  }
 
   // Everyone is in everyone's view, and the presence bar shows all three.
   for (const p of pages) await expect.poll(() => viewMembers(p)).toEqual([...MEMBERS]);

@@ -655,6 +655,7 @@ export class Client implements GroupHost {
       case "removed":
         if (ev.reason === null && !this.#leaves.has(ev.group) && handle?.wanted) ev = { ...ev, reason: "removed" };
         this.#settle(this.#leaves, ev.group);
+        this.#joinRetries.delete(ev.group);
         this.#failGroup(ev.group, new GroupLeftError(`no longer a member of ${ev.group}`), { sentToo: false });
         delete this.#savedGroups[ev.group];
         break;

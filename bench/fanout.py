@@ -234,14 +234,17 @@ def free_port() -> int:
 class ServerProc:
     """A `python -m bench.peers SYSTEM --port N` subprocess; always killed on exit."""
 
-    def __init__(self, system: str, logdir: Path, profile: Path | None = None) -> None:
+    def __init__(self, system: str, logdir: Path, profile: Path | None = None,
+                 args: tuple[str, ...] = ()) -> None:
         self.system, self.port = system, free_port()
         self.logfile = logdir / f"server-{system}-{self.port}.log"
         self.profile = profile
         self.proc: asyncio.subprocess.Process | None = None
+        self.args = args
 
     async def __aenter__(self) -> ServerProc:
-        cmd = [sys.executable, "-m", "bench.peers", self.system, "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "bench.peers", self.system, "--port", str(self.port),
+               *self.args]
         if self.profile is not None:
             cmd += ["--profile", str(self.profile)]
         self._log = open(self.logfile, "wb")  # noqa: SIM115 - closed in __aexit__

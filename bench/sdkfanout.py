@@ -283,8 +283,11 @@ class Harness:
 
     async def execute(self) -> Run:
         t0 = time.monotonic()
+        profile = (Path(self.a.profile_server) / f"server-{self.system}-{self.run.round}.prof"
+                   if self.a.profile_server and self.system != "nats" else None)
         srv_cm: Any = (NatsProc(self.logdir) if self.system == "nats"
-                       else ServerProc(PEER[self.system], self.logdir))
+                       else ServerProc(PEER[self.system], self.logdir, profile,
+                                       ("--event-loop", self.a.event_loop)))
         async with srv_cm as srv:
             try:
                 await self._start(srv.port)
@@ -299,7 +302,7 @@ class Harness:
         a, url = self.a, self._url(port)
         common = ["--system", self.system, "--url", url, "--view-size", str(a.members + 1),
                   "--payload", str(a.payload), "--window", str(a.window),
-                  "--publish", a.publish]
+                  "--publish", a.publish, "--event-loop", a.event_loop]
         per = [a.members // a.procs + (1 if i < a.members % a.procs else 0)
                for i in range(a.procs)]
         first = 0
@@ -651,6 +654,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--logdir", default=None, help="keep the processes' logs here")
     p.add_argument("--json", default=None, help="write results here (default bench/results/)")
     p.add_argument("--no-json", action="store_true")
+    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
+                   help="every Python process's loop, servers and clients alike (default auto: "
+                        "uvloop if installed, as `notify serve` does)")
+    p.add_argument("--profile-server", metavar="DIR", default=None,
+                   help="run each Python server under cProfile, stats to DIR/server-SYSTEM-ROUND"
+                        ".prof (read with `python -m pstats`; the CPU figures are then not "
+                        "comparable)")
     a = p.parse_args(argv)
     if a.quick:
         a.messages, a.rate_duration, a.rounds = 2_000, 1.0, 1

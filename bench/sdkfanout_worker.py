@@ -55,6 +55,8 @@ from typing import Any
 
 import orjson
 
+from notify import eventloop
+
 loads = orjson.loads
 dumps = orjson.dumps
 clock = time.monotonic_ns
@@ -493,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--window", type=int, default=64)
     p.add_argument("--publish", choices=["await", "nowait"], default="await")
+    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     a = p.parse_args(argv)
     import logging
 
@@ -503,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
             logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    return asyncio.run(main_async(a))
+    return eventloop.run(main_async(a), a.event_loop)
 
 
 if __name__ == "__main__":

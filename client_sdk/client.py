@@ -550,7 +550,7 @@ class Client:
         resumes without a gap or a duplicate). Returns why it stopped."""
         try:
             while True:
-                data = await ws.recv()
+                data = await ws.recv(decode=False)  # orjson reads the bytes: no str
                 self._receive(data)
                 await self._backpressure()
         except ConnectionClosed:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import ValidationError
 
+from notify import eventloop
 from notify.config import Settings
 from notify.eventlog import EventLog
 
@@ -39,6 +40,7 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
      "full (default): published after fsync, survives power loss; normal: a killed server"),
     ("--log-level", "server", str, "debug, info (default), warning, error"),
     ("--log-format", "server", str, "console (default) or json (one JSON object per line)"),
+    ("--event-loop", "server", str, "auto (default: uvloop if installed), uvloop or asyncio"),
     ("--tls-cert", "server", str, "PEM certificate chain: serve wss:// (with --tls-key)"),
     ("--tls-key", "server", str, "PEM private key of --tls-cert"),
     ("--max-connections", "server", int, "open connections (default 100,000; 0 = no limit)"),
@@ -349,7 +351,7 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
                         wrapper_class=structlog.make_filtering_bound_logger(level))
     try:
         if a.cmd == "serve":
-            asyncio.run(_serve(a, on_ready))
+            eventloop.run(_serve(a, on_ready), a.settings.server.event_loop)
         elif a.cmd == "pub":
             return asyncio.run(_pub(a))
         else:

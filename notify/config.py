@@ -58,6 +58,8 @@ class ServerSettings(_Section):
     event_log: str | None = None
     log_level: str = "info"
     log_format: Literal["console", "json"] = "console"
+    #: "auto": uvloop when it is installed (`notify[fast]`), else asyncio's loop
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     tls_cert: Path | None = None
     tls_key: Path | None = None
     #: allowed browser Origins (empty: any). Clients that send no Origin are not browsers.

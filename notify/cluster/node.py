@@ -481,7 +481,10 @@ class ClusterNode:
     def is_remote(self, conn: int) -> bool:
         return conn in self._remote
 
-    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        """`data` crosses to the connection's edge as it is. That edge counts a `batch` of a
+        run of fan-outs as one frame against the member's frame bound (the link does not carry
+        `frames`); its bytes count in full against the byte bound."""
         key = self._remote.get(conn)
         if key is not None and self._downlinks is not None:
             self._downlinks.push(key[0], key[2], DATA if bounded else DATA_REPLAY, data)

@@ -46,6 +46,7 @@ from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
 from notify.core.events import Ack, CheckpointChunk, FlushOk, Leave, Req, StateChunk
 from notify.eventlog import EventLog
+from notify.eventloop import loop_name
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.interpreter import CheckpointAction, Done, Interpreter
@@ -186,7 +187,7 @@ class NotifyServer:
         self._timer.add_done_callback(self._timer_ended)
         if self.cluster is not None:
             await self.cluster.start(self)
-        log.info("listening", url=self.url,
+        log.info("listening", url=self.url, event_loop=loop_name(),
                  event_log=str(self.events.path) if self.events else None)
         if self.verifier is None:
             log.warning("insecure_development_mode",
@@ -448,12 +449,12 @@ class NotifyServer:
 
     # -- actions ---------------------------------------------------------------------------------
 
-    def _push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+    def _push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
-            outbox.push(data, bounded=bounded)
+            outbox.push(data, bounded=bounded, frames=frames)
         elif self.cluster is not None:  # a connection another node's edge holds
-            self.cluster.push(conn, data, bounded=bounded)
+            self.cluster.push(conn, data, bounded=bounded, frames=frames)
 
     def _apply(self, actions: list[Action]) -> None:
         self._interpreter.run(actions)

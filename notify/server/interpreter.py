@@ -33,7 +33,7 @@ from notify.core.actions import (
     StoreCheckpointChunk,
 )
 from notify.server.metrics import ServerStats, bump
-from notify.server.wire import dumps
+from notify.server.wire import BATCH_BYTES, BATCH_FRAMES, batch, dumps
 from notify.storage.base import Done
 
 log = structlog.get_logger("notify.server")
@@ -42,14 +42,16 @@ CheckpointAction = StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint |
 
 
 class Push(Protocol):
-    def __call__(self, conn: int, data: bytes, *, bounded: bool = True) -> None: ...
+    def __call__(self, conn: int, data: bytes, *, bounded: bool = True,
+                 frames: int = 1) -> None: ...
 
 
 class Effects(Protocol):
     """What the interpreter asks of its host."""
 
-    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
-        """Queue serialised frame(s) for `conn`'s sender (dropped if it is gone)."""
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        """Queue a serialised frame for `conn`'s sender (dropped if it is gone): one frame, or
+        a `batch` frame of `frames` frames (a run of fan-outs, see `Interpreter._fanout`)."""
 
     def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None: ...
 
@@ -103,13 +105,7 @@ class Interpreter:
                 return
             try:
                 if isinstance(a, Fanout):
-                    msg_data = dumps(Deliver.of(a.message))
-                    for conn in a.conns:
-                        effects.push(conn, msg_data)
-                    stats.deliveries += len(a.conns)
-                    if a.reply is not None:
-                        stats.messages += 1
-                        effects.push(a.reply.conn, dumps(a.reply.frame))
+                    self._fanout(a)
                 elif isinstance(a, Send):
                     if a.frame is not last_frame:
                         last_frame, data = a.frame, dumps(a.frame)
@@ -137,6 +133,44 @@ class Interpreter:
             except Exception:  # a bug of ours: the others' frames must still go (G13)
                 stats.internal_errors += 1
                 log.exception("action_failed", action=type(a).__name__)
+
+    def _fanout(self, first: Fanout) -> None:
+        """Fan out `first` and the fan-outs queued right behind it to the same members.
+
+        A group stores what its publishers sent during one write as one batch, and its fan-outs
+        come out of the core together, to the same recipients (`Group._append_intake`). They go
+        to each member as one `batch` frame, pushed once: the per-member cost (the outbox, its
+        bound, its wake-up) is paid once per run instead of once per message, which is most of
+        the server's cost of a delivery. Each member still gets every message in offset order,
+        and the publishers' `published` answers follow the run, in order."""
+        queue, effects, conns = self._queue, self._effects, first.conns
+        frames = [dumps(Deliver.of(first.message))]
+        replies = [first.reply]
+        size = len(frames[0])
+        while queue and len(frames) < BATCH_FRAMES and size < BATCH_BYTES:
+            a = queue[0]
+            if type(a) is not Fanout or (a.conns is not conns and a.conns != conns):
+                break
+            queue.popleft()
+            data = dumps(Deliver.of(a.message))
+            frames.append(data)
+            replies.append(a.reply)
+            size += len(data)
+        n = len(frames)
+        run = frames[0] if n == 1 else batch(frames)
+        for conn in conns:
+            effects.push(conn, run, frames=n)
+        self.stats.deliveries += len(conns) * n
+        answers = [r for r in replies if r is not None]
+        self.stats.messages += len(answers)
+        i = 0
+        while i < len(answers):  # one push per publisher connection in a row
+            j = i + 1
+            while j < len(answers) and answers[j].conn == answers[i].conn:
+                j += 1
+            out = [dumps(r.frame) for r in answers[i:j]]
+            effects.push(answers[i].conn, out[0] if j - i == 1 else batch(out), frames=j - i)
+            i = j
 
     def _completion(self, w: Write) -> Done:
         group, ticket = w.group, w.ticket

@@ -19,22 +19,19 @@ from websockets.exceptions import ConnectionClosed
 
 from notify.core.errors import CloseCode
 from notify.server.mailbox import Mailbox
-from notify.server.wire import batch
+from notify.server.wire import BATCH_BYTES, BATCH_FRAMES, batch, batch_body
 
 log = structlog.get_logger("notify.server")
 
-#: frames per batch frame, and bytes: keeps a batch well under any client's max message size
-_BATCH_FRAMES = 512
-_BATCH_BYTES = 256 * 1024
 #: how long a draining close waits for the queue to go out
 _DRAIN_SECONDS = 2.0
 #: queued by a draining close: frames before it go out, then the connection closes
-_CLOSE = b""
+_CLOSE = (b"", 0)
 
 
 class Outbox:
     __slots__ = ("_bound", "_bytes", "_closer", "_closing", "_exempt", "_exempt_bytes",
-                 "_mailbox", "_max_bytes", "_sent", "_task", "_ws", "on_slow")
+                 "_frames", "_mailbox", "_max_bytes", "_sent", "_task", "_ws", "on_slow")
 
     def __init__(self, ws: ServerConnection, bound: int, *, max_bytes: int = 1 << 62,
                  on_slow: Callable[[], None] | None = None,
@@ -43,35 +40,40 @@ class Outbox:
         #: a one-element list shared by all outboxes: bytes written (for metrics)
         self._sent = sent_bytes if sent_bytes is not None else [0]
         self._bound = bound
-        self._mailbox: Mailbox[bytes] = Mailbox()
+        #: queued items: a frame, or a `batch` frame of several, and how many frames it holds
+        self._mailbox: Mailbox[tuple[bytes, int]] = Mailbox()
         self._closing = False
         #: the close under way (kept: a task nobody holds may vanish)
         self._closer: asyncio.Task[None] | None = None
-        #: queued frames (and their bytes) that do not count against the bound (a resume's
-        #: replay, see `push`)
+        #: queued frames and bytes, and those of them that do not count against the bound (a
+        #: resume's replay, see `push`)
+        self._frames = 0
+        self._bytes = 0
         self._exempt = 0
         self._exempt_bytes = 0
-        self._bytes = 0
         self._max_bytes = max_bytes
         self.on_slow = on_slow
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def __len__(self) -> int:
-        return len(self._mailbox)
+        """Frames queued (a `batch` counts as the frames it holds)."""
+        return self._frames
 
-    def push(self, frame: bytes, *, bounded: bool = True) -> None:
-        """Queue `frame`. `bounded=False` is for a replay of what the member missed: it arrives
-        as one burst that says nothing about how fast the member reads, and it can be longer
-        than the bound (a slow consumer missed more than that), so it must not cut the member
-        it is meant to resume (G11)."""
+    def push(self, frame: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        """Queue `frame`: one frame, or a `batch` frame of `frames` frames (a run of fan-outs;
+        it counts as that many against the bound). `bounded=False` is for a replay of what the
+        member missed: it arrives as one burst that says nothing about how fast the member
+        reads, and it can be longer than the bound (a slow consumer missed more than that), so
+        it must not cut the member it is meant to resume (G11)."""
         if self._closing:
             return
-        self._mailbox.put(frame)
+        self._mailbox.put((frame, frames))
+        self._frames += frames
         self._bytes += len(frame)
         if not bounded:
-            self._exempt += 1
+            self._exempt += frames
             self._exempt_bytes += len(frame)
-        elif len(self._mailbox) - self._exempt > self._bound or \
+        elif self._frames - self._exempt > self._bound or \
                 self._bytes - self._exempt_bytes > self._max_bytes:
             if self.on_slow is not None:
                 self.on_slow()
@@ -111,34 +113,16 @@ class Outbox:
 
     async def _run(self) -> None:
         ws = self._ws
-        sent = self._sent
         try:
             while True:
-                frames = await self._mailbox.drain(_BATCH_FRAMES)
-                last = frames[-1] == _CLOSE
+                items = await self._mailbox.drain(BATCH_FRAMES)
+                last = items[-1] is _CLOSE
                 if last:
-                    frames.pop()
-                    if not frames:
+                    items.pop()
+                    if not items:
                         return
-                self._exempt = max(self._exempt - len(frames), 0)
-                size = sum(map(len, frames))
-                self._bytes -= size
-                self._exempt_bytes = max(self._exempt_bytes - size, 0)
-                sent[0] += size
-                if len(frames) == 1:
-                    await ws.send(frames[0], text=True)
-                    if last:
-                        return
-                    continue
-                start = 0
-                size = 0
-                for i, f in enumerate(frames):
-                    size += len(f)
-                    if size > _BATCH_BYTES and i > start:
-                        await ws.send(batch(frames[start:i]), text=True)
-                        start, size = i, len(f)
-                await ws.send(batch(frames[start:]) if len(frames) - start > 1 else frames[start],
-                              text=True)
+                for out in self._frames_out(items):
+                    await ws.send(out, text=True)
                 if last:
                     return
         except ConnectionClosed:
@@ -147,3 +131,30 @@ class Outbox:
             log.exception("outbox_failed")
             self._closing = True
             self._ws.transport.abort()  # the hub hears a lost connection; the member resumes
+
+    def _frames_out(self, items: list[tuple[bytes, int]]) -> list[bytes]:
+        """Take `items` off the counts and pack them into as few WebSocket messages as the
+        batch limits allow (a lone item goes as it is)."""
+        count = size = 0
+        for data, n in items:
+            count += n
+            size += len(data)
+        self._frames -= count
+        self._bytes -= size
+        self._exempt = max(self._exempt - count, 0)
+        self._exempt_bytes = max(self._exempt_bytes - size, 0)
+        self._sent[0] += size
+        if len(items) == 1:
+            return [items[0][0]]
+        out: list[bytes] = []
+        parts: list[bytes | memoryview] = []
+        count = size = 0
+        for data, n in items:
+            if parts and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
+                out.append(batch(parts) if count > 1 else bytes(parts[0]))
+                parts, count, size = [], 0, 0
+            parts.append(batch_body(data) if n > 1 else data)
+            count += n
+            size += len(data)
+        out.append(batch(parts) if count > 1 else bytes(parts[0]))
+        return out

@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -535,6 +536,30 @@ def dumps(frame: object) -> bytes:
     return orjson.dumps(frame)
 
 
-def batch(frames: list[bytes]) -> bytes:
+#: a `batch` frame holds at most this many frames, and about this many bytes: well under any
+#: client's maximum message size
+BATCH_FRAMES = 512
+BATCH_BYTES = 256 * 1024
+BATCH_HEAD = b'{"type":"batch","frames":['
+BATCH_TAIL = b"]}"
+
+
+def batch(frames: Sequence[bytes | memoryview]) -> bytes:
     """Pack already-serialised frames into one `batch` frame without re-encoding them."""
-    return b'{"type":"batch","frames":[' + b",".join(frames) + b"]}"
+    return BATCH_HEAD + b",".join(frames) + BATCH_TAIL
+
+
+def unbatch(frame: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames a decoded server frame stands for: a `batch`'s, in order, or itself."""
+    if frame.get("type") == "batch":
+        frames: list[dict[str, Any]] = frame["frames"]
+        return frames
+    return [frame]
+
+
+def batch_body(frame: bytes) -> bytes | memoryview:
+    """The frames of a `batch` frame made by `batch` (comma-separated, not copied), or `frame`
+    itself: what `batch` joins to put several of them in one."""
+    if frame.startswith(BATCH_HEAD):
+        return memoryview(frame)[len(BATCH_HEAD):-len(BATCH_TAIL)]
+    return frame

@@ -16,6 +16,7 @@ from notify.core import CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Action
 from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
 from notify.server.interpreter import CheckpointAction, Interpreter
+from notify.server.wire import unbatch
 
 G = "g"
 
@@ -50,15 +51,18 @@ class Net:
         self.writes: list[tuple[Write, Callable[[str | None], None]]] = []
         self.stored: list[Write] = []
         self.halts: list[str] = []
+        #: every push, as (connection, frames it holds)
+        self.pushes: list[tuple[int, int]] = []
 
     def apply(self, actions: list[Any]) -> None:
         self.interpreter.run(actions)
 
     # -- Effects ----------------------------------------------------------------------------------
 
-    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        self.pushes.append((conn, frames))
         if conn not in self.closed:
-            self.inbox.setdefault(conn, []).append(orjson.loads(data))
+            self.inbox.setdefault(conn, []).extend(unbatch(orjson.loads(data)))
 
     def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
         self.closed.add(conn)

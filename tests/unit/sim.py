@@ -44,7 +44,7 @@ from notify.core.actions import Action, Error
 from notify.core.events import Join, Publish
 from notify.core.membership import GroupState
 from notify.server.interpreter import CheckpointAction, Done, Interpreter
-from notify.server.wire import parse
+from notify.server.wire import parse, unbatch
 from notify.storage import MemoryLog
 
 GROUPS = ("g1", "g2")
@@ -357,12 +357,12 @@ class Simulation:
 
     # -- Effects (notify/server/interpreter.py) --------------------------------------------------
 
-    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
-        frame = orjson.loads(data)
-        self.check_durable(frame, conn)
-        c = self.conns.get(conn)
-        if c is not None and c.alive and c.server_open:
-            c.to_client.append(frame)
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        for frame in unbatch(orjson.loads(data)):
+            self.check_durable(frame, conn)
+            c = self.conns.get(conn)
+            if c is not None and c.alive and c.server_open:
+                c.to_client.append(frame)
 
     def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
         c = self.conns.get(conn)

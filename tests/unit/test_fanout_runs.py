@@ -1,0 +1,55 @@
+"""A run of fan-outs (one stored batch) reaches each member as one `batch` push (issue 14).
+
+The interpreter packs the fan-outs the core lets go together, to the same members, into one
+`batch` frame per member, and the publisher's answers into one more: the per-member cost is paid
+once per run. What each member receives, and in what order, must not change.
+"""
+
+from __future__ import annotations
+
+from tests.unit.drive import Net, delivered, form
+
+
+def _three_in_one_write(net: Net, a: int) -> None:
+    """`a` publishes three messages while the group's write is under way: they are stored
+    together, and let go together when that write is done."""
+    net.writes_held = True
+    net.publish(a, "p1")            # starts the write of p1
+    net.publish(a, "p2")
+    net.publish(a, "p3")            # p2 and p3 wait in the intake
+    net.finish_writes()             # p1 stored: p2 + p3 go to storage as one batch
+    net.pushes.clear()
+    for conn in list(net.inbox):    # p1's frames
+        net.take(conn)
+    net.finish_writes()             # the batch stored: its two fan-outs come out as one run
+
+
+def test_a_stored_batch_is_one_push_per_member_with_its_frame_count() -> None:
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    _three_in_one_write(net, a)
+    assert sorted(net.pushes) == sorted([(a, 2), (b, 2), (c, 2), (a, 2)]), net.pushes
+    # the publisher's own copy first, then its two answers in one push
+    assert [f["type"] for f in net.take(a)] == ["deliver", "deliver", "published", "published"]
+    for conn in (b, c):
+        frames = net.take(conn)
+        assert [f["type"] for f in frames] == ["deliver", "deliver"]
+        assert delivered(frames) == sorted(delivered(frames))
+
+
+def test_runs_keep_every_message_once_and_in_order() -> None:
+    net = Net()
+    a, b = form(net, "a", "b")
+    net.publish(a, "p0")  # stored at once: a run of one goes as a plain frame
+    assert (b, 1) in net.pushes
+    net.writes_held = True
+    for i in range(1, 6):
+        net.publish(a, f"p{i}")
+    net.finish_writes()   # p1
+    net.finish_writes()   # p2..p5, one run
+    assert (b, 4) in net.pushes
+    frames = net.take(b)
+    assert all(f["type"] == "deliver" for f in frames)
+    got = delivered(frames)
+    assert len(got) == len(set(got)) == 6 and got == sorted(got), got
+    assert [f["payload"] for f in frames] == [f"p{i}" for i in range(6)]

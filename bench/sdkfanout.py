@@ -20,11 +20,16 @@ process and `--procs` (2) subscriber processes holding `--members` (50) members 
     atomic       notify, in-memory log, atomic: a publish returns at its outcome; a member's
                  SDK ACKs on receipt and hands the message over at `confirm`
 
-The notify publisher publishes the way the SDK allows today: `await group.publish(...)`, at most
-`--window` (64) of them awaiting their reply at once (`--window 1`: one at a time). The relay's,
-socket.io's and NATS's publishers send as fast as their client library lets them (NATS: then
-`flush()`). Notify, the relay and socket.io also deliver every message to the publisher's own
-connection (the 51st copy, not counted); a NATS publisher that does not subscribe gets none.
+The notify publisher pipelines with `group.publish_nowait(...)` (`--publish await`: `await
+group.publish(...)` in tasks), at most `--window` (1000, the SDK's default
+`max_pending_publishes`) awaiting their reply at once (`--window 1`: one at a time): as fast as
+the SDK lets it. The relay's, socket.io's and NATS's publishers send as fast as their client
+library lets them (NATS: then `flush()`; nats-py buffers up to 2 MiB). Notify, the relay and
+socket.io also deliver every message to the publisher's own connection (the 51st copy, not
+counted); a NATS publisher that does not subscribe gets none. Notify subscribers take their
+events with `Group.on_event(handler)` (`--receive iterator`: `async for`), as nats-py's take
+theirs with a `cb`. Every Python process, servers and clients, runs on uvloop when it is
+installed (`--event-loop`), as `notify serve` does.
 
 Phases, per system, on the same connections: a warm-up burst (not reported), a burst of
 `--messages` (20,000) published as fast as the publisher can, then fixed rates (`--rates`, 200
@@ -302,7 +307,7 @@ class Harness:
         a, url = self.a, self._url(port)
         common = ["--system", self.system, "--url", url, "--view-size", str(a.members + 1),
                   "--payload", str(a.payload), "--window", str(a.window),
-                  "--publish", a.publish, "--event-loop", a.event_loop]
+                  "--publish", a.publish, "--event-loop", a.event_loop, "--receive", a.receive]
         per = [a.members // a.procs + (1 if i < a.members % a.procs else 0)
                for i in range(a.procs)]
         first = 0
@@ -638,9 +643,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--procs", type=int, default=2, help="subscriber processes (default 2)")
     p.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
     p.add_argument("--messages", type=int, default=20_000, help="burst messages (default 20,000)")
-    p.add_argument("--window", type=int, default=64,
-                   help="notify publisher: concurrent publish() awaiting their reply (default 64;"
-                        " 1 = await each)")
+    p.add_argument("--window", type=int, default=1000,
+                   help="notify publisher: publishes awaiting their reply at once (default 1000, "
+                        "the SDK's default max_pending_publishes: as fast as the SDK lets it, "
+                        "as the other publishers go as fast as their libraries let them; "
+                        "1 = await each)")
     p.add_argument("--publish", choices=["await", "nowait"], default="nowait",
                    help="notify publisher: `await group.publish()` in up to --window tasks, or "
                         "`group.publish_nowait()` with up to --window futures unanswered "
@@ -657,6 +664,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto",
                    help="every Python process's loop, servers and clients alike (default auto: "
                         "uvloop if installed, as `notify serve` does)")
+    p.add_argument("--receive", choices=["handler", "iterator"], default="handler",
+                   help="notify subscribers: `Group.on_event(handler)` (default; the callback "
+                        "style, as the nats-py subscribers' `cb`) or `async for ev in group`")
     p.add_argument("--profile-server", metavar="DIR", default=None,
                    help="run each Python server under cProfile, stats to DIR/server-SYSTEM-ROUND"
                         ".prof (read with `python -m pstats`; the CPU figures are then not "

@@ -250,6 +250,16 @@ class Sub:
                     if min(sizes) >= want:
                         full.set()
 
+        def handler(j: int) -> Callable[[Any], None]:
+            def handle(ev: Any) -> None:  # the callback style (Group.on_event), as nats-py's cb
+                if type(ev) is Message:
+                    tr.on(j, ev.payload)
+                elif type(ev) is ViewInstalled:
+                    sizes[j] = len(ev.members)
+                    if min(sizes) >= want:
+                        full.set()
+            return handle
+
         async def one(j: int) -> None:
             client = await connect(self.a.url, member=f"m{self.a.first + j:03d}")
             self.closers.append(client.close)
@@ -258,7 +268,10 @@ class Sub:
             sizes[j] = max(sizes[j], len(group.view.members))
             if min(sizes) >= want:
                 full.set()
-            self._guard(j, loop(j, group))
+            if self.a.receive == "handler":
+                group.on_event(handler(j))
+            else:
+                self._guard(j, loop(j, group))
 
         await asyncio.gather(*(one(j) for j in range(self.a.members)))
         self._full = full
@@ -496,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=int, default=64)
     p.add_argument("--publish", choices=["await", "nowait"], default="await")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
+    p.add_argument("--receive", choices=["handler", "iterator"], default="handler")
     a = p.parse_args(argv)
     import logging
 

@@ -3,6 +3,7 @@ bytes of a `batch` frame to the application holding the `Message` (issue 14).
 
     python -m bench sdkrecv                       # 200,000 messages in batches of 64
     python -m bench sdkrecv --profile             # the same under cProfile: where the time goes
+    python -m bench sdkrecv --handler             # the callback style (Group.on_event)
 
 What it runs is the SDK's own code: `Client._receive` (orjson, `ClientProtocol.receive`, the
 dispatch to the group's queue) and `Group.next_event` (what `async for` calls), fed frames shaped
@@ -35,7 +36,7 @@ def frames(n: int, batch: int, group: str, payload: bytes) -> list[bytes]:
     return out
 
 
-async def run(n: int, batch: int) -> tuple[float, int]:
+async def run(n: int, batch: int, handler: bool = False) -> tuple[float, int]:
     client = Client("ws://127.0.0.1:1", "sub")
     group = Group(client, "g", "members")
     client._groups["g"] = group
@@ -47,6 +48,17 @@ async def run(n: int, batch: int) -> tuple[float, int]:
     await group.next_event()  # the view
     data = frames(n, batch, "g", b'{"x":"' + b"a" * 88 + b'"}')  # 100 B payloads
     got = 0
+    if handler:
+        count = [0]
+
+        def take(e: object) -> None:  # what an application's handler does at the least
+            count[0] += 1
+
+        group.on_event(take)
+        t0 = time.process_time()
+        for d in data:
+            client._receive(d)
+        return time.process_time() - t0, count[0]
     t0 = time.process_time()
     for d in data:
         client._receive(d)
@@ -62,17 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--handler", action="store_true",
+                   help="the callback style (`Group.on_event`) instead of `next_event`")
     a = p.parse_args(argv)
     if a.profile:
         prof = cProfile.Profile()
         prof.enable()
-        cpu, got = asyncio.run(run(a.messages, a.batch))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler))
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     else:
-        cpu, got = asyncio.run(run(a.messages, a.batch))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler))
     assert got == a.messages, (got, a.messages)
-    print(f"sdkrecv: {got} messages in batches of {a.batch}: {cpu:.3f} CPU-s, "
+    print(f"sdkrecv ({'on_event' if a.handler else 'next_event'}): {got} messages in batches "
+          f"of {a.batch}: {cpu:.3f} CPU-s, "
           f"{cpu / got * 1e6:.2f} µs per message")
     return 0
 

@@ -151,6 +151,10 @@ class GroupProtocol:
         return self.phase is GroupPhase.ACTIVE
 
 
+def _malformed(f: Frame, e: Exception) -> ProtocolViolation:
+    return ProtocolViolation(f"malformed frame from the server ({e!r}): {str(f)[:200]}")
+
+
 def _message(group: str, f: Frame) -> Message:
     return Message(group, f["offset"], f["stream"], f["seq"], f["sender"], f["view"], f["atomic"],
                    f.get("payload"), f["ts"])
@@ -272,10 +276,17 @@ class ClientProtocol:
         inner = frame.get("frames")
         if not isinstance(inner, list):
             raise ProtocolViolation(f"a batch without frames: {str(frame)[:200]}")
+        deliver = self._deliver
         for f in inner:
             if not isinstance(f, dict):
                 raise ProtocolViolation(f"a batch holding a non-object: {str(f)[:200]}")
-            if f.get("type") == "batch":
+            kind = f.get("type")
+            if kind == "deliver":  # the hot path, without `_receive_one`'s frame
+                try:
+                    deliver(f, events)
+                except (KeyError, TypeError, ValueError, AttributeError) as e:
+                    raise _malformed(f, e) from e
+            elif kind == "batch":
                 self._receive_frames(f, events, replies)
             else:
                 self._receive_one(f, events, replies)
@@ -293,8 +304,7 @@ class ClientProtocol:
                 # snapshot's last chunk may all come, and what follows the install must wait.
                 self._route(raw, events)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ProtocolViolation(f"malformed frame from the server ({e!r}): "
-                                    f"{str(f)[:200]}") from e
+            raise _malformed(f, e) from e
 
     def _route(self, raw: list[GroupEvent], events: list[GroupEvent]) -> None:
         """A joiner waiting for its state keeps what comes after its install (G9)."""
@@ -366,20 +376,24 @@ class ClientProtocol:
             m = _message(g.name, f)
             g.state_replay[(m.stream, m.seq)] = m
             return
-        s = g.streams.get(f["stream"])
+        stream = f["stream"]
+        s = g.streams.get(stream)
         if s is None:
-            s = g.streams[f["stream"]] = _Stream()
-        seq = f["seq"]
-        if seq <= s.received:
+            s = g.streams[stream] = _Stream()
+        seq, received = f["seq"], s.received
+        if seq <= received:
             g.duplicates += 1
             return
-        if s.received and seq != s.received + 1:
-            raise ProtocolViolation(f"{g.name}/{f['stream']}: seq {seq} after {s.received}")
-        m = _message(g.name, f)  # a malformed frame raises here, before anything is counted
+        if received and seq != received + 1:
+            raise ProtocolViolation(f"{g.name}/{stream}: seq {seq} after {received}")
+        # a malformed frame raises here, before anything is counted
+        m = Message(g.name, f["offset"], stream, seq, f["sender"], f["view"], f["atomic"],
+                    f.get("payload"), f["ts"])
         if g.state_buffer is not None:
             events = g.state_buffer  # a joiner waiting for its state keeps it (G9)
         s.received = seq
-        g.top = max(g.top, m.offset)
+        if m.offset > g.top:
+            g.top = m.offset
         if m.atomic:
             g.atomic[m.offset] = None
             self._acks.setdefault(g.name, []).append(m.offset)

@@ -15,7 +15,7 @@ With no authentication configured (the development mode) the hub gives every ses
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
@@ -38,13 +38,29 @@ class ClaimsError(ValueError):
     """The token verified but its claims are not usable (no `sub`, a malformed `groups`)."""
 
 
+#: answers a `Grants` remembers (one per group and permission asked about) before it forgets
+#: them all: a session that publishes to ever new group names cannot grow it without bound
+_MEMO = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class Grants:
     rules: tuple[tuple[str, frozenset[Perm]], ...] = ()
+    #: (group, perm) -> allowed: asked on every publish, with the same few groups
+    _memo: dict[tuple[str, Perm], bool] = field(default_factory=dict, compare=False,
+                                               hash=False, repr=False)
 
     def allows(self, group: str, perm: Perm) -> bool:
-        return any(perm in perms and fnmatchcase(group, pattern)
-                   for pattern, perms in self.rules)
+        key = (group, perm)
+        known = self._memo.get(key)
+        if known is not None:
+            return known
+        allowed = any(perm in perms and fnmatchcase(group, pattern)
+                      for pattern, perms in self.rules)
+        if len(self._memo) >= _MEMO:
+            self._memo.clear()
+        self._memo[key] = allowed
+        return allowed
 
     def __or__(self, other: Grants) -> Grants:
         return Grants(self.rules + other.rules)

@@ -147,14 +147,23 @@ class Outbox:
         if len(items) == 1:
             return [items[0][0]]
         out: list[bytes] = []
-        parts: list[bytes | memoryview] = []
+        group: list[bytes] = []
         count = size = 0
         for data, n in items:
-            if parts and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
-                out.append(batch(parts) if count > 1 else bytes(parts[0]))
-                parts, count, size = [], 0, 0
-            parts.append(batch_body(data) if n > 1 else data)
+            if group and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
+                out.append(_packed(group))
+                group, count, size = [], 0, 0
+            group.append(data)
             count += n
             size += len(data)
-        out.append(batch(parts) if count > 1 else bytes(parts[0]))
+        out.append(_packed(group))
         return out
+
+
+def _packed(items: list[bytes]) -> bytes:
+    """One WebSocket message for `items`: a lone item as it is, several as one flat `batch`
+    (an item may itself be a `batch`, e.g. a run, or one relayed by another node: its frames
+    are spliced in, so no batch ever holds a batch)."""
+    if len(items) == 1:
+        return items[0]
+    return batch([batch_body(d) for d in items])

@@ -77,3 +77,15 @@ async def test_a_run_counts_its_frames_against_the_bound() -> None:
     box.push(batch([_frame(i) for i in range(4, 7)]), frames=3)  # 6 queued > 5
     assert slow == [True]
     await box.stop()
+
+
+async def test_a_batch_counted_as_one_frame_is_still_spliced_flat() -> None:
+    # what another node's edge pushes: a run relayed as it is, counted as one frame
+    ws = _Socket()
+    box = Outbox(ws, 100)  # type: ignore[arg-type]
+    box.push(batch([_frame(1), _frame(2)]))
+    box.push(_frame(3))
+    await asyncio.sleep(0.01)
+    await box.stop()
+    assert len(ws.sent) == 1 and ws.sent[0].count(b'"type":"batch"') == 1
+    assert _offsets(ws.sent) == [1, 2, 3]

@@ -2,9 +2,11 @@
 
 `FrameCheck.install()` wraps two things for the whole test session: `NotifyServer._handle`, to
 know which WebSocket connections are the server's (other servers in the tests, like the bench's
-bare relay, are not checked), and `ServerConnection.send`, the single place where the server's
-outboxes hand bytes to the socket. So what is checked is exactly what goes on the wire, from
-every real-socket test (integration, security, ops), whichever client read it.
+bare relay, are not checked), and websockets' `ServerProtocol.send_text`, the single place every
+text frame of the server passes, whether an outbox's task sends it (`ServerConnection.send`) or
+the flusher writes it straight to the transport (notify/server/outbox.py). So what is checked
+is exactly what goes on the wire, from every real-socket test (integration, security, ops),
+whichever client read it.
 
 A frame the schema refuses is recorded, never raised inside the server (that would kill the
 sender task under test); the autouse fixture in tests/conftest.py fails the test that caused it.
@@ -22,6 +24,7 @@ from typing import Any
 import orjson
 from jsonschema import Draft202012Validator
 from websockets.asyncio.server import ServerConnection
+from websockets.server import ServerProtocol
 
 from notify.server import NotifyServer
 
@@ -90,7 +93,7 @@ class FrameCheck:
     connections: int = 0
     by_type: Counter[str] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
-    _conns: weakref.WeakSet[ServerConnection] = field(default_factory=weakref.WeakSet)
+    _conns: weakref.WeakSet[ServerProtocol] = field(default_factory=weakref.WeakSet)
     _servers: weakref.WeakSet[NotifyServer] = field(default_factory=weakref.WeakSet)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _full_checked: set[str] = field(default_factory=set)
@@ -129,26 +132,26 @@ class FrameCheck:
     def install(self) -> None:
         check = self
         handle = NotifyServer._handle
-        send = ServerConnection.send
+        send = ServerProtocol.send_text
 
         async def _handle(srv: NotifyServer, ws: ServerConnection) -> None:
             with check._lock:
                 check.connections += 1
-            check._conns.add(ws)
+            check._conns.add(ws.protocol)
             check._servers.add(srv)
             await handle(srv, ws)
 
-        async def _send(ws: ServerConnection, message: Any, text: bool | None = None) -> None:
-            if ws in check._conns:
-                check.check(message)
-            await send(ws, message, text=text)
+        def _send(protocol: ServerProtocol, data: Any, fin: bool = True) -> None:
+            if protocol in check._conns:
+                check.check(data)
+            send(protocol, data, fin)
 
         NotifyServer._handle = _handle  # type: ignore[method-assign]
-        ServerConnection.send = _send  # type: ignore[method-assign]
+        ServerProtocol.send_text = _send  # type: ignore[method-assign]
         self._restore = (handle, send)
 
     def uninstall(self) -> None:
-        NotifyServer._handle, ServerConnection.send = self._restore  # type: ignore[method-assign]
+        NotifyServer._handle, ServerProtocol.send_text = self._restore  # type: ignore[method-assign]
 
 
 CHECK = FrameCheck()

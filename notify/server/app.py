@@ -51,7 +51,7 @@ from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.interpreter import CheckpointAction, Done, Interpreter
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats, bump
-from notify.server.outbox import Outbox
+from notify.server.outbox import Flusher, Outbox
 from notify.server.wire import Authenticate, Refresh, dumps, parse_any
 from notify.storage import MemoryLog, MessageLog, StoredGroup
 
@@ -106,6 +106,8 @@ class NotifyServer:
         self._clock = clock if clock is not None else steady_clock()
         self._ids = itertools.count(1)
         self._outboxes: dict[int, Outbox] = {}
+        #: writes the outboxes' frames while their sockets keep up (notify/server/outbox.py)
+        self._flusher = Flusher()
         self._interpreter = Interpreter(self.hub, self, self._clock, self.stats)
         #: set with the reason when the core halted (fail-stop, G13); see `halt`
         self.halted: asyncio.Event = asyncio.Event()
@@ -302,7 +304,7 @@ class NotifyServer:
         outbox = Outbox(ws, self.config.limits.max_outbound_frames,
                         max_bytes=self.config.limits.max_outbound_bytes,
                         on_slow=lambda: self._on_slow(conn),
-                        sent_bytes=self.stats.bytes_out)
+                        sent_bytes=self.stats.bytes_out, flusher=self._flusher)
         self._outboxes[conn] = outbox
         log.debug("conn_open", conn=conn, ip=ip, origin=ws.request.headers.get("Origin")
                   if ws.request is not None else None)

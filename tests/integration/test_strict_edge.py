@@ -206,8 +206,9 @@ async def test_schema_hook_catches_a_frame_the_schema_refuses(server: NotifyServ
     written where the outboxes write, is caught (then forgiven: it was sent on purpose)."""
     raw = await open_raw(server, "m")
     failures = len(CHECK.failures)
-    ws = next(c for c in list(CHECK._conns) if c.server is not None and c.local_address[1]
-              == server.port)
+    (outbox,) = server._outboxes.values()  # m's connection
+    ws = outbox._ws
+    assert ws.protocol in CHECK._conns
     await ws.send('{"type":"view_install","group":"g"}', text=True)
     got = await raw.expect("view_install")
     assert got == {"type": "view_install", "group": "g"}

@@ -162,11 +162,12 @@ class Outbox:
         if self._closing or not self._mailbox:
             return
         ws = self._ws
-        transport = ws.transport
-        if self._active or transport.get_write_buffer_size() or ws.protocol.state is not OPEN:
-            self._mailbox.wake()  # the task writes, with websockets' flow control
-            return
         try:
+            transport = ws.transport
+            if self._active or transport.get_write_buffer_size() or \
+                    ws.protocol.state is not OPEN:
+                self._mailbox.wake()  # the task writes, with websockets' flow control
+                return
             for out in self._frames_out(self._mailbox.take()):
                 ws.protocol.send_text(out)
             for data in ws.protocol.data_to_send():
@@ -174,7 +175,7 @@ class Outbox:
         except Exception:  # a bug of ours: drop this member's link, the others go on (G13)
             log.exception("outbox_failed")
             self._closing = True
-            transport.abort()
+            ws.transport.abort()  # the hub hears a lost connection; the member resumes
 
     async def _run(self) -> None:
         ws = self._ws

@@ -25,7 +25,7 @@ from notify.server.wire import parse
 class _Host:
     """The interpreter's host with nothing behind it."""
 
-    def push(self, conn: int, data: bytes, *, bounded: bool = True) -> None:
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         pass
 
     def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:

@@ -380,6 +380,8 @@ class Client:
         self._ids = itertools.count(1)
         self._listeners: list[Callable[[ConnectionState, ConnectionState], None]] = []
         self._wake_writer = asyncio.Event()
+        #: some publish in `_pending` may not be sent yet (False: none is)
+        self._unsent = False
         self._main: asyncio.Task[None] | None = None
         self._lost_at: float | None = None
         self._closing = False
@@ -601,6 +603,7 @@ class Client:
         self._set_state(ConnectionState.RECONNECTING)
         for p in self._pending.values():
             p.sent = False  # unanswered: sent again, with the same id, after the resume
+        self._unsent = True
         for fut in self._checkpoints.values():  # part of it may be lost with the connection
             if not fut.done():
                 fut.set_exception(NotifyError("connection lost during the checkpoint; "
@@ -675,17 +678,24 @@ class Client:
                 continue  # the reader sees it too; unanswered publishes are resent
 
     def _queue_publishes(self) -> None:
-        """Hand the protocol every waiting publish whose group accepts sends, in order."""
+        """Hand the protocol every waiting publish whose group accepts sends, in order. (Only
+        when some may be unsent: a publisher with a thousand in flight must not walk them all
+        for every answer it receives.)"""
+        if not self._unsent:
+            return
+        held = False
         for p in self._pending.values():
             if p.sent:
                 continue
             g = self.protocol.groups.get(p.group)
             if g is None or not g.can_send:
+                held = True
                 continue
             if not p.frame["same_view"] and p.frame["view"] > g.view:
                 p.frame["view"] = g.view  # stamped in a view of a log that was reset
             self.protocol.send(p.frame)
             p.sent = True
+        self._unsent = held
 
     def _kick(self) -> None:
         self._wake_writer.set()
@@ -714,7 +724,8 @@ class Client:
             self._on_event(e, now)
         for r in replies:
             self._on_reply(r)
-        self._kick()  # ACKs, flush_ok, and publishes a view change was holding
+        if self._unsent or self.protocol.has_output():
+            self._kick()  # ACKs, flush_ok, and publishes a view change was holding
 
     def _on_event(self, e: GroupEvent, now: float) -> None:
         g = self._groups.get(e.group)
@@ -800,6 +811,7 @@ class Client:
                 return
             if r.code == "view_changing":  # it crossed a view change: send it after it
                 p.sent = False
+                self._unsent = True
                 return
             del self._pending[r.id]
             self._settle(p, error=PublishRejected(r.code))
@@ -1006,6 +1018,7 @@ class Client:
                                             same_view=same_view)
         p = _Pending(group.name, frame, atomic, asyncio.get_running_loop().create_future())
         self._pending[pid] = p
+        self._unsent = True
         self._kick()
         return pid, p
 

@@ -242,6 +242,10 @@ class ClientProtocol:
     def send(self, frame: Frame) -> None:
         self._out.append(frame)
 
+    def has_output(self) -> bool:
+        """Whether `data_to_send()` would return anything."""
+        return bool(self._acks or self._out)
+
     def data_to_send(self) -> list[Frame]:
         """Frames to write, ACKs first (they must precede any flush_ok queued after them)."""
         out = [{"type": "ack", "group": g, "offsets": offs} for g, offs in self._acks.items()]

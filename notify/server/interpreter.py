@@ -93,10 +93,6 @@ class Interpreter:
 
     def _drain(self) -> None:
         queue = self._queue
-        # The core sends one frame object to many members (confirm, view_change, install):
-        # serialise it once per run of sends, not once per member.
-        last_frame: object = None
-        data = b""
         effects, stats = self._effects, self.stats
         while queue:
             a = queue.popleft()
@@ -107,14 +103,7 @@ class Interpreter:
                 if isinstance(a, Fanout):
                     self._fanout(a)
                 elif isinstance(a, Send):
-                    if a.frame is not last_frame:
-                        last_frame, data = a.frame, dumps(a.frame)
-                        if isinstance(a.frame, Error):
-                            stats.errors_out += 1
-                            bump(stats.by_code, a.frame.code)
-                        elif isinstance(a.frame, Rejected):
-                            bump(stats.rejected, a.frame.code)
-                    effects.push(a.conn, data, bounded=not a.replay)
+                    self._sends(a)
                 elif isinstance(a, Write):
                     effects.write(a, self._completion(a))
                 elif isinstance(a, LogEvent):
@@ -171,6 +160,74 @@ class Interpreter:
             out = [dumps(r.frame) for r in answers[i:j]]
             effects.push(answers[i].conn, out[0] if j - i == 1 else batch(out), frames=j - i)
             i = j
+
+    def _sends(self, first: Send) -> None:
+        """`first` and the sends queued right behind it: each connection's frames of the run in
+        one push (a `batch`, within the batch limits), in the order they were sent.
+
+        The core sends one frame object to many members (a `confirm` of an atomic message, a
+        `view_change`, an install), and a replay is a run of frames to one member: each frame
+        is serialised once, and each member's outbox is pushed once per run, not once per
+        frame. Order matters only per connection, and is kept; a replay's frames are pushed
+        apart from the others (they do not count against the bound)."""
+        queue, stats = self._queue, self.stats
+        per: dict[int, list[tuple[bytes, bool]]] = {}
+        last: object = None
+        data = b""
+        a = first
+        while True:
+            if a.frame is not last:
+                try:
+                    data = dumps(a.frame)
+                except Exception:  # a bug of ours: this frame is lost, the others go (G13)
+                    stats.internal_errors += 1
+                    log.exception("action_failed", action="Send", frame=type(a.frame).__name__)
+                    data = b""
+                last = a.frame
+                if isinstance(a.frame, Error):
+                    stats.errors_out += 1
+                    bump(stats.by_code, a.frame.code)
+                elif isinstance(a.frame, Rejected):
+                    bump(stats.rejected, a.frame.code)
+            if data:
+                frames = per.get(a.conn)
+                if frames is None:
+                    per[a.conn] = [(data, a.replay)]
+                else:
+                    frames.append((data, a.replay))
+            if not queue or type(queue[0]) is not Send:
+                break
+            a = queue.popleft()  # type: ignore[assignment]
+        push = self._effects.push
+        # members that get the same frames get the same bytes (a cluster link sends one copy
+        # of them per edge)
+        packed: dict[tuple[int, ...], bytes] = {}
+
+        def pack(run: list[bytes]) -> bytes:
+            if len(run) == 1:
+                return run[0]
+            key = tuple(map(id, run))
+            out = packed.get(key)
+            if out is None:
+                out = packed[key] = batch(run)
+            return out
+
+        for conn, frames in per.items():
+            if len(frames) == 1:
+                push(conn, frames[0][0], bounded=not frames[0][1])
+                continue
+            run: list[bytes] = []
+            size = 0
+            replay = frames[0][1]
+            for data, rep in frames:
+                if run and (rep != replay or len(run) >= BATCH_FRAMES
+                            or size + len(data) > BATCH_BYTES):
+                    push(conn, pack(run), bounded=not replay, frames=len(run))
+                    run, size = [], 0
+                run.append(data)
+                size += len(data)
+                replay = rep
+            push(conn, pack(run), bounded=not replay, frames=len(run))
 
     def _completion(self, w: Write) -> Done:
         group, ticket = w.group, w.ticket

@@ -7,6 +7,14 @@ once per run. What each member receives, and in what order, must not change.
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
+from notify.core import CoreConfig, Hub, Send
+from notify.core.actions import Confirm, Published
+from notify.server.interpreter import Interpreter
+from notify.server.wire import unbatch
 from tests.unit.drive import Net, delivered, form
 
 
@@ -53,3 +61,34 @@ def test_runs_keep_every_message_once_and_in_order() -> None:
     got = delivered(frames)
     assert len(got) == len(set(got)) == 6 and got == sorted(got), got
     assert [f["payload"] for f in frames] == [f"p{i}" for i in range(6)]
+
+
+class _Recorder:
+    """An interpreter host that records each push: (conn, frames as received, bounded, n)."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[int, list[dict[str, Any]], bool, int]] = []
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        self.pushes.append((conn, unbatch(orjson.loads(data)), bounded, frames))
+
+
+def test_a_run_of_sends_is_one_push_per_member_in_its_order() -> None:
+    host = _Recorder()
+    hub = Hub(CoreConfig(), new_token=lambda: "t", epoch=1)
+    run = Interpreter(hub, host, lambda: 0.0).run  # type: ignore[arg-type]
+    c1, c2 = Confirm("g", (1,)), Confirm("g", (2,))
+    run([Send(1, c1), Send(2, c1), Send(3, c1),    # the core: each confirm to every member
+         Send(1, c2), Send(2, c2), Send(3, c2),
+         Send(2, Published("r", "p", 7)),
+         Send(3, Published("r", "q", 5), replay=True), Send(3, Published("r", "s", 6))])
+    by_conn = {conn: (frames, bounded, n) for conn, frames, bounded, n in host.pushes
+               if conn != 3}
+    assert by_conn[1] == ([{"type": "confirm", "group": "g", "offsets": [1]},
+                           {"type": "confirm", "group": "g", "offsets": [2]}], True, 2)
+    assert [f["type"] for f in by_conn[2][0]] == ["confirm", "confirm", "published"]
+    assert by_conn[2][2] == 3
+    # a replay frame is pushed apart (it does not count against the bound), order kept
+    three = [(bounded, [f.get("offsets") or f.get("id") for f in frames])
+             for conn, frames, bounded, _ in host.pushes if conn == 3]
+    assert three == [(True, [[1], [2]]), (False, ["q"]), (True, ["s"])]

@@ -241,17 +241,8 @@ class Sub:
         full = asyncio.Event()
         want = self.a.view_size
 
-        async def loop(j: int, group: Any) -> None:
-            async for ev in group:
-                if type(ev) is Message:
-                    tr.on(j, ev.payload)
-                elif type(ev) is ViewInstalled:
-                    sizes[j] = len(ev.members)
-                    if min(sizes) >= want:
-                        full.set()
-
         def handler(j: int) -> Callable[[Any], None]:
-            def handle(ev: Any) -> None:  # the callback style (Group.on_event), as nats-py's cb
+            def handle(ev: Any) -> None:
                 if type(ev) is Message:
                     tr.on(j, ev.payload)
                 elif type(ev) is ViewInstalled:
@@ -259,6 +250,11 @@ class Sub:
                     if min(sizes) >= want:
                         full.set()
             return handle
+
+        async def loop(j: int, group: Any) -> None:  # --receive iterator
+            handle = handler(j)
+            async for ev in group:
+                handle(ev)
 
         async def one(j: int) -> None:
             client = await connect(self.a.url, member=f"m{self.a.first + j:03d}")
@@ -268,7 +264,7 @@ class Sub:
             sizes[j] = max(sizes[j], len(group.view.members))
             if min(sizes) >= want:
                 full.set()
-            if self.a.receive == "handler":
+            if self.a.receive == "handler":  # the callback style, as nats-py's `cb`
                 group.on_event(handler(j))
             else:
                 self._guard(j, loop(j, group))

@@ -9,16 +9,21 @@ from typing import Any
 
 import pytest
 
-from client_sdk import GroupEvent, Message, StateReceived, ViewInstalled
+from client_sdk import Group, GroupEvent, Message, StateReceived, ViewInstalled
 from tests.integration.conftest import TIMEOUT, MakeServer, Replica, apply_until
+
+
+async def _two(make_server: MakeServer, sdk: Any) -> tuple[Group, Group]:
+    """a and b in group g: a publishes, b's events are the ones looked at."""
+    srv = await make_server()
+    a, b = await sdk(srv.url, "a"), await sdk(srv.url, "b")
+    ga = await a.join("g")
+    return ga, await b.join("g")
 
 
 async def test_a_handler_gets_every_message_in_order_and_the_views(
         make_server: MakeServer, sdk: Any) -> None:
-    srv = await make_server()
-    a, b = await sdk(srv.url, "a"), await sdk(srv.url, "b")
-    ga = await a.join("g")
-    gb = await b.join("g")
+    ga, gb = await _two(make_server, sdk)
     got: list[GroupEvent] = []
     done = asyncio.Event()
 
@@ -38,10 +43,7 @@ async def test_a_handler_gets_every_message_in_order_and_the_views(
 
 async def test_a_handler_that_raises_misses_nothing_after(
         make_server: MakeServer, sdk: Any) -> None:
-    srv = await make_server()
-    a, b = await sdk(srv.url, "a"), await sdk(srv.url, "b")
-    ga = await a.join("g")
-    gb = await b.join("g")
+    ga, gb = await _two(make_server, sdk)
     seen: list[Any] = []
 
     def handle(e: GroupEvent) -> None:

@@ -2,11 +2,11 @@
 
 `FrameCheck.install()` wraps two things for the whole test session: `NotifyServer._handle`, to
 know which WebSocket connections are the server's (other servers in the tests, like the bench's
-bare relay, are not checked), and websockets' `ServerProtocol.send_text`, the single place every
-text frame of the server passes, whether an outbox's task sends it (`ServerConnection.send`) or
-the flusher writes it straight to the transport (notify/server/outbox.py). So what is checked
-is exactly what goes on the wire, from every real-socket test (integration, security, ops),
-whichever client read it.
+bare relay, are not checked), and the two places a text frame of the server is made into bytes:
+websockets' `ServerProtocol.send_text` (an outbox's task sends through `ServerConnection.send`)
+and `notify.server.outbox.text_frame` (the flusher serialises a frame once for the members it
+goes to, and writes it straight to their transports). So what is checked is exactly what goes on
+the wire, from every real-socket test (integration, security, ops), whichever client read it.
 
 A frame the schema refuses is recorded, never raised inside the server (that would kill the
 sender task under test); the autouse fixture in tests/conftest.py fails the test that caused it.
@@ -26,7 +26,7 @@ from jsonschema import Draft202012Validator
 from websockets.asyncio.server import ServerConnection
 from websockets.server import ServerProtocol
 
-from notify.server import NotifyServer
+from notify.server import NotifyServer, outbox
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "schema" / "protocol.schema.json"
 SCHEMA: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())
@@ -146,12 +146,20 @@ class FrameCheck:
                 check.check(data)
             send(protocol, data, fin)
 
+        framed = outbox.text_frame
+
+        def _framed(data: bytes) -> bytes:  # only outboxes (notify servers) call it
+            check.check(data)
+            return framed(data)
+
         NotifyServer._handle = _handle  # type: ignore[method-assign]
         ServerProtocol.send_text = _send  # type: ignore[method-assign]
-        self._restore = (handle, send)
+        outbox.text_frame = _framed
+        self._restore = (handle, send, framed)
 
     def uninstall(self) -> None:
-        NotifyServer._handle, ServerProtocol.send_text = self._restore  # type: ignore[method-assign]
+        NotifyServer._handle, ServerProtocol.send_text, outbox.text_frame = \
+            self._restore  # type: ignore[method-assign]
 
 
 CHECK = FrameCheck()

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.protocol import OPEN
 
 from notify.core.errors import CloseCode
@@ -58,8 +59,16 @@ class Flusher:
     def _flush(self) -> None:
         self._scheduled = False
         marked, self._marked = self._marked, []
+        framed: dict[int, tuple[bytes, bytes]] = {}
         for box in marked:
-            box._flush()
+            box._flush(framed)
+
+
+def text_frame(data: bytes) -> bytes:
+    """`data` as one unmasked WebSocket text frame, as websockets serialises it for a server
+    connection without extensions. A server's frames are not masked, so a frame that goes to
+    many members is the same bytes for all of them: the flusher serialises it once."""
+    return Frame(Opcode.TEXT, data).serialize(mask=False, extensions=[])
 
 
 class Outbox:
@@ -155,23 +164,32 @@ class Outbox:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
 
-    def _flush(self) -> None:
+    def _flush(self, framed: dict[int, tuple[bytes, bytes]]) -> None:
         """The flusher's turn: write what is queued straight to the transport if the socket
-        keeps up and the task is not writing; otherwise leave it to the task."""
+        keeps up and the task is not writing; otherwise leave it to the task. `framed` holds
+        the frames serialised during this flush, by the id of their data (see `text_frame`)."""
         self._marked = False
         if self._closing or not self._mailbox:
             return
         ws = self._ws
         try:
             transport = ws.transport
-            if self._active or transport.get_write_buffer_size() or \
-                    ws.protocol.state is not OPEN:
+            protocol = ws.protocol
+            if self._active or transport.get_write_buffer_size() or protocol.state is not OPEN:
                 self._mailbox.wake()  # the task writes, with websockets' flow control
                 return
-            for out in self._frames_out(self._mailbox.take()):
-                ws.protocol.send_text(out)
-            for data in ws.protocol.data_to_send():
-                transport.write(data)
+            outs = self._frames_out(self._mailbox.take())
+            if protocol.extensions or protocol.expect_continuation_frame or protocol.debug:
+                for out in outs:  # not the plain case `text_frame` is for
+                    protocol.send_text(out)
+                for data in protocol.data_to_send():
+                    transport.write(data)
+                return
+            for out in outs:
+                known = framed.get(id(out))
+                if known is None or known[0] is not out:
+                    known = framed[id(out)] = (out, text_frame(out))
+                transport.write(known[1])
         except Exception:  # a bug of ours: drop this member's link, the others go on (G13)
             log.exception("outbox_failed")
             self._closing = True

@@ -122,19 +122,19 @@ async def test_G13_an_outbox_that_fails_drops_only_its_member_who_resumes(
     await a.join("g")
     install, _ = await asyncio.gather(b.join("g"), a.expect("view_install"))
     outbox = srv._outboxes[max(srv._outboxes)]  # b's (the newer connection)
-    # where both of the outbox's writers (its task, and the flusher) hand a frame over
-    protocol = outbox._ws.protocol
-    real = protocol.send_text
+    # where both of the outbox's writers (its task, and the flusher) hand bytes over
+    transport = outbox._ws.transport
+    real = transport.write
 
     def failing(*args: object, **kw: object) -> None:
         raise RuntimeError("injected")
 
-    protocol.send_text = failing  # type: ignore[method-assign]
+    transport.write = failing  # type: ignore[method-assign]
     await a.send({"type": "publish", "req": "r", "group": "g", "id": "p1", "view": 2,
                   "payload": 1})
     assert (await a.expect("deliver"))["payload"] == 1  # a is unaffected
     await a.expect("published")
-    protocol.send_text = real  # type: ignore[method-assign]
+    transport.write = real  # type: ignore[method-assign]
     assert await b.close_code() == 1006  # dropped, no goodbye
     b2 = await open_raw(srv, "b", resume_session=b.session)
     await b2.send({"type": "join", "req": "rj", "group": "g", "resume": {

@@ -99,6 +99,8 @@ _OUTCOME_SCHEMA = ("group string, timeout_s double, view_changes long, installs 
 def whatif(ev: Events, candidates: tuple[float, ...] = CANDIDATES, target: float = 0.05,
            max_delay: float = 30.0, current: float | None = None, method: str = "replay",
            flush_rtt: float | None = None) -> JobResult:
+    """One row per candidate (`whatif/candidates`) and the recommendation by the explicit rule
+    (module docstring); `current` joins the candidates so its prediction is shown."""
     if method not in METHODS:
         raise ValueError(f"method is one of {METHODS}, not {method!r}")
     if current is not None:
@@ -286,8 +288,11 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
         return replay_group(pdf, end, rtt)
 
-    per_group = f.crossJoin(F.broadcast(cand)).groupBy("group", "timeout_s").applyInPandas(
-        run, _OUTCOME_SCHEMA)
+    # The facts are few bytes but many replays: spread the (group, candidate) pairs over every
+    # core (adaptive execution sizes partitions by bytes and may put them all in one task).
+    parts = max(2, 4 * spark.sparkContext.defaultParallelism)
+    per_group = (f.crossJoin(F.broadcast(cand)).repartition(parts, "group", "timeout_s")
+                 .groupBy("group", "timeout_s").applyInPandas(run, _OUTCOME_SCHEMA))
     s = {c: F.sum(c).alias(c) for c in ("view_changes", "installs", "proposals", "cancelled",
                                          "removals", "false_removals", "returning_gaps",
                                          "never_returned", "censored_gaps", "detected")}
@@ -300,5 +305,6 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
                    .alias("detection_delay_s"),
                    "ghost_member_s", "installs", "proposals", "cancelled", "removals", "detected",
                    "groups")
-           .orderBy("timeout_s"))
+           .orderBy("timeout_s")
+           .cache())  # collected twice (the rule, then the table): replayed once
     return per, {"gap_source": src, "flush_rtt_s": rtt}

@@ -16,13 +16,17 @@ model:
 Model times are divided by `--compression`, so an hour of churn runs in minutes; the server's
 `--suspect-timeout` is given in *wall* seconds (it sees the compressed gaps). Each client logs
 what its application sees (`client.deliver`, `client.view`, `client.disconnect`,
-`client.reconnect`) through `notify.eventlog.EventLog` into `DIR/logs/events-<member>.jsonl`;
+`client.reconnect`, and `client.join`/`client.leave` when it asks to join or leave a group) through
+`notify.eventlog.EventLog` into `DIR/logs/events-<member>.jsonl`;
 the SDK does not log by itself yet. The run is bounded (`--duration` wall seconds plus a short
 grace), and the server process is always stopped.
 
 Seeds fix every client's schedule (gaps, publishes, mix, leaves), so two runs with the same seed
-and different server options see the same connectivity; message interleavings still depend on
-real timing.
+and different server options see the same connectivity: the same sequence of online periods,
+gaps and leaves (connectivity and traffic draw from separate random streams, so a server that
+answers publishes differently does not change the gaps). When they happen still shifts with the
+server (a join or a publish waits for its answer), and message interleavings depend on real
+timing.
 """
 
 from __future__ import annotations
@@ -134,7 +138,13 @@ class SimClient:
     def __init__(self, i: int, cfg: FleetConfig, url: str, log_dir: Path, stats: Stats) -> None:
         self.cfg, self.url, self.stats = cfg, url, stats
         self.member = f"m{i:03d}"
+        # Two streams: connectivity (sessions, gaps, leaves) and traffic (publishes). How many
+        # publishes fit in an online period depends on the server (a publish waits for its
+        # answer, up to 5 s): from one stream, a run whose server rejects or stalls publishes
+        # would draw different gaps from the same seed, and a what-if prediction could not be
+        # checked against a rerun that changed only the server's options.
         self.rng = random.Random(cfg.seed * 100_003 + i)
+        self.traffic = random.Random(cfg.seed * 100_003 + i + 50_000_017)
         names = [f"g{k}" for k in range(cfg.groups)]
         self.groups = self.rng.sample(names, min(cfg.groups_per_client, cfg.groups))
         self.log = EventLog(log_dir, self.member)
@@ -180,12 +190,15 @@ class SimClient:
 
     async def _join(self, group: str) -> None:
         assert self.conn is not None
+        # The request's time, not the install's: what the application asked for does not
+        # depend on the server's timeouts (`whatif --method replay` replays it).
+        self.log.write("client.join", time.time(), group=group, member=self.member)
         await asyncio.wait_for(self.conn.join(group), 10)
 
     async def _publish(self, group: str) -> None:
         assert self.conn is not None
         fifo, total, _ = self.cfg.mix
-        u = self.rng.random()
+        u = self.traffic.random()
         order, atomic = ("fifo", False) if u < fifo else ("total", False) \
             if u < fifo + total else ("fifo", True)
         try:
@@ -208,17 +221,18 @@ class SimClient:
             online_until = min(deadline, time.monotonic()
                                + self._w(self.rng.expovariate(1 / c.session_mean)))
             while True:
-                wait = self._w(self.rng.expovariate(c.publish_rate))
+                wait = self._w(self.traffic.expovariate(c.publish_rate))
                 if time.monotonic() + wait >= online_until:
                     break
                 await asyncio.sleep(wait)
-                await self._publish(self.rng.choice(self.groups))
+                await self._publish(self.traffic.choice(self.groups))
             await asyncio.sleep(max(0.0, online_until - time.monotonic()))
             if time.monotonic() >= deadline:
                 break
             if self.rng.random() < c.leave_p:
                 g = self.rng.choice(self.groups)
                 with contextlib.suppress(Exception):
+                    self.log.write("client.leave", time.time(), group=g, member=self.member)
                     await asyncio.wait_for(self.conn.leave(g), 5)
                     self.stats.leaves += 1
                     await asyncio.sleep(self._w(self.rng.uniform(1, 5)))

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--shuffle-partitions", type=int, default=8)
     p.add_argument("--driver-memory", default=None, help="e.g. 4g (local mode: the whole JVM)")
+    p.add_argument("--py-files", default=None,
+                   help="comma-separated .whl/.zip/.py shipped to the executors (a cluster: "
+                        "`whatif --method replay` runs the project's code there)")
     p.add_argument("--no-parquet", action="store_true",
                    help="do not write the cleaned events table (analyse the JSON directly)")
     g = p.add_argument_group("churn")
@@ -48,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="longest acceptable detection delay, seconds (default 30)")
     g.add_argument("--current", type=float, default=None,
                    help="the server's current suspect_timeout, for comparison")
+    g.add_argument("--method", choices=("replay", "estimate"), default="replay",
+                   help="replay each group's timeline through the real core (default), or the "
+                        "fast closed-form estimate that counts each gap alone")
+    g.add_argument("--flush-rtt", type=float, default=None,
+                   help="replay: seconds a flush round trip takes (default: the median duration "
+                        "of the logged changes proposed once, for joins only)")
     g = p.add_argument_group("check")
     g.add_argument("--max-list", type=int, default=1000, help="violations printed (all stored)")
     return p
@@ -59,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = spark_session(a.master, shuffle_partitions=a.shuffle_partitions,
                           driver_memory=a.driver_memory)
+    for path in (a.py_files or "").split(","):
+        if path:
+            spark.sparkContext.addPyFile(path)
     try:
         return run(a, spark)
     finally:
@@ -90,7 +102,8 @@ def run(a: argparse.Namespace, spark: SparkSession) -> int:
     if "whatif" in want:
         cands = (tuple(float(x) for x in a.candidates.split(",")) if a.candidates
                  else CANDIDATES)
-        results["whatif"] = whatif(ev, cands, a.target, a.max_delay, a.current)
+        results["whatif"] = whatif(ev, cands, a.target, a.max_delay, a.current,
+                                   method=a.method, flush_rtt=a.flush_rtt)
     if "check" in want:
         results["check"] = check(ev)
     for r in results.values():
@@ -101,9 +114,7 @@ def run(a: argparse.Namespace, spark: SparkSession) -> int:
     for name, r in results.items():
         print(f"== {name} ({r.seconds:.1f} s) " + json.dumps(r.summary, default=str))
     if "whatif" in results:
-        w = results["whatif"].summary
-        print(f"recommended suspect_timeout: {w['recommended_suspect_timeout_s']} s "
-              f"-> {w['server_option']}")
+        print_whatif(results["whatif"].summary)
     if "check" in results:
         vio = results["check"].rows["violations"]
         for v in vio[:a.max_list]:
@@ -125,6 +136,28 @@ def run(a: argparse.Namespace, spark: SparkSession) -> int:
     print(f"done in {meta['total_s']} s (load {meta['load_s']} s)")
     ev.df.unpersist()
     return status
+
+
+def print_whatif(w: dict[str, Any]) -> None:
+    """The rule, then what it predicts at the current and at the recommended timeout."""
+    print(f"whatif ({w['method']}): rule: {w['rule']}"
+          + ("" if w["met_target"] else " (no candidate met the target: the least bad one)"))
+    print(f"  {'':12} {'timeout_s':>9} {'view_changes':>12} {'installs':>8} "
+          f"{'false_removals':>14} {'detection_delay_s':>17} {'ghost_member_s':>14}")
+    for label in ("current", "recommended"):
+        r = w.get(label)
+        if r is None:
+            continue
+
+        def f(k: str, fmt: str, r: dict[str, Any] = r) -> str:
+            v = r.get(k)
+            return "-" if v is None else format(v, fmt)
+
+        print(f"  {label:12} {f('timeout_s', 'g'):>9} {f('view_changes', 'd'):>12} "
+              f"{f('installs', 'd'):>8} {f('false_removals', 'd'):>14} "
+              f"{f('detection_delay_s', '.2f'):>17} {f('ghost_member_s', '.1f'):>14}")
+    print(f"recommended suspect_timeout: {w['recommended_suspect_timeout_s']} s "
+          f"-> {w['server_option']}")
 
 
 if __name__ == "__main__":

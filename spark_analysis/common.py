@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,11 @@ PCT_NAMES = ("p50", "p95", "p99", "p999")
 
 def spark_session(master: str = "local[*]", app: str = "notify-analyze",
                   shuffle_partitions: int = 8, driver_memory: str | None = None) -> SparkSession:
+    if master.startswith("local"):
+        # The Python workers (whatif's replay runs there) must be this interpreter, which has
+        # the project and pandas, not whatever `python3` is first on PATH. On a cluster the
+        # executors' Python is the cluster's (docs/analysis.md: shipping the project there).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = (SparkSession.builder.master(master).appName(app)
          .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
          .config("spark.sql.session.timeZone", "UTC")

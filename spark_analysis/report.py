@@ -188,8 +188,10 @@ def render(results: dict[str, JobResult], out: str | Path, *, bad_lines: dict[st
         parts.append("<h2>What-if: suspect_timeout</h2>")
         s = wi.summary
         if s.get("server_option"):
-            parts.append(f"<p>Recommendation: <code>{html.escape(s['server_option'])}</code></p>")
-        img(plot_whatif(wi, d), "View changes the observed gaps would cause, and the time a "
+            parts.append(f"<p>Recommendation: <code>{html.escape(s['server_option'])}</code> "
+                         f"(rule: {html.escape(str(s.get('rule')))})</p>")
+        img(plot_whatif(wi, d), f"View changes the logged history would cause "
+                                f"(method: {html.escape(str(s.get('method')))}), and the time a "
                                 "member that never returns stays in the view, per timeout.")
         parts.append(_kv(s))
         parts.append(table(wi.rows.get("candidates", [])))

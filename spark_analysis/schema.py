@@ -22,6 +22,8 @@ Version history:
   `removed` on `client.view`; `previous` on `view.install` (what the server writes).
 - 1.2: `client.reset` (the SDK rejoined a group afresh after the server refused its resume
   point: `reason`, `from_offset`, `offset`; the client's deliveries have a gap there).
+- 1.3: `client.join`, `client.leave` (`group`): when the application asked to join or leave a
+  group (bench/fleet.py writes them), the inputs `whatif --method replay` replays.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 _STR, _DBL, _LONG, _BOOL = T.StringType(), T.DoubleType(), T.LongType(), T.BooleanType()
 _STRS = T.ArrayType(T.StringType())
@@ -72,6 +74,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "client.state_served": ("group", "member"),
     "client.checkpoint": ("group", "member"),
     "client.reset": ("group", "member", "reason"),
+    "client.join": ("group", "member"),
+    "client.leave": ("group", "member"),
 }
 
 EVENT_SCHEMA = T.StructType([T.StructField(k, v, True) for k, v in COLUMNS.items()])

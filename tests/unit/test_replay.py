@@ -1,0 +1,133 @@
+"""The what-if replay driver (spark_analysis/replay.py): hand-built timelines whose outcome
+through the real core is known exactly, without Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_analysis.replay import Candidate, Start, Step, replay, start_of, timeline
+
+RTT = 0.01
+
+
+def joins(*members: str) -> list[Step]:
+    """One join a second (each its own view change: nothing to merge)."""
+    return [Step(float(i), "join", m) for i, m in enumerate(members)]
+
+
+def test_two_removals_in_one_flush_are_one_view_change() -> None:
+    # a and b drop 1 s apart and never return. a's removal (due at 13) proposes v5; b, still
+    # SUSPECT, is in its flush set and cannot answer, so the flush waits until b's own removal
+    # (due at 14) joins the proposal: ONE install at 14 removes both (DESIGN §4). Counting each
+    # gap alone would say 2 view changes and 3 s of detection delay each.
+    steps = [*joins("a", "b", "c", "d"), Step(10.0, "drop", "a"), Step(11.0, "drop", "b")]
+    o = replay("g", steps, Candidate.of(3.0, RTT), end=100.0)
+    assert o.view_changes == 4 + 1
+    assert o.removals == 2 and o.never_returned == 2 and o.detected == 2
+    assert o.false_removals == 0 and o.censored_gaps == 0
+    assert o.detection_delay_s == pytest.approx((14.0 - 10.0) + (14.0 - 11.0))
+    assert o.ghost_member_s == pytest.approx(7.0)
+    assert o.installs == 1 + 2 + 3 + 4 + 2  # view_install frames: each member, each view
+    assert o.proposals == 4 + 2  # b's removal restarted the flush: proposed again
+
+
+def test_a_suspect_that_resumes_during_the_flush_lets_it_finish() -> None:
+    # a is gone; b drops 2 s later and comes back at 14, inside its 3 s: it resumes, answers
+    # the view_change repeated to it, and the install removes a alone, at 14 + RTT.
+    steps = [*joins("a", "b", "c"), Step(10.0, "drop", "a"), Step(12.0, "drop", "b"),
+             Step(14.0, "return", "b")]
+    o = replay("g", steps, Candidate.of(3.0, RTT), end=100.0)
+    assert o.view_changes == 3 + 1
+    assert o.returning_gaps == 1 and o.false_removals == 0
+    assert o.removals == 1 and o.detected == 1
+    assert o.detection_delay_s == pytest.approx(4.0 + RTT)
+
+
+def test_the_only_leaver_back_before_the_install_cancels_the_change() -> None:
+    # c drops at 10 and returns at 13.005, while the flush that removes it (proposed at 13)
+    # waits for a and b's flush_ok (RTT): Table 1, the proposal is called off, v3 resumes.
+    steps = [*joins("a", "b", "c"), Step(10.0, "drop", "c"), Step(13.005, "return", "c")]
+    o = replay("g", steps, Candidate.of(3.0, RTT), end=100.0)
+    assert o.view_changes == 3 and o.cancelled == 1
+    assert o.returning_gaps == 1 and o.false_removals == 0 and o.removals == 0
+
+
+@pytest.mark.parametrize(("timeout", "view_changes", "false_removals", "ghost"),
+                         [(3.0, 5 + 2 + 1, 1, 3.0), (10.0, 5 + 1, 0, 10.0),
+                          (60.0, 5, 0, 40.0)])
+def test_gaps_far_apart_cost_what_the_closed_form_says(timeout: float, view_changes: int,
+                                                       false_removals: int, ghost: float) -> None:
+    # Nothing can merge: each gap is alone. A 1 s hand-off resumes; a 6 s gap is a removal and
+    # a rejoin when longer than T; e never returns (removed T after its drop, or, at T=60,
+    # not before the log ends 40 s later: censored, charged the 40 s it was seen away).
+    steps = [*joins("a", "b", "c", "d", "e"), Step(10.0, "drop", "a"), Step(11.0, "return", "a"),
+             Step(30.0, "drop", "b"), Step(36.0, "return", "b"), Step(60.0, "drop", "e")]
+    o = replay("g", steps, Candidate.of(timeout, 0.0), end=100.0)
+    assert o.view_changes == view_changes
+    assert o.false_removals == false_removals and o.returning_gaps == 2
+    assert o.never_returned == 1 and o.censored_gaps == (1 if timeout > 40 else 0)
+    assert o.ghost_member_s == pytest.approx(ghost)
+    if timeout <= 40:
+        assert o.detection_delay_s == pytest.approx(timeout)
+
+
+def test_a_voluntary_leave_and_rejoin_are_two_view_changes() -> None:
+    steps = [*joins("a", "b"), Step(5.0, "leave", "b"), Step(6.0, "join", "b")]
+    o = replay("g", steps, Candidate.of(3.0, RTT), end=20.0)
+    assert o.view_changes == 4 and o.removals == 0
+
+
+def test_timeline_keeps_requests_and_leaves_what_the_timeout_did_to_the_replay() -> None:
+    views = [(0.0, ("a", "b", "c")),
+             (5.0, ("a", "b")),  # c left while connected: a leave
+             (8.0, ("a", "b", "c")),  # ... and joined again
+             (23.0, ("a", "c")),  # b was removed while away (dropped at 20): not an input
+             (26.0, ("a", "b", "c"))]  # b's rejoin after its return at 25.9: not an input
+    conns = [(20.0, "drop", "b"), (25.9, "return", "b")]
+    steps = timeline(views, conns)  # type: ignore[arg-type]
+    assert [(s.ts, s.kind, s.member) for s in steps] == [
+        (0.0, "join", "a"), (0.0, "join", "b"), (0.0, "join", "c"), (5.0, "leave", "c"),
+        (8.0, "join", "c"), (20.0, "drop", "b"), (25.9, "return", "b")]
+    # with the client's own requests, those are the inputs for that member
+    asked = timeline(views, conns, [(4.5, "leave", "c"), (7.0, "join", "c")])  # type: ignore[list-item]
+    assert [(s.ts, s.kind, s.member) for s in asked if s.member == "c"] == [
+        (4.5, "leave", "c"), (7.0, "join", "c")]
+
+
+def test_an_atomic_message_a_member_away_cannot_ack_removes_it_after_ack_timeout() -> None:
+    # T = 30 s, but c is away when a sends an atomic message: c cannot ACK it, and after
+    # ack_timeout (10 s) it is removed (DESIGN §4) long before its suspect timeout.
+    steps = [*joins("a", "b", "c"), Step(10.0, "drop", "c"), Step(11.0, "publish", "a"),
+             Step(35.0, "return", "c")]
+    o = replay("g", steps, Candidate.of(30.0, RTT), end=100.0)
+    assert o.view_changes == 3 + 2 and o.false_removals == 1 and o.returning_gaps == 1
+    assert replay("g", [s for s in steps if s.kind != "publish"], Candidate.of(30.0, RTT),
+                  end=100.0).view_changes == 3
+
+
+def test_the_logged_start_is_taken_as_it_is_up_to_the_first_drop() -> None:
+    # Five joins the server merged into two installs (a burst at startup) before anyone was
+    # away: no timeout changes that, so the replay starts from the second view and counts two.
+    installs = [(0.01, ("a",)), (0.03, ("a", "b", "c", "d", "e")), (12.0, ("a", "b", "c", "e"))]
+    conns = [(9.0, "drop", "d")]
+    start = start_of(installs, conns)  # type: ignore[arg-type]
+    assert start == Start(0.03, ("a", "b", "c", "d", "e"), 2, 1 + 5)
+    steps = [*(Step(0.0, "join", m) for m in "abcde"), Step(9.0, "drop", "d")]
+    o = replay("g", steps, Candidate.of(3.0, RTT), end=100.0, start=start)
+    assert o.view_changes == 2 + 1 and o.installs == 6 + 4 and o.detected == 1
+    assert o.detection_delay_s == pytest.approx(3.0 + RTT)
+    # re-simulated, the five joins at one instant are three installs, not two
+    assert replay("g", steps, Candidate.of(3.0, RTT), end=100.0).view_changes == 3 + 1
+    assert start_of(installs, []) == Start(12.0, ("a", "b", "c", "e"), 3, 1 + 5 + 4)
+    assert start_of(installs, [(0.005, "drop", "a")]) is None
+
+
+def test_the_replay_driver_imports_no_spark() -> None:
+    # It runs on Spark's executors but must stay plain Python: testable here, usable anywhere.
+    from test_core_is_pure import imported
+
+    import spark_analysis.replay as driver
+
+    assert imported(Path(driver.__file__)) & {"pyspark", "pandas", "pyarrow"} == set()

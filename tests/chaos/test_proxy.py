@@ -100,7 +100,9 @@ async def test_loss_hits_the_asked_proportion_of_chunks_and_delays_them(proxy: L
     assert 0.15 <= c.lost_chunks / c.chunks <= 0.25, (c.lost_chunks, c.chunks)
     assert c.lost >= c.lost_chunks
     assert all(d >= 0 for d in c.delays)
-    assert sum(1 for d in c.delays if d >= 0.001) >= c.lost_chunks * 0.9
+    # (a 1 ms timer measured by differences of the loop's float clock can come out a few
+    # picoseconds short of 0.001)
+    assert sum(1 for d in c.delays if d >= 0.001 - 1e-6) >= c.lost_chunks * 0.9
     proxy.loss(0)
     before = c.lost
     await _rtts(proxy, 50, size=16)

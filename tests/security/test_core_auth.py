@@ -33,6 +33,17 @@ def test_grants_union_of_matching_globs() -> None:
     assert ALLOW_ALL.allows("anything", Perm.STATE)
 
 
+def test_grants_remember_answers_within_a_bound() -> None:
+    """A session that publishes to ever new group names cannot grow the memo without bound,
+    and a remembered answer is the same answer."""
+    g = Grants.parse({"doc-*": ["publish"]})
+    for i in range(5000):
+        assert g.allows(f"doc-{i}", Perm.PUBLISH) and not g.allows(f"x-{i}", Perm.PUBLISH)
+        assert len(g._memo) <= 1024
+    assert g.allows("doc-4999", Perm.PUBLISH) and not g.allows("x-4999", Perm.PUBLISH)
+    assert g == Grants.parse({"doc-*": ["publish"]})  # the memo is not part of what it is
+
+
 @pytest.mark.parametrize("bad", [["join"], {"g": ["fly"]}, {"g": 3}, {"": ["join"]}])
 def test_malformed_grants_are_refused(bad: object) -> None:
     with pytest.raises(ClaimsError):

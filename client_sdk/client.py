@@ -738,7 +738,7 @@ class Client:
                 handler = g._handler
                 if handler is None:
                     g._queue.put_nowait(e)
-                else:
+                else:  # `Group._hand` for a message, inlined (the hot path)
                     g._delivered[e.stream] = e.seq
                     try:
                         handler(e)

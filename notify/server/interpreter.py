@@ -33,7 +33,7 @@ from notify.core.actions import (
     StoreCheckpointChunk,
 )
 from notify.server.metrics import ServerStats, bump
-from notify.server.wire import BATCH_BYTES, BATCH_FRAMES, batch, dumps
+from notify.server.wire import BATCH_BYTES, BATCH_FRAMES, batch, dumps, packed, runs
 from notify.storage.base import Done
 
 log = structlog.get_logger("notify.server")
@@ -132,7 +132,7 @@ class Interpreter:
         bound, its wake-up) is paid once per run instead of once per message, which is most of
         the server's cost of a delivery. Each member still gets every message in offset order,
         and the publishers' `published` answers follow the run, in order."""
-        queue, effects, conns = self._queue, self._effects, first.conns
+        queue, conns = self._queue, first.conns
         frames = [dumps(Deliver.of(first.message))]
         replies = [first.reply]
         size = len(frames[0])
@@ -147,29 +147,25 @@ class Interpreter:
             size += len(data)
         n = len(frames)
         run = frames[0] if n == 1 else batch(frames)
+        push = self._effects.push
         for conn in conns:
-            effects.push(conn, run, frames=n)
+            push(conn, run, frames=n)
         self.stats.deliveries += len(conns) * n
-        answers = [r for r in replies if r is not None]
-        self.stats.messages += len(answers)
-        i = 0
-        while i < len(answers):  # one push per publisher connection in a row
-            j = i + 1
-            while j < len(answers) and answers[j].conn == answers[i].conn:
-                j += 1
-            out = [dumps(r.frame) for r in answers[i:j]]
-            effects.push(answers[i].conn, out[0] if j - i == 1 else batch(out), frames=j - i)
-            i = j
+        answers: dict[int, list[tuple[bytes, bool]]] = {}
+        for r in replies:
+            if r is not None:
+                answers.setdefault(r.conn, []).append((dumps(r.frame), False))
+                self.stats.messages += 1
+        self._push_each(answers)
 
     def _sends(self, first: Send) -> None:
         """`first` and the sends queued right behind it: each connection's frames of the run in
-        one push (a `batch`, within the batch limits), in the order they were sent.
+        as few pushes as the batch limits allow, in the order they were sent.
 
         The core sends one frame object to many members (a `confirm` of an atomic message, a
         `view_change`, an install), and a replay is a run of frames to one member: each frame
         is serialised once, and each member's outbox is pushed once per run, not once per
-        frame. Order matters only per connection, and is kept; a replay's frames are pushed
-        apart from the others (they do not count against the bound)."""
+        frame. Order matters only per connection, and is kept."""
         queue, stats = self._queue, self.stats
         per: dict[int, list[tuple[bytes, bool]]] = {}
         last: object = None
@@ -190,44 +186,36 @@ class Interpreter:
                 elif isinstance(a.frame, Rejected):
                     bump(stats.rejected, a.frame.code)
             if data:
-                frames = per.get(a.conn)
-                if frames is None:
-                    per[a.conn] = [(data, a.replay)]
-                else:
-                    frames.append((data, a.replay))
+                per.setdefault(a.conn, []).append((data, a.replay))
             if not queue or type(queue[0]) is not Send:
                 break
             a = queue.popleft()  # type: ignore[assignment]
+        self._push_each(per)
+
+    def _push_each(self, per: dict[int, list[tuple[bytes, bool]]]) -> None:
+        """Push each connection its frames (serialised, with whether each is part of a replay),
+        in order: a lone frame as it is, several as `batch` runs within the batch limits, a
+        replay's frames apart from the others (they do not count against the bound). Members
+        that get the same frames get the same bytes (a cluster link sends one copy per edge)."""
         push = self._effects.push
-        # members that get the same frames get the same bytes (a cluster link sends one copy
-        # of them per edge)
-        packed: dict[tuple[int, ...], bytes] = {}
-
-        def pack(run: list[bytes]) -> bytes:
-            if len(run) == 1:
-                return run[0]
-            key = tuple(map(id, run))
-            out = packed.get(key)
-            if out is None:
-                out = packed[key] = batch(run)
-            return out
-
+        shared: dict[tuple[int, ...], bytes] = {}
         for conn, frames in per.items():
             if len(frames) == 1:
                 push(conn, frames[0][0], bounded=not frames[0][1])
                 continue
-            run: list[bytes] = []
-            size = 0
-            replay = frames[0][1]
-            for data, rep in frames:
-                if run and (rep != replay or len(run) >= BATCH_FRAMES
-                            or size + len(data) > BATCH_BYTES):
-                    push(conn, pack(run), bounded=not replay, frames=len(run))
-                    run, size = [], 0
-                run.append(data)
-                size += len(data)
-                replay = rep
-            push(conn, pack(run), bounded=not replay, frames=len(run))
+            start = 0
+            while start < len(frames):  # segments of the same kind (replay or not)
+                replay = frames[start][1]
+                end = start + 1
+                while end < len(frames) and frames[end][1] == replay:
+                    end += 1
+                for run, n in runs([(d, 1) for d, _ in frames[start:end]]):
+                    key = tuple(map(id, run))
+                    data = shared.get(key)
+                    if data is None:
+                        data = shared[key] = packed(run)
+                    push(conn, data, bounded=not replay, frames=n)
+                start = end
 
     def _completion(self, w: Write) -> Done:
         group, ticket = w.group, w.ticket

@@ -30,7 +30,7 @@ from websockets.protocol import OPEN
 
 from notify.core.errors import CloseCode
 from notify.server.mailbox import Mailbox
-from notify.server.wire import BATCH_BYTES, BATCH_FRAMES, batch, batch_body
+from notify.server.wire import BATCH_FRAMES, packed, runs
 
 log = structlog.get_logger("notify.server")
 
@@ -232,24 +232,4 @@ class Outbox:
         self._sent[0] += size
         if len(items) == 1:
             return [items[0][0]]
-        out: list[bytes] = []
-        group: list[bytes] = []
-        count = size = 0
-        for data, n in items:
-            if group and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
-                out.append(_packed(group))
-                group, count, size = [], 0, 0
-            group.append(data)
-            count += n
-            size += len(data)
-        out.append(_packed(group))
-        return out
-
-
-def _packed(items: list[bytes]) -> bytes:
-    """One WebSocket message for `items`: a lone item as it is, several as one flat `batch`
-    (an item may itself be a `batch`, e.g. a run, or one relayed by another node: its frames
-    are spliced in, so no batch ever holds a batch)."""
-    if len(items) == 1:
-        return items[0]
-    return batch([batch_body(d) for d in items])
+        return [packed(run) for run, _ in runs(items)]

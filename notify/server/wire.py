@@ -557,6 +557,33 @@ def unbatch(frame: dict[str, Any]) -> list[dict[str, Any]]:
     return [frame]
 
 
+def runs(items: Sequence[tuple[bytes, int]]) -> list[tuple[list[bytes], int]]:
+    """`items` (each a frame, or a `batch` of several, and how many frames it holds), in order,
+    cut into runs that each fit one `batch` frame: at most `BATCH_FRAMES` frames and, unless one
+    item alone is larger, `BATCH_BYTES` bytes. Each run with its frame count."""
+    out: list[tuple[list[bytes], int]] = []
+    run: list[bytes] = []
+    count = size = 0
+    for data, n in items:
+        if run and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
+            out.append((run, count))
+            run, count, size = [], 0, 0
+        run.append(data)
+        count += n
+        size += len(data)
+    if run:
+        out.append((run, count))
+    return out
+
+
+def packed(run: list[bytes]) -> bytes:
+    """One message for a run (see `runs`): a lone item as it is, several as one flat `batch`
+    (an item that is itself a `batch` has its frames spliced in: no batch ever holds a batch)."""
+    if len(run) == 1:
+        return run[0]
+    return batch([batch_body(d) for d in run])
+
+
 def batch_body(frame: bytes) -> bytes | memoryview:
     """The frames of a `batch` frame made by `batch` (comma-separated, not copied), or `frame`
     itself: what `batch` joins to put several of them in one."""

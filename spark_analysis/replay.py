@@ -238,6 +238,8 @@ class ReplayHost:
                        new_token=lambda: f"s{next(tokens)}", epoch=1)
         self.interpreter = Interpreter(self.hub, self, lambda: self.now)
         self.rtt = candidate.flush_rtt
+        #: how long the hub keeps the session of a member whose connection dropped
+        self._session_ttl = candidate.timeouts.suspect_timeout + candidate.timeouts.flush_timeout
         self.members: dict[str, _Member] = {}
         self.by_conn: dict[int, _Member] = {}
         self.out = Outcome()
@@ -248,6 +250,9 @@ class ReplayHost:
         self._closes: list[int] = []
         self._view: frozenset[str] = frozenset()
         self._last: tuple[bytes, dict[str, Any]] = (b"", {})
+        #: the hub's `next_deadline()`, recomputed after the hub was called
+        self._deadline: float | None = None
+        self._deadline_stale = True
 
     # -- Effects -------------------------------------------------------------------------------
 
@@ -318,6 +323,7 @@ class ReplayHost:
     # -- driving the core ----------------------------------------------------------------------
 
     def apply(self, actions: list[Action]) -> None:
+        self._deadline_stale = True  # every call into the hub comes through here
         self.interpreter.run(actions)
         while self._closes:  # the connection handler's `finally`: the hub hears of it after
             conn = self._closes.pop()
@@ -329,10 +335,12 @@ class ReplayHost:
                 return
             self.apply(self.hub.handle(m.conn, _parsed(f), self.now))
 
-    def _connect(self, m: _Member, *, resume: bool) -> None:
-        # The server's timer ticks at least every 50 ms: sessions past their expiry are gone
-        # by the time a hello comes (the hub forgets them lazily, on a tick).
-        self.apply(self.hub.tick(self.now))
+    def _connect(self, m: _Member, *, resume: bool, expired: bool = False) -> None:
+        if expired:
+            # The server's timer ticks at least every 50 ms: a session past its expiry is gone
+            # by the time its hello comes (the hub forgets it lazily, on a tick). Nothing else
+            # a tick here could do matters: group deadlines up to now have fired already.
+            self.apply(self.hub.tick(self.now))
         conn = next(self._conns)
         m.conn = conn
         self.by_conn[conn] = m
@@ -393,7 +401,9 @@ class ReplayHost:
     def run_until(self, t: float) -> None:
         """Deliver frames and fire deadlines up to `t`, in time order."""
         while True:
-            d = self.hub.next_deadline()
+            if self._deadline_stale:  # only a call into the hub changes its next deadline
+                self._deadline, self._deadline_stale = self.hub.next_deadline(), False
+            d = self._deadline
             w = self._due[0][0] if self._due else None
             nxt = min((x for x in (d, w) if x is not None), default=None)
             if nxt is None or nxt > t:
@@ -450,8 +460,9 @@ class ReplayHost:
     def _return(self, m: _Member) -> None:
         if m.conn is not None or m.dropped_at is None:
             return  # not away (a return recorded without its drop, or before its first join)
+        expired = self.now >= m.dropped_at + self._session_ttl
         self._gap_ends(m, None)
-        self._connect(m, resume=True)
+        self._connect(m, resume=True, expired=expired)
         for name, g in m.proto.groups.items():  # Connection.reconnect()
             if g.phase is not GroupPhase.LEFT:
                 req = m.req()
@@ -495,12 +506,25 @@ class ReplayHost:
         return self.out
 
 
+#: client frames already parsed, by their bytes: the core's events are frozen, and many frames
+#: repeat (every member of a view change sends the same `flush_ok`); cleared when full
+_PARSED: dict[bytes, ClientFrame] = {}
+_PARSED_MAX = 4096
+
+
 def _parsed(frame: dict[str, Any]) -> ClientFrame:
     """A client frame as the server's edge hands it to the core (notify/server/wire.py)."""
-    f = parse(orjson.dumps(frame))
-    if isinstance(f, Error | Rejected):
-        raise AssertionError(f"the server's edge refuses a frame of the SDK: {frame} ({f})")
-    return f
+    data = orjson.dumps(frame)
+    f = _PARSED.get(data)
+    if f is not None:
+        return f
+    parsed = parse(data)
+    if isinstance(parsed, Error | Rejected):
+        raise AssertionError(f"the server's edge refuses a frame of the SDK: {frame} ({parsed})")
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[data] = parsed
+    return parsed
 
 
 def replay(group: str, steps: list[Step], candidate: Candidate, end: float,
@@ -519,6 +543,43 @@ def replay(group: str, steps: list[Step], candidate: Candidate, end: float,
         host.run_until(s.ts)
         host.step(s)
     return host.finish(max(end, host.now))
+
+
+def away_horizon(steps: Sequence[Step], end: float) -> float:
+    """The longest time any member was away in `steps`: drop to return, or to `end` for one
+    that never came back (0 if nobody was). A suspect timeout longer than that never fires."""
+    away: dict[str, float] = {}
+    longest = 0.0
+    for s in steps:
+        if s.kind == "drop":
+            away.setdefault(s.member, s.ts)
+        elif s.kind == "return" and s.member in away:
+            longest = max(longest, s.ts - away.pop(s.member))
+    return max([longest, *(end - d for d in away.values())])
+
+
+def replay_candidates(group: str, steps: list[Step], candidates: Sequence[Candidate],
+                      end: float, start: Start | None = None) -> list[Outcome]:
+    """`replay` for each candidate (outcomes in the same order), each candidate's replay run
+    once unless it is provably the same as another's.
+
+    Two candidates that differ only in `suspect_timeout`, both longer than every gap of the
+    timeline (`away_horizon`), replay identically: no suspect timer of either ever fires
+    (every member is back, or the log has ended, before it is due), a session's expiry comes
+    later still, and the atomic messages that matter are the same (their windows end at the
+    member's return or past the end of the log). So all those candidates share one replay (the
+    first of them's); the others are replayed one by one."""
+    horizon = away_horizon(steps, end)
+    done: dict[Candidate, Outcome] = {}
+    outs = []
+    for c in candidates:
+        key = c
+        if c.timeouts.suspect_timeout > horizon:
+            key = with_timeout(c, math.inf)  # the class of every such candidate (same rest)
+        if key not in done:
+            done[key] = replay(group, steps, c, end, start)
+        outs.append(done[key])
+    return outs
 
 
 def _atomics_that_matter(steps: list[Step], t: Timeouts) -> list[Step]:

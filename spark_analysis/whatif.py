@@ -78,7 +78,7 @@ from pyspark.sql import functions as F
 
 from spark_analysis.churn import gaps
 from spark_analysis.common import Events, JobResult, timed
-from spark_analysis.replay import Candidate, replay, start_of, timeline
+from spark_analysis.replay import Candidate, replay_candidates, start_of, timeline
 
 CANDIDATES = (0.05, 0.1, 0.2, 0.3, 0.5,
               1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0)
@@ -253,15 +253,19 @@ def _flush_rtt(ev: Events) -> float:
     return DEFAULT_FLUSH_RTT if q is None or q["q"] is None else float(q["q"]) / 1000
 
 
-def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float) -> pd.DataFrame:
-    """One (group, candidate): its facts -> its timeline -> one `Outcome` row (runs on the
-    executors: the project's package must be importable there, see docs/analysis.md)."""
-    group, timeout = str(pdf["group"].iloc[0]), float(pdf["timeout_s"].iloc[0])
+def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,
+                 candidates: tuple[float, ...]) -> pd.DataFrame:
+    """One group: its facts -> its timeline -> one `Outcome` row per candidate (runs on the
+    executors: the project's package must be importable there, see docs/analysis.md). The
+    facts are read and the timeline built once for all the candidates, and candidates whose
+    replays are provably the same share one (`replay.replay_candidates`)."""
+    group = str(pdf["group"].iloc[0])
     pdf = pdf.sort_values("ts", kind="stable")
     views, installs, conns, asks, atomics = [], [], [], [], []
-    for ts, kind, member, members, installed in zip(pdf["ts"], pdf["kind"], pdf["member"],
-                                                    pdf["members"], pdf["installed"],
-                                                    strict=True):
+    for ts, kind, member, members, installed in zip(pdf["ts"].tolist(), pdf["kind"].tolist(),
+                                                    pdf["member"].tolist(),
+                                                    pdf["members"].tolist(),
+                                                    pdf["installed"].tolist(), strict=True):
         if kind == "view":
             views.append((float(ts), tuple(members)))
             installs.append((float(installed), tuple(members)))
@@ -273,8 +277,10 @@ def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float) -> pd.DataFram
             asks.append((float(ts), kind, str(member)))
     steps = timeline(views, conns, asks, atomics)
     start = start_of(sorted(installs), conns)
-    out = replay(group, steps, Candidate.of(timeout, flush_rtt), end, start)
-    return pd.DataFrame([{"group": group, "timeout_s": timeout, **out.as_dict()}])
+    outs = replay_candidates(group, steps, [Candidate.of(t, flush_rtt) for t in candidates],
+                             end, start)
+    return pd.DataFrame([{"group": group, "timeout_s": t, **o.as_dict()}
+                         for t, o in zip(candidates, outs, strict=True)])
 
 
 def _replayed(ev: Events, candidates: tuple[float, ...],
@@ -283,16 +289,16 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
     end = ev.end_ts()
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
-    cand = spark.createDataFrame([(float(c),) for c in candidates], "timeout_s double")
 
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_group(pdf, end, rtt)
+        return replay_group(pdf, end, rtt, candidates)
 
-    # The facts are few bytes but many replays: spread the (group, candidate) pairs over every
-    # core (adaptive execution sizes partitions by bytes and may put them all in one task).
+    # One call per group replays every candidate (the facts cross the JVM/Python boundary
+    # once). The facts are few bytes but many replays: spread the groups over every core
+    # (adaptive execution sizes partitions by bytes and may put them all in one task).
     parts = max(2, 4 * spark.sparkContext.defaultParallelism)
-    per_group = (f.crossJoin(F.broadcast(cand)).repartition(parts, "group", "timeout_s")
-                 .groupBy("group", "timeout_s").applyInPandas(run, _OUTCOME_SCHEMA))
+    per_group = (f.repartition(parts, "group")
+                 .groupBy("group").applyInPandas(run, _OUTCOME_SCHEMA))
     s = {c: F.sum(c).alias(c) for c in ("view_changes", "installs", "proposals", "cancelled",
                                          "removals", "false_removals", "returning_gaps",
                                          "never_returned", "censored_gaps", "detected")}

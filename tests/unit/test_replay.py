@@ -7,7 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from spark_analysis.replay import Candidate, Start, Step, replay, start_of, timeline
+import spark_analysis.replay as replay_module
+from spark_analysis.replay import (
+    Candidate,
+    Outcome,
+    Start,
+    Step,
+    away_horizon,
+    replay,
+    replay_candidates,
+    start_of,
+    timeline,
+)
 
 RTT = 0.01
 
@@ -131,3 +142,36 @@ def test_the_replay_driver_imports_no_spark() -> None:
     import spark_analysis.replay as driver
 
     assert imported(Path(driver.__file__)) & {"pyspark", "pandas", "pyarrow"} == set()
+
+
+def test_away_horizon_is_the_longest_gap_open_ones_up_to_the_end() -> None:
+    steps = [*joins("a", "b", "c"), Step(10.0, "drop", "a"), Step(12.5, "return", "a"),
+             Step(20.0, "drop", "b"), Step(21.0, "return", "b"), Step(90.0, "drop", "c")]
+    assert away_horizon(steps, end=100.0) == pytest.approx(10.0)  # c, still away at the end
+    assert away_horizon(steps, end=91.0) == pytest.approx(2.5)  # a's
+    assert away_horizon(joins("a", "b"), end=100.0) == 0.0
+
+
+def test_candidates_longer_than_every_gap_share_one_replay_with_the_same_outcome(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # gaps of 0.5, 2 and 4 s (and an atomic message): 1, 3 and 4 s each see some gap go past
+    # them; 5, 10 and 60 s see none, so their replays are the same one, run once.
+    steps = [*joins("a", "b", "c"), Step(10.0, "drop", "a"), Step(10.5, "return", "a"),
+             Step(20.0, "drop", "b"), Step(20.1, "publish", "c"), Step(22.0, "return", "b"),
+             Step(30.0, "drop", "c"), Step(34.0, "return", "c")]
+    timeouts = (1.0, 60.0, 3.0, 5.0, 4.0, 10.0)
+    cands = [Candidate.of(t, RTT) for t in timeouts]
+    alone = [replay("g", steps, c, end=100.0) for c in cands]
+    assert len({o.view_changes for o in alone}) > 1  # the short ones do differ
+
+    ran: list[float] = []
+
+    def counted(group: str, steps: list[Step], c: Candidate, end: float,
+                start: Start | None = None) -> Outcome:
+        ran.append(c.timeouts.suspect_timeout)
+        return replay(group, steps, c, end, start)
+
+    monkeypatch.setattr(replay_module, "replay", counted)
+    shared = replay_candidates("g", steps, cands, end=100.0)
+    assert [o.as_dict() for o in shared] == [o.as_dict() for o in alone]
+    assert sorted(ran) == [1.0, 3.0, 4.0, 60.0]  # 60 s stands for 5 and 10 s too

@@ -158,6 +158,9 @@ def print_whatif(w: dict[str, Any]) -> None:
               f"{f('detection_delay_s', '.2f'):>17} {f('ghost_member_s', '.1f'):>14}")
     print(f"recommended suspect_timeout: {w['recommended_suspect_timeout_s']} s "
           f"-> {w['server_option']}")
+    if "replays" in w:
+        print(f"replay cost: {w['replays']:,} replays run ({w['replays_shared']:,} more were "
+              f"provably the same and shared one), {w['replay_cpu_s']:,} CPU-s")
 
 
 if __name__ == "__main__":

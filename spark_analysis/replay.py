@@ -39,6 +39,7 @@ import bisect
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -509,7 +510,7 @@ class ReplayHost:
 #: client frames already parsed, by their bytes: the core's events are frozen, and many frames
 #: repeat (every member of a view change sends the same `flush_ok`); cleared when full
 _PARSED: dict[bytes, ClientFrame] = {}
-_PARSED_MAX = 4096
+_PARSED_MAX = 1 << 16
 
 
 def _parsed(frame: dict[str, Any]) -> ClientFrame:
@@ -559,9 +560,10 @@ def away_horizon(steps: Sequence[Step], end: float) -> float:
 
 
 def replay_candidates(group: str, steps: list[Step], candidates: Sequence[Candidate],
-                      end: float, start: Start | None = None) -> list[Outcome]:
-    """`replay` for each candidate (outcomes in the same order), each candidate's replay run
-    once unless it is provably the same as another's.
+                      end: float, start: Start | None = None
+                      ) -> list[tuple[Outcome, float | None]]:
+    """`replay` for each candidate, in the same order, each with the CPU seconds its replay took
+    (None: it shared another candidate's, being provably the same).
 
     Two candidates that differ only in `suspect_timeout`, both longer than every gap of the
     timeline (`away_horizon`), replay identically: no suspect timer of either ever fires
@@ -571,14 +573,17 @@ def replay_candidates(group: str, steps: list[Step], candidates: Sequence[Candid
     first of them's); the others are replayed one by one."""
     horizon = away_horizon(steps, end)
     done: dict[Candidate, Outcome] = {}
-    outs = []
+    outs: list[tuple[Outcome, float | None]] = []
     for c in candidates:
         key = c
         if c.timeouts.suspect_timeout > horizon:
             key = with_timeout(c, math.inf)  # the class of every such candidate (same rest)
-        if key not in done:
-            done[key] = replay(group, steps, c, end, start)
-        outs.append(done[key])
+        if key in done:
+            outs.append((done[key], None))
+            continue
+        t0 = time.process_time()
+        done[key] = replay(group, steps, c, end, start)
+        outs.append((done[key], time.process_time() - t0))
     return outs
 
 

@@ -6,9 +6,11 @@ recommendation rule (below).
 **`--method replay` (the default): the real core, replayed.** Per group, the recorded timeline
 (members' join and leave requests, their connections' drops and returns) is fed to a real
 `notify.core` hub configured with T, on a simulated clock, through the server's own action
-interpreter (spark_analysis/replay.py, plain Python). Spark only distributes it: the candidates
-are cross-joined with each group's facts and `groupBy(group, timeout).applyInPandas` replays
-every pair, in parallel over both. Because it is the core that decides, the numbers are the
+interpreter (spark_analysis/replay.py, plain Python). Spark only distributes it:
+`groupBy(group).applyInPandas` hands each group's facts to one Python call, which builds the
+timeline once and replays it for every candidate (groups in parallel over the cores); candidates
+longer than every gap of the group cannot differ there and share one replay
+(`replay.replay_candidates`). Because it is the core that decides, the numbers are the
 server's: concurrent requests merge into one view change (a removal that comes during a flush
 joins it; a suspect member holds a flush until it resumes or is removed; joins queue for the
 next change), cancelled proposals cost nothing, and `view_changes` counts `view.install` as
@@ -92,7 +94,8 @@ PREDICTED = ("timeout_s", "view_changes", "installs", "false_removals", "false_r
 _OUTCOME_SCHEMA = ("group string, timeout_s double, view_changes long, installs long, "
                    "proposals long, cancelled long, removals long, false_removals long, "
                    "returning_gaps long, never_returned long, censored_gaps long, detected long, "
-                   "detection_delay_s double, ghost_member_s double")
+                   "detection_delay_s double, ghost_member_s double, replayed boolean, "
+                   "replay_cpu_s double")
 
 
 @timed
@@ -115,6 +118,10 @@ def whatif(ev: Events, candidates: tuple[float, ...] = CANDIDATES, target: float
         per, more = _replayed(ev, candidates, flush_rtt)
     extra.update(more)
     rows = [r.asDict() for r in per.collect()]
+    if method == "replay":  # what the replay cost (the candidates table has it per candidate)
+        run = sum(r["replayed_groups"] for r in rows)
+        extra.update(replays=run, replays_shared=sum(r["groups"] for r in rows) - run,
+                     replay_cpu_s=round(sum(r["replay_cpu_s"] or 0.0 for r in rows), 1))
     summary = {"method": method, **extra, **recommend(rows, target, max_delay, current)}
     return JobResult("whatif", {"candidates": per}, summary)
 
@@ -279,8 +286,9 @@ def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,
     start = start_of(sorted(installs), conns)
     outs = replay_candidates(group, steps, [Candidate.of(t, flush_rtt) for t in candidates],
                              end, start)
-    return pd.DataFrame([{"group": group, "timeout_s": t, **o.as_dict()}
-                         for t, o in zip(candidates, outs, strict=True)])
+    return pd.DataFrame([{"group": group, "timeout_s": t, **o.as_dict(),
+                          "replayed": cpu is not None, "replay_cpu_s": cpu or 0.0}
+                         for t, (o, cpu) in zip(candidates, outs, strict=True)])
 
 
 def _replayed(ev: Events, candidates: tuple[float, ...],
@@ -304,13 +312,15 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
                                          "never_returned", "censored_gaps", "detected")}
     per = (per_group.groupBy("timeout_s")
            .agg(*s.values(), F.sum("detection_delay_s").alias("_delay"),
-                F.sum("ghost_member_s").alias("ghost_member_s"), F.count("*").alias("groups"))
+                F.sum("ghost_member_s").alias("ghost_member_s"), F.count("*").alias("groups"),
+                F.count_if("replayed").alias("replayed_groups"),
+                F.sum("replay_cpu_s").alias("replay_cpu_s"))
            .select("timeout_s", "false_removals", "returning_gaps", "never_returned",
                    "censored_gaps", "view_changes", *_rates(),
                    F.when(F.col("detected") > 0, F.col("_delay") / F.col("detected"))
                    .alias("detection_delay_s"),
                    "ghost_member_s", "installs", "proposals", "cancelled", "removals", "detected",
-                   "groups")
+                   "groups", "replayed_groups", "replay_cpu_s")
            .orderBy("timeout_s")
            .cache())  # collected twice (the rule, then the table): replayed once
     return per, {"gap_source": src, "flush_rtt_s": rtt}

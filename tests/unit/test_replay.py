@@ -173,5 +173,6 @@ def test_candidates_longer_than_every_gap_share_one_replay_with_the_same_outcome
 
     monkeypatch.setattr(replay_module, "replay", counted)
     shared = replay_candidates("g", steps, cands, end=100.0)
-    assert [o.as_dict() for o in shared] == [o.as_dict() for o in alone]
+    assert [o.as_dict() for o, _ in shared] == [o.as_dict() for o in alone]
     assert sorted(ran) == [1.0, 3.0, 4.0, 60.0]  # 60 s stands for 5 and 10 s too
+    assert [cpu is None for _, cpu in shared] == [False, False, False, True, False, True]

@@ -72,6 +72,7 @@ at the recommended and the current timeout are in the summary (`rule`, `recommen
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -214,6 +215,22 @@ def _rates() -> list[F.Column]:
 # -- the replay --------------------------------------------------------------------------------
 
 
+#: the events the replay reads (`facts`, `_flush_rtt`), and the columns it reads of them
+_REPLAY_EVENTS = ("view.install", "view.propose", "client.join", "client.leave", "msg.accept",
+                  "client.disconnect", "client.reconnect", "conn.close", "conn.open")
+_REPLAY_COLUMNS = ("ts", "event", "node", "group", "member", "members", "view", "proposed",
+                   "reason", "duration_ms", "atomic", "sender")
+
+
+def _replay_input(ev: Events) -> Events:
+    """The few events the replay reads, in a cache of their own: `facts` and `_flush_rtt` look
+    at them about ten times, and each look at the whole events table scans every delivery
+    (most of a log) for a few thousand rows. Only atomic messages are kept of `msg.accept`."""
+    sub = (ev.of(*_REPLAY_EVENTS).where((F.col("event") != "msg.accept") | F.col("atomic"))
+           .select(*_REPLAY_COLUMNS).cache())
+    return replace(ev, df=sub)
+
+
 def _connections(ev: Events) -> tuple[DataFrame, str]:
     """Every drop and return: (member, ts, kind), from the clients if they logged any."""
     cl = ev.of("client.disconnect", "client.reconnect")
@@ -300,6 +317,7 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
               flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
     spark = ev.df.sparkSession
     end = ev.end_ts()
+    ev = _replay_input(ev)
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
 

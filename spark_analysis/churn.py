@@ -71,7 +71,12 @@ def gaps(ev: Events) -> DataFrame:
 @timed
 def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobResult:
     g = gaps(ev).cache()
-    has_client = g.where(F.col("source") == "client").limit(1).count() > 0
+    # one pass over the gaps for the client figures, which also tell whether there are any
+    client = F.col("source") == "client"
+    rc = g.agg(F.count(F.when(client, 1)).alias("disconnects"),
+               F.count(F.when(client, F.col("gap_s"))).alias("returned"),
+               F.sum(F.when(client & F.col("resumed"), 1).otherwise(0)).alias("resumed")).first()
+    has_client = rc["disconnects"] > 0
     g_main = g.where(F.col("source") == ("client" if has_client else "server"))
 
     opens = ev.of("conn.open").groupBy("member").agg(F.count("*").alias("connections"))
@@ -107,13 +112,15 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
                 .where(F.col("max_in_window") >= flap_count)
                 .orderBy(F.desc("max_in_window")))
 
-    susp = ev.of("member.suspect", "member.resume", "view.install").groupBy("event").count()
-    counts = {r["event"]: r["count"] for r in susp.collect()}
-    rc = g.where(F.col("source") == "client").agg(
-        F.count("*").alias("disconnects"), F.count("gap_s").alias("returned"),
-        F.sum(F.when(F.col("resumed"), 1).otherwise(0)).alias("resumed")).first()
-    hours = ev.df.agg(((F.max("ts") - F.min("ts")) / 3600).alias("h")).first()["h"] or 0.0
-    n_groups = ev.of("view.install").select("group").distinct().count()
+    # the server's counts and the groups with a view, in one pass over those (few) events
+    is_install = F.col("event") == "view.install"
+    counts = ev.of("member.suspect", "member.resume", "view.install").agg(
+        *[F.count(F.when(F.col("event") == e, 1)).alias(e)
+          for e in ("member.suspect", "member.resume", "view.install")],
+        F.countDistinct(F.when(is_install, F.col("group"))).alias("groups")).first().asDict()
+    start, end = ev.span()
+    hours = (end - start) / 3600
+    n_groups = counts["groups"]
     summary = {
         "server_suspects": counts.get("member.suspect", 0),
         "server_fast_resumes": counts.get("member.resume", 0),

@@ -13,7 +13,13 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_analysis.schema import SCHEMA_VERSION, conform, read_events, with_metadata
+from spark_analysis.schema import (
+    SCHEMA_VERSION,
+    bad_line_counts,
+    conform,
+    read_events,
+    with_metadata,
+)
 
 #: percentiles reported for every latency/duration (the OpenMessaging Benchmark's columns)
 PCTS = (0.5, 0.95, 0.99, 0.999)
@@ -46,13 +52,19 @@ class Events:
     df: DataFrame
     bad_lines: dict[str, int]
     source: str
-    _end: float | None = None
+    _span: tuple[float, float] | None = None
+
+    def span(self) -> tuple[float, float]:
+        """The first and the last event's ts (one pass for both: churn wants the log's length,
+        whatif and churn how long a gap that never closed has lasted)."""
+        if self._span is None:
+            r = self.df.agg(F.min("ts"), F.max("ts")).first()
+            self._span = (float(r[0] or 0.0), float(r[1] or 0.0))
+        return self._span
 
     def end_ts(self) -> float:
         """When the log ends (the last event's ts): how long a gap that never closed has lasted."""
-        if self._end is None:
-            self._end = float(self.df.agg(F.max("ts")).first()[0] or 0.0)
-        return self._end
+        return self.span()[1]
 
     def of(self, *names: str) -> DataFrame:
         return self.df.where(F.col("event").isin(list(names)))
@@ -67,19 +79,26 @@ def load_events(spark: SparkSession, logs: str, out: str | None = None) -> Event
 
     With `out`, JSONL input is written once to `out/events` (Parquet, the cleaned table that later
     runs and other tools can reuse) and the jobs read it back from there: a columnar scan is far
-    cheaper than parsing the JSON again for every job."""
+    cheaper than parsing the JSON again for every job. The bad lines are counted while that table
+    is written (or, without `out`, while the cache is built): one pass over the JSON."""
     src = Path(logs)
     if _is_parquet(src):
-        df = conform(spark.read.parquet(str(src)))
-        return Events(df.cache(), {}, "parquet")
+        ev = Events(conform(spark.read.parquet(str(src))).cache(), {}, "parquet")
+        ev.span()  # build the cache here, in one pass that also finds the log's span
+        return ev
     df, bad = read_events(spark, str(src))
-    bad_lines = {r["reason"]: int(r["count"]) for r in bad.collect()}
     if out is not None:
         target = Path(out) / "events"
-        with_metadata(df).write.mode("overwrite").parquet(str(target))
-        df.unpersist()
+        # sorted by event within each file: a job reads a few event families, and with the
+        # rows of one family together the Parquet row groups and the cached batches of the
+        # others are skipped by their min/max statistics instead of scanned
+        with_metadata(df).sortWithinPartitions("event").write.mode("overwrite").parquet(
+            str(target))
         df = conform(spark.read.parquet(str(target)))
-    return Events(df.cache(), bad_lines, "jsonl")
+    ev = Events(df.cache(), {}, "jsonl")
+    ev.span()  # builds the cache (and, without `out`, observes the bad lines while parsing)
+    ev.bad_lines = bad_line_counts(bad)
+    return ev
 
 
 @dataclass

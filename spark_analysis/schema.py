@@ -28,7 +28,7 @@ Version history:
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -78,19 +78,40 @@ EVENTS: dict[str, tuple[str, ...]] = {
     "client.leave": ("group", "member"),
 }
 
+#: every reason `parse_lines` can give for a bad line: a finite set, so that `read_events` can
+#: count them all in one observed aggregate while the cleaned table is written
+BAD_REASONS: tuple[str, ...] = (
+    "not_json", "missing_or_mistyped_common", "unknown_event",
+    *sorted({f"missing_{f}" for fields in EVENTS.values() for f in fields}))
+
 EVENT_SCHEMA = T.StructType([T.StructField(k, v, True) for k, v in COLUMNS.items()])
 
 
+def _field_order() -> list[str]:
+    """Every required field once, in an order that keeps each event's own order of `EVENTS`
+    (a topological order of their tuples; it exists while no two events list two fields in
+    opposite orders, which the assertion checks)."""
+    fields = list(dict.fromkeys(f for fs in EVENTS.values() for f in fs))
+    after = {f: {a for fs in EVENTS.values() for i, a in enumerate(fs) if f in fs[i + 1:]}
+             for f in fields}  # the fields that must come before f
+    order: list[str] = []
+    while len(order) < len(fields):
+        ready = [f for f in fields if f not in order and after[f] <= set(order)]
+        assert ready, "EVENTS list two required fields in opposite orders"
+        order.append(ready[0])
+    return order
+
+
 def _required_missing() -> Column:
-    """The name of the first required field that is null for the row's event, else null."""
-    expr = None
-    for event, fields in EVENTS.items():
-        missing = F.coalesce(*[F.when(F.col(f).isNull(), F.lit(f"missing_{f}")) for f in fields],
-                             F.lit(None).cast(_STR))
-        cond = F.col("event") == event
-        expr = F.when(cond, missing) if expr is None else expr.when(cond, missing)
-    assert expr is not None
-    return expr
+    """The name of the first required field that is null for the row's event, else null.
+
+    One test per field (null, and required by this event) in an order that agrees with every
+    event's list, rather than one branch per event: the same answer for a third of the cost
+    (1 M lines: about 2 CPU-s against 6, where parsing the JSON itself takes 9)."""
+    return F.coalesce(*[F.when(F.col(f).isNull()
+                               & F.col("event").isin([e for e, fs in EVENTS.items() if f in fs]),
+                               F.lit(f"missing_{f}"))
+                        for f in _field_order()], F.lit(None).cast(_STR))
 
 
 def parse_lines(lines: DataFrame) -> DataFrame:
@@ -110,18 +131,26 @@ def parse_lines(lines: DataFrame) -> DataFrame:
         "_bad", bad).drop("_line")
 
 
-def read_events(spark: SparkSession, logs: str) -> tuple[DataFrame, DataFrame]:
+def read_events(spark: SparkSession, logs: str) -> tuple[DataFrame, Observation]:
     """Read every `*.jsonl*` file under `logs` (rotated files included).
 
-    Returns (events, bad_counts): the cleaned events, and one row per bad-line reason with its
-    count (empty when all lines are good)."""
+    Returns (events, bad): the cleaned events, and an `Observation` of the bad lines per reason
+    (`bad_line_counts` reads it). The counts are taken by the first action over `events` (the
+    write of the cleaned table, or building its cache), so the JSON is parsed once and the wide
+    parsed rows are never stored: persisting them for a separate counting pass cost more than
+    the parse (10 M lines: 33 columns spilled to disk)."""
     lines = (spark.read.option("recursiveFileLookup", "true")
              .option("pathGlobFilter", "*.jsonl*").text(logs))
     rows = parse_lines(lines.where(F.length(F.trim("value")) > 0))
-    rows = rows.persist()
-    good = rows.where(F.col("_bad").isNull()).drop("_bad")
-    bad = rows.where(F.col("_bad").isNotNull()).groupBy(F.col("_bad").alias("reason")).count()
-    return good, bad
+    bad = Observation()  # a fresh random name: never matches an earlier cached read's plan
+    rows = rows.observe(bad, *[F.count(F.when(F.col("_bad") == r, 1)).alias(r)
+                               for r in BAD_REASONS])
+    return rows.where(F.col("_bad").isNull()).drop("_bad"), bad
+
+
+def bad_line_counts(bad: Observation) -> dict[str, int]:
+    """The observed bad lines, reasons that occurred only (blocks until an action has run)."""
+    return {r: int(n) for r, n in bad.get.items() if n}
 
 
 def with_metadata(df: DataFrame) -> DataFrame:

@@ -546,17 +546,24 @@ def replay(group: str, steps: list[Step], candidate: Candidate, end: float,
     return host.finish(max(end, host.now))
 
 
-def away_horizon(steps: Sequence[Step], end: float) -> float:
-    """The longest time any member was away in `steps`: drop to return, or to `end` for one
-    that never came back (0 if nobody was). A suspect timeout longer than that never fires."""
+def _absences(steps: Sequence[Step]) -> list[tuple[float, float]]:
+    """Every time a member was away in `steps`: (drop, return), the return `inf` for one that
+    never came back. A drop while already away changes nothing (the host ignores it too)."""
     away: dict[str, float] = {}
-    longest = 0.0
+    spans: list[tuple[float, float]] = []
     for s in steps:
         if s.kind == "drop":
             away.setdefault(s.member, s.ts)
         elif s.kind == "return" and s.member in away:
-            longest = max(longest, s.ts - away.pop(s.member))
-    return max([longest, *(end - d for d in away.values())])
+            spans.append((away.pop(s.member), s.ts))
+    spans.extend((d, math.inf) for d in away.values())
+    return spans
+
+
+def away_horizon(steps: Sequence[Step], end: float) -> float:
+    """The longest time any member was away in `steps`: drop to return, or to `end` for one
+    that never came back (0 if nobody was). A suspect timeout longer than that never fires."""
+    return max((min(r, end) - d for d, r in _absences(steps)), default=0.0)
 
 
 def replay_candidates(group: str, steps: list[Step], candidates: Sequence[Candidate],
@@ -594,16 +601,8 @@ def _atomics_that_matter(steps: list[Step], t: Timeouts) -> list[Step]:
     replayed): a member away from before it until after `ack_timeout` has run out, and not
     yet removed for its suspect timeout by then (`suspect_timeout` after its drop, plus one
     `flush_timeout` for a flush held up). The others are dropped here, exactly."""
-    windows: list[tuple[float, float]] = []
-    away: dict[str, float] = {}
-    for s in steps:
-        if s.kind == "drop":
-            away[s.member] = s.ts
-        elif s.kind == "return" and s.member in away:
-            windows.append((away.pop(s.member), s.ts))
-    windows.extend((d, math.inf) for d in away.values())
     spans = sorted((d, min(r - t.ack_timeout, d + t.suspect_timeout + t.flush_timeout))
-                   for d, r in windows)
+                   for d, r in _absences(steps))
     spans = [(a, b) for a, b in spans if b >= a]
     starts = [a for a, _ in spans]
     ends = list(itertools.accumulate((b for _, b in spans), max))  # furthest end so far

@@ -176,3 +176,14 @@ def test_candidates_longer_than_every_gap_share_one_replay_with_the_same_outcome
     assert [o.as_dict() for o, _ in shared] == [o.as_dict() for o in alone]
     assert sorted(ran) == [1.0, 3.0, 4.0, 60.0]  # 60 s stands for 5 and 10 s too
     assert [cpu is None for _, cpu in shared] == [False, False, False, True, False, True]
+
+
+def test_the_parsed_frames_memo_stays_within_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replay_module, "_PARSED", {})
+    monkeypatch.setattr(replay_module, "_PARSED_MAX", 3)
+    frames = [{"type": "flush_ok", "group": "g", "view": v} for v in range(10)]
+    for f in frames * 2:
+        parsed = replay_module._parsed(f)
+        assert parsed == replay_module._parsed(dict(f))  # a repeat: the memo's answer, same
+        assert len(replay_module._PARSED) <= 3
+    assert replay_module._parsed(frames[0]) is replay_module._parsed(frames[0])

@@ -344,6 +344,9 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
                    .alias("detection_delay_s"),
                    "ghost_member_s", "installs", "proposals", "cancelled", "removals", "detected",
                    "groups", "replayed_groups", "replay_cpu_s")
-           .orderBy("timeout_s")
-           .cache())  # collected twice (the rule, then the table): replayed once
-    return per, {"gap_source": src, "flush_rtt_s": rtt}
+           .orderBy("timeout_s"))
+    # Replayed once, here: the table goes on from the collected rows (a few per candidate), and
+    # the replay input's cache goes, so that a session that asks many questions holds none.
+    table = spark.createDataFrame(per.collect(), per.schema)
+    ev.df.unpersist()
+    return table, {"gap_source": src, "flush_rtt_s": rtt}

@@ -78,6 +78,11 @@ def test_fleet_run_passes_check_and_every_job_runs(spark: SparkSession, tmp_path
     d = delivery(ev)
     assert d.summary["accepted"] == fleet["published"]
     assert {r["order"] for r in d.rows["latency"]} == {"fifo", "total"}
+    cached = spark._jsparkSession.sharedState().cacheManager()
+    spark.catalog.clearCache()
+    w = whatif(ev, candidates=(1.0, 3.0))
+    assert w.summary["replays"] > 0 and len(w.rows["candidates"]) == 2
+    assert cached.isEmpty()  # the replay's input and its table were cached for it only
     w = whatif(ev, current=0.15)
     assert w.summary["recommended_suspect_timeout_s"] is not None
     assert w.summary["server_option"].startswith("notify serve --suspect-timeout ")

@@ -10,7 +10,8 @@ interpreter (spark_analysis/replay.py, plain Python). Spark only distributes it:
 `groupBy(group).applyInPandas` hands each group's facts to one Python call, which builds the
 timeline once and replays it for every candidate (groups in parallel over the cores); candidates
 longer than every gap of the group cannot differ there and share one replay
-(`replay.replay_candidates`). Because it is the core that decides, the numbers are the
+(`replay.replay_candidates`), and a reconnect no timeout could notice is counted, not replayed
+(`replay.ReplayHost.unseen_gap`). Because it is the core that decides, the numbers are the
 server's: concurrent requests merge into one view change (a removal that comes during a flush
 joins it; a suspect member holds a flush until it resumes or is removed; joins queue for the
 next change), cancelled proposals cost nothing, and `view_changes` counts `view.install` as

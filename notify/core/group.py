@@ -215,10 +215,17 @@ class Group:
     def idle(self) -> bool:
         """Nobody is in the group and nothing is under way: it may leave memory (G14), since
         everything it must remember is in the log (`Group.restored` brings it back)."""
+        return not self.halted and not self.slots and self.settled()
+
+    def settled(self) -> bool:
+        """Nothing is under way: no view change proposed or asked for, no write, no message
+        waiting for its batch or for ACKs, no state transfer. What the group does next then
+        depends only on new requests and its members' deadlines (the what-if replay relies
+        on it to pass over a gap nobody could notice: spark_analysis/replay.py)."""
         m = self.membership
-        return (not self.halted and not self.slots and m.proposal is None and not m.joins
-                and not m.leaves and not self.writes.busy and not self.writes.held
-                and not self._intake and self.transfers.idle and not len(self.atomics))
+        return (m.proposal is None and not m.joins and not m.leaves and not self.writes.busy
+                and not self.writes.held and not self._intake and self.transfers.idle
+                and not len(self.atomics))
 
     def connections(self) -> set[ConnId]:
         """Every connection the group would send to: its members' and its joiners'."""

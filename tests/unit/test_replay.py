@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import spark_analysis.replay as replay_module
 from spark_analysis.replay import (
@@ -187,3 +189,53 @@ def test_the_parsed_frames_memo_stays_within_its_bound(monkeypatch: pytest.Monke
         assert parsed == replay_module._parsed(dict(f))  # a repeat: the memo's answer, same
         assert len(replay_module._PARSED) <= 3
     assert replay_module._parsed(frames[0]) is replay_module._parsed(frames[0])
+
+
+def test_a_gap_nobody_could_notice_is_counted_not_replayed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # b's 1 s gap at 20 comes while the group is settled and nothing else happens until it
+    # is back (and its resume back to it): passed over. c's at 30 comes back 1 ms before a's
+    # drop: replayed (a's drop would come before c's resume reached c).
+    steps = [*joins("a", "b", "c"), Step(20.0, "drop", "b"), Step(21.0, "return", "b"),
+             Step(30.0, "drop", "c"), Step(31.0, "return", "c"), Step(31.001, "drop", "a")]
+    passed: list[tuple[str, bool]] = []
+    unseen = replay_module.ReplayHost.unseen_gap
+
+    def spy(self: replay_module.ReplayHost, name: str, back: float, nxt: float) -> bool:
+        passed.append((name, ok := unseen(self, name, back, nxt)))
+        return ok
+
+    monkeypatch.setattr(replay_module.ReplayHost, "unseen_gap", spy)
+    fast = replay("g", steps, Candidate.of(3.0, RTT), end=100.0)
+    assert passed == [("b", True), ("c", False)]
+    full = replay("g", steps, Candidate.of(3.0, RTT), end=100.0, skip_unseen=False)
+    assert fast == full
+    assert fast.returning_gaps == 2 and fast.view_changes == 3 + 1 and fast.detected == 1
+
+
+_MEMBERS = ("a", "b", "c", "d")
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> list[Step]:
+    """Joins, then drops, returns, atomic messages, leaves and rejoins at spacings that land
+    around one flush round trip and around the suspect timeouts tried (so that a gap comes
+    back just before or after another member acts, its own timeout, or a flush ends)."""
+    steps = joins(*_MEMBERS[:draw(st.integers(2, 4))])
+    ts = 10.0
+    for _ in range(draw(st.integers(1, 30))):
+        ts += draw(st.sampled_from((0.0, 0.002, RTT, 0.012, 0.3, 0.9, 1.0, 2.0, 3.0, 3.02,
+                                    6.0, 11.0)))
+        kind = draw(st.sampled_from(("drop", "return", "drop", "return", "publish", "leave",
+                                     "join")))
+        steps.append(Step(round(ts, 6), kind, draw(st.sampled_from(_MEMBERS))))
+    return steps
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=timelines(), timeout=st.sampled_from((0.5, 1.0, 3.0, 5.0)))
+def test_passing_unseen_gaps_over_changes_no_count(steps: list[Step], timeout: float) -> None:
+    c = Candidate.of(timeout, RTT)
+    end = steps[-1].ts + 20.0
+    fast = replay("g", steps, c, end)
+    assert fast == replay("g", steps, c, end, skip_unseen=False)

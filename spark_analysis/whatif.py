@@ -316,9 +316,17 @@ def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,
 
 def _replayed(ev: Events, candidates: tuple[float, ...],
               flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
-    spark = ev.df.sparkSession
     end = ev.end_ts()
     ev = _replay_input(ev)
+    try:
+        return _replay_table(ev, candidates, end, flush_rtt)
+    finally:  # the replay input's cache goes, replayed or failed: a session holds none
+        ev.df.unpersist()
+
+
+def _replay_table(ev: Events, candidates: tuple[float, ...], end: float,
+                  flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
+    spark = ev.df.sparkSession
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
 
@@ -346,8 +354,7 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
                    "ghost_member_s", "installs", "proposals", "cancelled", "removals", "detected",
                    "groups", "replayed_groups", "replay_cpu_s")
            .orderBy("timeout_s"))
-    # Replayed once, here: the table goes on from the collected rows (a few per candidate), and
-    # the replay input's cache goes, so that a session that asks many questions holds none.
+    # Replayed once, here: the table goes on from the collected rows (a few per candidate), so
+    # that a session that asks many questions holds no cache of it.
     table = spark.createDataFrame(per.collect(), per.schema)
-    ev.df.unpersist()
     return table, {"gap_source": src, "flush_rtt_s": rtt}

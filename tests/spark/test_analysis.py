@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+import spark_analysis.whatif as whatif_module
 from spark_analysis import cli
 from spark_analysis.check import check
 from spark_analysis.churn import churn
@@ -64,7 +65,8 @@ def test_cli_check_exits_nonzero_and_lists_violations(spark: SparkSession, tmp_p
 
 
 def test_fleet_run_passes_check_and_every_job_runs(spark: SparkSession, tmp_path: Path,
-                                                   fleet_logs: tuple[Path, dict]) -> None:
+                                                   fleet_logs: tuple[Path, dict],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     logs, fleet = fleet_logs
     assert fleet["delivered"] > 100 and fleet["disconnects"] > 0
     ev = load_events(spark, str(logs), str(tmp_path / "out"))
@@ -83,6 +85,15 @@ def test_fleet_run_passes_check_and_every_job_runs(spark: SparkSession, tmp_path
     w = whatif(ev, candidates=(1.0, 3.0))
     assert w.summary["replays"] > 0 and len(w.rows["candidates"]) == 2
     assert cached.isEmpty()  # the replay's input and its table were cached for it only
+
+    def broken(_: object) -> float:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(whatif_module, "_flush_rtt", broken)  # fails once its input is cached
+    with pytest.raises(RuntimeError, match="injected"):
+        whatif(ev, candidates=(1.0,))
+    assert cached.isEmpty()  # ... and a replay that fails leaves none either
+    monkeypatch.undo()
     w = whatif(ev, current=0.15)
     assert w.summary["recommended_suspect_timeout_s"] is not None
     assert w.summary["server_option"].startswith("notify serve --suspect-timeout ")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_analysis.common import Events, JobResult, timed
+from spark_analysis.common import Events, JobResult, job_cache, timed
 
 #: a skip longer than this many seqs is checked on its first MAX_SKIP seqs only
 MAX_SKIP = 1000
@@ -48,10 +48,10 @@ def check(ev: Events) -> JobResult:
     is broadcast. The ordering window runs once; only its few interesting rows are kept."""
     spark = ev.df.sparkSession
     parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    d = (ev.of("client.deliver")
-         .select("group", F.coalesce("member", "node").alias("member"), "view", "offset",
-                 "stream", "seq", "sender", "recv_ts", "n", "msg_view")
-         .repartition(parts, "group")).cache()
+    d = job_cache(ev.of("client.deliver")
+                  .select("group", F.coalesce("member", "node").alias("member"), "view",
+                          "offset", "stream", "seq", "sender", "recv_ts", "n", "msg_view")
+                  .repartition(parts, "group"))
     views = (ev.of("client.view")
              .select("group", F.coalesce("member", "node").alias("member"), "view", "ts",
                      "members", F.coalesce("removed", F.lit(False)).alias("removed")))
@@ -65,12 +65,12 @@ def check(ev: Events) -> JobResult:
     # G3/G4 order, and G7/G8 gaps within a view: one pass of the window, whose rows that go
     # down or skip ahead (few) are kept for the three checks below
     w = Window.partitionBy("group", "member", "stream").orderBy("recv_ts", "n")
-    seqd = (d.select("*", F.lag("seq").over(w).alias("prev_seq"),
-                     F.lag("offset").over(w).alias("prev_offset"),
-                     F.lag("view").over(w).alias("prev_view"))
-            .where((F.col("seq") < F.col("prev_seq"))
-                   | ((F.col("seq") > F.col("prev_seq") + 1)
-                      & (F.col("view") == F.col("prev_view"))))).cache()
+    seqd = job_cache(d.select("*", F.lag("seq").over(w).alias("prev_seq"),
+                              F.lag("offset").over(w).alias("prev_offset"),
+                              F.lag("view").over(w).alias("prev_view"))
+                     .where((F.col("seq") < F.col("prev_seq"))
+                            | ((F.col("seq") > F.col("prev_seq") + 1)
+                               & (F.col("view") == F.col("prev_view")))))
     bad_order = seqd.where(F.col("seq") < F.col("prev_seq"))
     v_order = _v("G4 total order", bad_order.where(F.col("stream") == "total"),
                  F.format_string("%s: offset %d (seq %d) delivered after offset %d (seq %d)",

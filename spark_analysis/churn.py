@@ -16,7 +16,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_analysis.common import Events, JobResult, pct_cols, timed
+from spark_analysis.common import Events, JobResult, job_cache, pct_cols, timed
 
 #: upper bounds (seconds) of the gap histogram's buckets; the last bucket is open
 GAP_BUCKETS = (0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30, 60, 300)
@@ -70,7 +70,7 @@ def gaps(ev: Events) -> DataFrame:
 
 @timed
 def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobResult:
-    g = gaps(ev).cache()
+    g = job_cache(gaps(ev))
     # one pass over the gaps for the client figures, which also tell whether there are any
     client = F.col("source") == "client"
     rc = g.agg(F.count(F.when(client, 1)).alias("disconnects"),

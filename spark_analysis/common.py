@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,11 +143,35 @@ class JobResult:
         return d
 
 
+#: the DataFrames the running job cached for itself (`job_cache`); `timed` releases them
+_JOB_CACHES: ContextVar[list[DataFrame] | None] = ContextVar("job_caches", default=None)
+
+
+def job_cache(df: DataFrame) -> DataFrame:
+    """`df.cache()` for the running job only: released once its tables are collected, or when
+    it fails, so that a session that runs many jobs (the tests, a notebook) holds none of them."""
+    caches = _JOB_CACHES.get()
+    if caches is None:
+        raise RuntimeError("job_cache is for a @timed job's own tables")
+    df = df.cache()
+    caches.append(df)
+    return df
+
+
 def timed(fn: Any) -> Any:
+    """A job: its tables collected (they are small) and its run time taken, then the caches it
+    made for itself (`job_cache`) released, whether it returned or failed."""
     def run(*args: Any, **kw: Any) -> JobResult:
         t0 = time.perf_counter()
-        r: JobResult = fn(*args, **kw)
-        r.collect()
+        caches: list[DataFrame] = []
+        token = _JOB_CACHES.set(caches)
+        try:
+            r: JobResult = fn(*args, **kw)
+            r.collect()
+        finally:
+            _JOB_CACHES.reset(token)
+            for df in caches:
+                df.unpersist()
         r.seconds = time.perf_counter() - t0
         return r
     run.__name__ = fn.__name__

@@ -81,7 +81,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_analysis.churn import gaps
-from spark_analysis.common import Events, JobResult, timed
+from spark_analysis.common import Events, JobResult, job_cache, timed
 from spark_analysis.replay import Candidate, replay_candidates, start_of, timeline
 
 #: the default suspect_timeout candidates (seconds). They start at half a second: a shorter one
@@ -227,8 +227,9 @@ def _replay_input(ev: Events) -> Events:
     """The few events the replay reads, in a cache of their own: `facts` and `_flush_rtt` look
     at them about ten times, and each look at the whole events table scans every delivery
     (most of a log) for a few thousand rows. Only atomic messages are kept of `msg.accept`."""
-    sub = (ev.of(*_REPLAY_EVENTS).where((F.col("event") != "msg.accept") | F.col("atomic"))
-           .select(*_REPLAY_COLUMNS).cache())
+    sub = job_cache(ev.of(*_REPLAY_EVENTS)
+                    .where((F.col("event") != "msg.accept") | F.col("atomic"))
+                    .select(*_REPLAY_COLUMNS))
     return replace(ev, df=sub)
 
 
@@ -316,17 +317,9 @@ def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,
 
 def _replayed(ev: Events, candidates: tuple[float, ...],
               flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
+    spark = ev.df.sparkSession
     end = ev.end_ts()
     ev = _replay_input(ev)
-    try:
-        return _replay_table(ev, candidates, end, flush_rtt)
-    finally:  # the replay input's cache goes, replayed or failed: a session holds none
-        ev.df.unpersist()
-
-
-def _replay_table(ev: Events, candidates: tuple[float, ...], end: float,
-                  flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
-    spark = ev.df.sparkSession
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
 

@@ -12,7 +12,7 @@ import spark_analysis.whatif as whatif_module
 from spark_analysis import cli
 from spark_analysis.check import check
 from spark_analysis.churn import churn
-from spark_analysis.common import load_events
+from spark_analysis.common import job_cache, load_events
 from spark_analysis.delivery import delivery
 from spark_analysis.whatif import whatif
 
@@ -71,20 +71,23 @@ def test_fleet_run_passes_check_and_every_job_runs(spark: SparkSession, tmp_path
     assert fleet["delivered"] > 100 and fleet["disconnects"] > 0
     ev = load_events(spark, str(logs), str(tmp_path / "out"))
     assert ev.bad_lines == {}
+    # every job caches what it reads more than once, for itself only (`job_cache`)
+    cached = spark._jsparkSession.sharedState().cacheManager()
+    spark.catalog.clearCache()
     c = check(ev)
     assert c.rows["violations"] == [], c.rows["violations"][:20]
     assert c.summary["deliveries_checked"] == fleet["delivered"]
+    assert cached.isEmpty()  # its deliveries and its out-of-order rows
     ch = churn(ev)
     assert ch.summary["client_disconnects"] == fleet["disconnects"]
     assert ch.summary["view_installs"] > 0
+    assert cached.isEmpty()  # its gaps
     d = delivery(ev)
     assert d.summary["accepted"] == fleet["published"]
     assert {r["order"] for r in d.rows["latency"]} == {"fifo", "total"}
-    cached = spark._jsparkSession.sharedState().cacheManager()
-    spark.catalog.clearCache()
     w = whatif(ev, candidates=(1.0, 3.0))
     assert w.summary["replays"] > 0 and len(w.rows["candidates"]) == 2
-    assert cached.isEmpty()  # the replay's input and its table were cached for it only
+    assert cached.isEmpty()  # the replay's input
 
     def broken(_: object) -> float:
         raise RuntimeError("injected")
@@ -173,3 +176,13 @@ def test_a_local_session_runs_the_parallel_collector(spark: SparkSession) -> Non
     assert jvm is not None
     beans = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert {b.getName() for b in beans} == {"PS MarkSweep", "PS Scavenge"}
+
+
+def test_a_cache_outside_a_job_is_refused(spark: SparkSession) -> None:
+    """`job_cache` releases what a job cached when the job is over; outside one, nothing
+    would, so it refuses instead of leaving the cache in the session."""
+    cached = spark._jsparkSession.sharedState().cacheManager()
+    spark.catalog.clearCache()
+    with pytest.raises(RuntimeError, match="@timed"):
+        job_cache(spark.range(3))
+    assert cached.isEmpty()

@@ -23,16 +23,16 @@ Violations are one table (`guarantee, group, member, detail`); the CLI exits 1 i
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_analysis.common import Events, JobResult, job_cache, timed
+from spark_analysis.common import Events, JobResult, job_cache, one, timed
 
 #: a skip longer than this many seqs is checked on its first MAX_SKIP seqs only
 MAX_SKIP = 1000
 
 
-def _v(guarantee: str, df: DataFrame, detail: F.Column) -> DataFrame:
+def _v(guarantee: str, df: DataFrame, detail: Column) -> DataFrame:
     return df.select(F.lit(guarantee).alias("guarantee"), "group", "member",
                      detail.alias("detail"))
 
@@ -141,11 +141,10 @@ def check(ev: Events) -> JobResult:
                   .unionByName(v_vs).unionByName(v_atomic).unionByName(v_filter)
                   .orderBy("guarantee", "group", "member", "detail"))
     # counted per group (within the partitions), then summed: no shuffle of the deliveries
-    checked = (d.groupBy("group").agg(F.count("*").alias("deliveries"),
-                                      F.countDistinct("member").alias("members"),
-                                      F.countDistinct("offset").alias("messages"))
-               .agg(*[F.sum(c).alias(c) for c in ("deliveries", "members", "messages")])
-               .first())
+    checked = one(d.groupBy("group").agg(F.count("*").alias("deliveries"),
+                                         F.countDistinct("member").alias("members"),
+                                         F.countDistinct("offset").alias("messages"))
+                  .agg(*[F.sum(c).alias(c) for c in ("deliveries", "members", "messages")]))
     summary = {
         "deliveries_checked": checked["deliveries"] or 0,
         "member_groups_checked": checked["members"] or 0,

@@ -13,16 +13,16 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_analysis.common import Events, JobResult, job_cache, pct_cols, timed
+from spark_analysis.common import Events, JobResult, job_cache, one, pct_cols, timed
 
 #: upper bounds (seconds) of the gap histogram's buckets; the last bucket is open
 GAP_BUCKETS = (0.05, 0.1, 0.2, 0.5, 1, 2, 3, 5, 10, 30, 60, 300)
 
 
-def gap_bucket(col: str) -> F.Column:
+def gap_bucket(col: str) -> Column:
     expr = F.when(F.col(col).isNull(), F.lit("never returned"))
     lo = 0.0
     for hi in GAP_BUCKETS:
@@ -73,9 +73,9 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
     g = job_cache(gaps(ev))
     # one pass over the gaps for the client figures, which also tell whether there are any
     client = F.col("source") == "client"
-    rc = g.agg(F.count(F.when(client, 1)).alias("disconnects"),
-               F.count(F.when(client, F.col("gap_s"))).alias("returned"),
-               F.sum(F.when(client & F.col("resumed"), 1).otherwise(0)).alias("resumed")).first()
+    rc = one(g.agg(F.count(F.when(client, 1)).alias("disconnects"),
+                   F.count(F.when(client, F.col("gap_s"))).alias("returned"),
+                   F.sum(F.when(client & F.col("resumed"), 1).otherwise(0)).alias("resumed")))
     has_client = rc["disconnects"] > 0
     g_main = g.where(F.col("source") == ("client" if has_client else "server"))
 
@@ -114,10 +114,10 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
 
     # the server's counts and the groups with a view, in one pass over those (few) events
     is_install = F.col("event") == "view.install"
-    counts = ev.of("member.suspect", "member.resume", "view.install").agg(
+    counts = one(ev.of("member.suspect", "member.resume", "view.install").agg(
         *[F.count(F.when(F.col("event") == e, 1)).alias(e)
           for e in ("member.suspect", "member.resume", "view.install")],
-        F.countDistinct(F.when(is_install, F.col("group"))).alias("groups")).first().asDict()
+        F.countDistinct(F.when(is_install, F.col("group"))).alias("groups"))).asDict()
     start, end = ev.span()
     hours = (end - start) / 3600
     n_groups = counts["groups"]

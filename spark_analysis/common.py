@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_analysis.schema import (
@@ -65,7 +65,7 @@ class Events:
         """The first and the last event's ts (one pass for both: churn wants the log's length,
         whatif and churn how long a gap that never closed has lasted)."""
         if self._span is None:
-            r = self.df.agg(F.min("ts"), F.max("ts")).first()
+            r = one(self.df.agg(F.min("ts"), F.max("ts")))
             self._span = (float(r[0] or 0.0), float(r[1] or 0.0))
         return self._span
 
@@ -75,6 +75,15 @@ class Events:
 
     def of(self, *names: str) -> DataFrame:
         return self.df.where(F.col("event").isin(list(names)))
+
+
+def one(df: DataFrame) -> Row:
+    """The row of a global aggregate (no grouping), which Spark gives exactly once, even over
+    no rows at all."""
+    r = df.first()
+    if r is None:
+        raise ValueError("a global aggregate gave no row")
+    return r
 
 
 def _is_parquet(path: Path) -> bool:

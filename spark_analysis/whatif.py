@@ -77,11 +77,11 @@ from dataclasses import replace
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_analysis.churn import gaps
-from spark_analysis.common import Events, JobResult, job_cache, timed
+from spark_analysis.common import Events, JobResult, job_cache, one, timed
 from spark_analysis.replay import Candidate, replay_candidates, start_of, timeline
 
 #: the default suspect_timeout candidates (seconds). They start at half a second: a shorter one
@@ -188,7 +188,7 @@ def _estimate(ev: Events, candidates: tuple[float, ...]) -> tuple[DataFrame, dic
     cand = spark.createDataFrame([(float(c),) for c in candidates], "timeout_s double")
     t, ret, obs = F.col("timeout_s"), F.col("returned"), F.col("observed_s")
 
-    def n(cond: F.Column) -> F.Column:
+    def n(cond: Column) -> Column:
         return F.sum(F.when(cond, 1).otherwise(0))
 
     per = (g.crossJoin(F.broadcast(cand))
@@ -207,7 +207,7 @@ def _estimate(ev: Events, candidates: tuple[float, ...]) -> tuple[DataFrame, dic
     return per, {"gap_source": src}
 
 
-def _rates() -> list[F.Column]:
+def _rates() -> list[Column]:
     fr, ret, cens = F.col("false_removals"), F.col("returning_gaps"), F.col("censored_gaps")
     return [(fr / F.greatest(ret, F.lit(1))).alias("false_removal_rate"),
             ((fr + cens) / F.greatest(ret + cens, F.lit(1))).alias("false_removal_rate_hi")]
@@ -280,8 +280,8 @@ def _flush_rtt(ev: Events) -> float:
     plain = (ev.of("view.install").where(F.col("view") > 1)
              .join(props.where((F.col("n") == 1) & (F.col("reason") == "join")),
                    ["group", "view"]))
-    q = plain.agg(F.percentile_approx("duration_ms", 0.5).alias("q")).first()
-    return DEFAULT_FLUSH_RTT if q is None or q["q"] is None else float(q["q"]) / 1000
+    q = one(plain.agg(F.percentile_approx("duration_ms", 0.5).alias("q")))["q"]
+    return DEFAULT_FLUSH_RTT if q is None else float(q) / 1000
 
 
 def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,

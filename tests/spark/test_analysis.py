@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,6 +170,31 @@ def test_whatif_right_censored_gaps_are_not_a_saving(spark: SparkSession, tmp_pa
         # gone 90 s before the end: nothing is censored, T=10 is the honest answer
         assert all(rows[c]["censored_gaps"] == 0 for c in cands)
         assert w.summary["recommended_suspect_timeout_s"] == expected and w.summary["met_target"]
+
+
+_SESSION_PROBE = """
+import json
+from spark_analysis.common import spark_session
+s = spark_session("local[1]")
+jvm = s.sparkContext._jvm
+print(json.dumps({
+    "gcs": sorted(b.getName()
+                  for b in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()),
+    "probe": jvm.java.lang.System.getProperty("notify.probe")}))
+s.stop()
+"""
+
+
+def test_a_users_own_driver_options_are_kept_beside_the_collector(tmp_path: Path) -> None:
+    """The collector is a default (`spark.driver.defaultJavaOptions`): driver options the user
+    set in spark-defaults.conf still reach the JVM (a new one: its own process)."""
+    (tmp_path / "spark-defaults.conf").write_text(
+        "spark.driver.extraJavaOptions -Dnotify.probe=kept\n")
+    r = subprocess.run([sys.executable, "-c", _SESSION_PROBE], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "SPARK_CONF_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen == {"gcs": ["PS MarkSweep", "PS Scavenge"], "probe": "kept"}
 
 
 def test_a_local_session_runs_the_parallel_collector(spark: SparkSession) -> None:

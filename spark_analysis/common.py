@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from contextvars import ContextVar
@@ -27,6 +28,24 @@ PCTS = (0.5, 0.95, 0.99, 0.999)
 PCT_NAMES = ("p50", "p95", "p99", "p999")
 
 
+#: a JVM option that picks a garbage collector (the JVM refuses to start with two)
+_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
+
+
+def _user_chose_collector() -> bool:
+    """Whether the user's own settings, where `spark-submit` will read them
+    (`PYSPARK_SUBMIT_ARGS`, spark-defaults.conf in `SPARK_CONF_DIR` or Spark's `conf/`), already
+    pick a collector: `spark_session` then leaves its default out, or the JVM would not start."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
+    defaults = Path(conf_dir) / "spark-defaults.conf"
+    text = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if defaults.is_file():
+        text += "\n" + defaults.read_text(errors="replace")
+    return _COLLECTOR.search(text) is not None
+
+
 def spark_session(master: str = "local[*]", app: str = "notify-analyze",
                   shuffle_partitions: int = 8, driver_memory: str | None = None) -> SparkSession:
     if master.startswith("local"):
@@ -39,7 +58,7 @@ def spark_session(master: str = "local[*]", app: str = "notify-analyze",
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.ui.enabled", "false")
          .config("spark.sql.adaptive.enabled", "true"))
-    if master.startswith("local"):
+    if master.startswith("local") and not _user_chose_collector():
         # Local mode runs the executors in the driver's JVM, and the jobs are batch work that
         # wants throughput, not short pauses: the parallel collector took 3 % off the 10 M
         # report (290 s against 296-305 s, back to back; load and check gain the most). Set as

@@ -185,16 +185,29 @@ s.stop()
 """
 
 
+def _probe_session(conf_dir: Path, user_options: str) -> dict[str, object]:
+    """A new local session (its own process: a JVM of its own) whose spark-defaults.conf sets
+    the user's driver options: which collectors its JVM runs, and whether they arrived."""
+    (conf_dir / "spark-defaults.conf").write_text(
+        f"spark.driver.extraJavaOptions {user_options}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_SUBMIT_ARGS"}
+    r = subprocess.run([sys.executable, "-c", _SESSION_PROBE], capture_output=True, text=True,
+                       timeout=120, env={**env, "SPARK_CONF_DIR": str(conf_dir)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    seen: dict[str, object] = json.loads(r.stdout.strip().splitlines()[-1])
+    return seen
+
+
 def test_a_users_own_driver_options_are_kept_beside_the_collector(tmp_path: Path) -> None:
     """The collector is a default (`spark.driver.defaultJavaOptions`): driver options the user
-    set in spark-defaults.conf still reach the JVM (a new one: its own process)."""
-    (tmp_path / "spark-defaults.conf").write_text(
-        "spark.driver.extraJavaOptions -Dnotify.probe=kept\n")
-    r = subprocess.run([sys.executable, "-c", _SESSION_PROBE], capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "SPARK_CONF_DIR": str(tmp_path)})
-    assert r.returncode == 0, r.stderr[-2000:]
-    seen = json.loads(r.stdout.strip().splitlines()[-1])
-    assert seen == {"gcs": ["PS MarkSweep", "PS Scavenge"], "probe": "kept"}
+    set in spark-defaults.conf still reach the JVM; and one that picks its own collector gets
+    it (two would stop the JVM from starting)."""
+    assert _probe_session(tmp_path, "-Dnotify.probe=kept") == {
+        "gcs": ["PS MarkSweep", "PS Scavenge"], "probe": "kept"}
+    own = _probe_session(tmp_path, "-Dnotify.probe=g1 -XX:+UseG1GC")
+    gcs = own["gcs"]
+    assert own["probe"] == "g1" and isinstance(gcs, list) and gcs
+    assert all(g.startswith("G1 ") for g in gcs), gcs
 
 
 def test_a_local_session_runs_the_parallel_collector(spark: SparkSession) -> None:

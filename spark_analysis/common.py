@@ -41,8 +41,9 @@ def _user_chose_collector() -> bool:
     conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(_find_spark_home(), "conf")
     defaults = Path(conf_dir) / "spark-defaults.conf"
     text = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    if defaults.is_file():
-        text += "\n" + defaults.read_text(errors="replace")
+    if defaults.is_file():  # Spark skips its comment lines, and so does this
+        text += "".join("\n" + line for line in defaults.read_text(errors="replace").splitlines()
+                        if not line.lstrip().startswith("#"))
     return _COLLECTOR.search(text) is not None
 
 

@@ -210,6 +210,21 @@ def test_a_users_own_driver_options_are_kept_beside_the_collector(tmp_path: Path
     assert all(g.startswith("G1 ") for g in gcs), gcs
 
 
+def test_a_collector_in_a_comment_of_spark_defaults_is_not_the_users(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark ignores a commented-out line of spark-defaults.conf, so the default collector
+    stays; an active line picks the user's own."""
+    from spark_analysis.common import _user_chose_collector
+
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    conf = tmp_path / "spark-defaults.conf"
+    conf.write_text("  # spark.driver.extraJavaOptions -XX:+UseG1GC\n")
+    assert not _user_chose_collector()
+    conf.write_text("spark.driver.extraJavaOptions -XX:+UseG1GC\n")
+    assert _user_chose_collector()
+
+
 def test_a_local_session_runs_the_parallel_collector(spark: SparkSession) -> None:
     """`spark_session` asks for the throughput collector in local mode (common.py: the 10 M
     report is 3 % faster with it); the JVM this suite started must be running it."""

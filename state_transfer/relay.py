@@ -120,7 +120,7 @@ class Relay:
         reading) are replaced."""
         pool = list(candidates)
         return [self._replace(t, now, pool) for t in list(self.transfers.values())
-                if now - t.progress >= self._stall]
+                if now >= t.progress + self._stall]  # the sum next_deadline gives
 
     def _replace(self, t: Transfer, now: float, candidates: list[MemberId]) -> Decision:
         del self.transfers[t.id]

@@ -86,7 +86,9 @@ class AtomicTracker:
         """Members holding up a message for longer than `ack_timeout`: to be suspected."""
         late: set[MemberId] = set()
         for p in self._pending.values():
-            if now - p.since < ack_timeout:
+            # the very sum `next_deadline` gives: in floats, `now - since < ack_timeout` can
+            # still hold at that deadline, and a simulated clock then ticks there forever
+            if now < p.since + ack_timeout:
                 break
             late |= p.waiting
         return late

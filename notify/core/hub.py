@@ -485,7 +485,7 @@ class Hub:
         it back (`restore`) before the next frame for it."""
         ttl = self.config.timeouts.idle_group
         for name, since in list(self._idle.items()):
-            if now - since < ttl:
+            if now < since + ttl:  # the sum next_deadline gives (see AtomicTracker.overdue)
                 break
             del self._idle[name]
             g = self.groups.get(name)

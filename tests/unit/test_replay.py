@@ -120,6 +120,16 @@ def test_an_atomic_message_a_member_away_cannot_ack_removes_it_after_ack_timeout
                   end=100.0).view_changes == 3
 
 
+@pytest.mark.timeout(20)
+def test_an_ack_deadline_where_float_sum_and_difference_disagree_is_met() -> None:
+    # 118.01 + 10.0 - 118.01 < 10.0: the core used to find nothing due at the deadline it had
+    # named, and the replay's clock stayed there for ever (tests/unit/test_deadlines_are_met.py)
+    steps = [*joins("a", "b", "c"), Step(117.0, "drop", "c"), Step(118.01, "publish", "a"),
+             Step(200.0, "return", "c")]
+    o = replay("g", steps, Candidate.of(30.0, RTT), end=300.0)
+    assert o.view_changes == 3 + 2 and o.removals == 1 and o.false_removals == 1
+
+
 def test_the_logged_start_is_taken_as_it_is_up_to_the_first_drop() -> None:
     # Five joins the server merged into two installs (a burst at startup) before anyone was
     # away: no timeout changes that, so the replay starts from the second view and counts two.

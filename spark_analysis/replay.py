@@ -41,7 +41,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import orjson
@@ -111,7 +111,7 @@ class Outcome:
     ghost_member_s: float = 0.0  # never-returned members' time in the view, up to the end
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # -- the timeline ----------------------------------------------------------------------------

@@ -6,8 +6,10 @@ recommendation rule (below).
 **`--method replay` (the default): the real core, replayed.** Per group, the recorded timeline
 (members' join and leave requests, their connections' drops and returns) is fed to a real
 `notify.core` hub configured with T, on a simulated clock, through the server's own action
-interpreter (spark_analysis/replay.py, plain Python). Spark only distributes it:
-`groupBy(group).applyInPandas` hands each group's facts to one Python call, which builds the
+interpreter (spark_analysis/replay.py; the same modules compiled by mypyc when they are built
+and current, `--compiled`, compiled_replay.py). Spark only distributes it:
+`groupBy(group).applyInPandas` hands each group's facts to one Python call
+(replay_task.py), which builds the
 timeline once and replays it for every candidate (groups in parallel over the cores); candidates
 longer than every gap of the group cannot differ there and share one replay
 (`replay.replay_candidates`), and a reconnect no timeout could notice is counted, not replayed
@@ -80,9 +82,10 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_analysis import compiled_replay
 from spark_analysis.churn import gaps
 from spark_analysis.common import Events, JobResult, job_cache, one, timed
-from spark_analysis.replay import Candidate, replay_candidates, start_of, timeline
+from spark_analysis.replay_task import replay_group
 
 #: the default suspect_timeout candidates (seconds). They start at half a second: a shorter one
 #: removes a member for nearly every reconnect of a mobile client (the SDK's backoff, a TCP
@@ -102,13 +105,13 @@ _OUTCOME_SCHEMA = ("group string, timeout_s double, view_changes long, installs 
                    "proposals long, cancelled long, removals long, false_removals long, "
                    "returning_gaps long, never_returned long, censored_gaps long, detected long, "
                    "detection_delay_s double, ghost_member_s double, replayed boolean, "
-                   "replay_cpu_s double")
+                   "replay_cpu_s double, compiled boolean")
 
 
 @timed
 def whatif(ev: Events, candidates: tuple[float, ...] = CANDIDATES, target: float = 0.05,
            max_delay: float = 30.0, current: float | None = None, method: str = "replay",
-           flush_rtt: float | None = None) -> JobResult:
+           flush_rtt: float | None = None, compiled: str = "auto") -> JobResult:
     """One row per candidate (`whatif/candidates`) and the recommendation by the explicit rule
     (module docstring); `current` joins the candidates so its prediction is shown."""
     if method not in METHODS:
@@ -122,7 +125,7 @@ def whatif(ev: Events, candidates: tuple[float, ...] = CANDIDATES, target: float
     if method == "estimate":
         per, more = _estimate(ev, candidates)
     else:
-        per, more = _replayed(ev, candidates, flush_rtt)
+        per, more = _replayed(ev, candidates, flush_rtt, compiled)
     extra.update(more)
     rows = [r.asDict() for r in per.collect()]
     if method == "replay":  # what the replay cost (the candidates table has it per candidate)
@@ -284,47 +287,20 @@ def _flush_rtt(ev: Events) -> float:
     return DEFAULT_FLUSH_RTT if q is None else float(q) / 1000
 
 
-def replay_group(pdf: pd.DataFrame, end: float, flush_rtt: float,
-                 candidates: tuple[float, ...]) -> pd.DataFrame:
-    """One group: its facts -> its timeline -> one `Outcome` row per candidate (runs on the
-    executors: the project's package must be importable there, see docs/analysis.md). The
-    facts are read and the timeline built once for all the candidates, and candidates whose
-    replays are provably the same share one (`replay.replay_candidates`)."""
-    group = str(pdf["group"].iloc[0])
-    pdf = pdf.sort_values("ts", kind="stable")
-    views, installs, conns, asks, atomics = [], [], [], [], []
-    for ts, kind, member, members, installed in zip(pdf["ts"].tolist(), pdf["kind"].tolist(),
-                                                    pdf["member"].tolist(),
-                                                    pdf["members"].tolist(),
-                                                    pdf["installed"].tolist(), strict=True):
-        if kind == "view":
-            views.append((float(ts), tuple(members)))
-            installs.append((float(installed), tuple(members)))
-        elif kind in ("drop", "return"):
-            conns.append((float(ts), kind, str(member)))
-        elif kind == "publish":
-            atomics.append((float(ts), str(member)))
-        else:
-            asks.append((float(ts), kind, str(member)))
-    steps = timeline(views, conns, asks, atomics)
-    start = start_of(sorted(installs), conns)
-    outs = replay_candidates(group, steps, [Candidate.of(t, flush_rtt) for t in candidates],
-                             end, start)
-    return pd.DataFrame([{"group": group, "timeout_s": t, **o.as_dict(),
-                          "replayed": cpu is not None, "replay_cpu_s": cpu or 0.0}
-                         for t, (o, cpu) in zip(candidates, outs, strict=True)])
-
-
-def _replayed(ev: Events, candidates: tuple[float, ...],
-              flush_rtt: float | None) -> tuple[DataFrame, dict[str, Any]]:
+def _replayed(ev: Events, candidates: tuple[float, ...], flush_rtt: float | None,
+              compiled: str) -> tuple[DataFrame, dict[str, Any]]:
     spark = ev.df.sparkSession
     end = ev.end_ts()
     ev = _replay_input(ev)
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
+    code = _replay_code(compiled)
+    use = code.compiled
 
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
-        return replay_group(pdf, end, rtt, candidates)
+        # replay_task.py imports none of the replay's modules: the executors must be able to
+        # load the compiled ones first
+        return replay_group(pdf, end=end, flush_rtt=rtt, candidates=candidates, compiled=use)
 
     # One call per group replays every candidate (the facts cross the JVM/Python boundary
     # once). The facts are few bytes but many replays: spread the groups over every core
@@ -339,15 +315,34 @@ def _replayed(ev: Events, candidates: tuple[float, ...],
            .agg(*s.values(), F.sum("detection_delay_s").alias("_delay"),
                 F.sum("ghost_member_s").alias("ghost_member_s"), F.count("*").alias("groups"),
                 F.count_if("replayed").alias("replayed_groups"),
-                F.sum("replay_cpu_s").alias("replay_cpu_s"))
+                F.sum("replay_cpu_s").alias("replay_cpu_s"),
+                F.count_if("compiled").alias("compiled_groups"))
            .select("timeout_s", "false_removals", "returning_gaps", "never_returned",
                    "censored_gaps", "view_changes", *_rates(),
                    F.when(F.col("detected") > 0, F.col("_delay") / F.col("detected"))
                    .alias("detection_delay_s"),
                    "ghost_member_s", "installs", "proposals", "cancelled", "removals", "detected",
-                   "groups", "replayed_groups", "replay_cpu_s")
+                   "groups", "replayed_groups", "replay_cpu_s", "compiled_groups")
            .orderBy("timeout_s"))
     # Replayed once, here: the table goes on from the collected rows (a few per candidate), so
     # that a session that asks many questions holds no cache of it.
-    table = spark.createDataFrame(per.collect(), per.schema)
-    return table, {"gap_source": src, "flush_rtt_s": rtt}
+    rows = per.collect()
+    table = spark.createDataFrame(rows, per.schema)
+    groups = max((r["groups"] for r in rows), default=0)
+    ran = max((r["compiled_groups"] for r in rows), default=0)
+    said = ("compiled (mypyc)" if ran == groups else
+            f"compiled in {ran:,} of {groups:,} groups (the other executors could not load it)"
+            if ran else f"pure Python ({code.reason})" if not code.compiled else
+            "pure Python (no executor could load the compiled modules)")
+    return table, {"gap_source": src, "flush_rtt_s": rtt, "replay_code": said}
+
+
+def _replay_code(compiled: str) -> compiled_replay.Status:
+    """Replay with the compiled modules? `auto`: when they are built and current (else the
+    sources, and the summary says why); `yes`: they must be; `no`: the sources."""
+    if compiled == "no":
+        return compiled_replay.Status(False, "--compiled no")
+    st = compiled_replay.status()
+    if compiled == "yes" and not st.compiled:
+        raise ValueError(f"--compiled yes: the compiled replay cannot run: {st.reason}")
+    return st

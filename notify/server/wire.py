@@ -26,9 +26,11 @@ nesting in the payload is a bad payload of a request the client is waiting on, n
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -531,9 +533,24 @@ def _skip_nested(text: str, i: int) -> int | None:
     return None
 
 
-def dumps(frame: object) -> bytes:
-    """Serialise an out-frame dataclass (its fields are the wire fields)."""
-    return orjson.dumps(frame)
+def _fields(frame: Any) -> dict[str, Any]:
+    return {k: getattr(frame, k) for k in frame.__dataclass_fields__}
+
+
+#: Are the core's frame classes compiled by mypyc (spark_analysis/compiled_replay.py loads them
+#: for the replay)? orjson serialises a CPython dataclass through its internals, which a
+#: compiled class does not have (the process crashes), so those get their fields copied out.
+COMPILED_FRAMES = (getattr(sys.modules[Error.__module__], "__file__", None) or "").endswith(
+    tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+if COMPILED_FRAMES:
+    def dumps(frame: object) -> bytes:
+        """Serialise an out-frame dataclass (its fields are the wire fields)."""
+        return orjson.dumps(frame, default=_fields, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+else:
+    def dumps(frame: object) -> bytes:
+        """Serialise an out-frame dataclass (its fields are the wire fields)."""
+        return orjson.dumps(frame)
 
 
 #: a `batch` frame holds at most this many frames, and about this many bytes: well under any

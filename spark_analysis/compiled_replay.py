@@ -3,8 +3,9 @@ exactly what the sources say.
 
 Why: `whatif --method replay` spends most of a 10 M-event report inside the core, the server's
 interpreter and the SDK's protocol. Compiled by mypyc from the same typed sources, they replay
-about 30 % faster and give the same outcomes (tests/spark/test_compiled_replay.py compares them
-on random timelines). Nothing else uses them: the server and the SDK stay pure Python.
+about 30 % faster and give the same outcomes (tests/unit/test_compiled_replay.py compares them
+on random timelines, tests/spark/test_compiled_whatif.py two whole `whatif` runs). Nothing else
+uses them: the server and the SDK stay pure Python.
 
 Why a directory of its own, checked by hashes: in an editable install, an extension built in
 place (`hub.*.so` next to `hub.py`) wins over the source *even after the source is edited*, so
@@ -15,8 +16,8 @@ only if every hash still matches, and then all of them or none: compiled modules
 other natively, so a mix of old and new would not be the sources either. Otherwise it says
 why not and the replay runs the sources, slower and correct.
 
-`./dev setup` and `./dev test` build it (about 90 s on 2 cores; again only when a source
-changed); `python -m spark_analysis.compiled_replay build|status` by hand.
+`./dev compile`, `./dev setup` and `./dev test` build it (65-90 s on 2 cores; again only when a
+source changed); `python -m spark_analysis.compiled_replay build|status` by hand.
 """
 
 from __future__ import annotations
@@ -124,12 +125,12 @@ def activate() -> Status:
     if st.compiled and (early := [n for n in names if n in sys.modules]):
         st = Status(False, f"{early[0]} was imported before the compiled modules could be")
     if st.compiled:
-        st = _load(names)
+        st = _load(names, st)
     _active = st
     return st
 
 
-def _load(names: list[str]) -> Status:
+def _load(names: list[str], st: Status) -> Status:
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     files = {n: _out() / (n.replace(".", "/") + suffix) for n in names}
     files[f"{GROUP}__mypyc"] = _out() / f"{GROUP}__mypyc{suffix}"
@@ -139,14 +140,14 @@ def _load(names: list[str]) -> Status:
     try:
         for n in names:
             importlib.import_module(n)
-            if not getattr(sys.modules[n], "__file__", "").endswith(suffix):
+            if not (getattr(sys.modules[n], "__file__", None) or "").endswith(suffix):
                 raise ImportError(f"{n} was not loaded from {files[n]}")
     except ImportError as e:  # a broken build: the sources it is, in full
         sys.meta_path.remove(finder)
         for n in sys.modules.keys() - before:  # and all they imported (notify.server.wire...)
             del sys.modules[n]
         return Status(False, f"the build does not load: {e}")
-    return Status(True, status().reason)
+    return st
 
 
 def loaded() -> bool:

@@ -69,11 +69,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = _parser()
     a = p.parse_args(argv)
-    if a.compiled == "yes" and a.job in ("whatif", "report"):
-        from spark_analysis import compiled_replay
+    if a.compiled == "yes" and a.job in ("whatif", "report"):  # refused before Spark starts
+        from spark_analysis.whatif import replay_code
 
-        if not (st := compiled_replay.status()).compiled:
-            p.error(f"--compiled yes: the compiled replay cannot run: {st.reason}")
+        try:
+            replay_code(a.compiled)
+        except ValueError as e:
+            p.error(str(e))
     from spark_analysis.common import spark_session
 
     spark = spark_session(a.master, shuffle_partitions=a.shuffle_partitions,

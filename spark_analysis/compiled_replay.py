@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = Path(os.environ.get("NOTIFY_COMPILED_DIR") or ROOT / ".compiled")
 #: the name of the shared library all the compiled modules live in
 GROUP = "notify_replay"
+#: the top-level names of the project's modules a failed load may have imported
+_OURS = frozenset({"notify", "client_sdk", "state_transfer", "spark_analysis", f"{GROUP}__mypyc"})
 #: the modules outside notify/core that the replay runs
 MORE = ("client_sdk/protocol.py", "notify/server/interpreter.py", "spark_analysis/replay.py")
 
@@ -144,8 +146,10 @@ def _load(names: list[str], st: Status) -> Status:
                 raise ImportError(f"{n} was not loaded from {files[n]}")
     except ImportError as e:  # a broken build: the sources it is, in full
         sys.meta_path.remove(finder)
-        for n in sys.modules.keys() - before:  # and all they imported (notify.server.wire...)
-            del sys.modules[n]
+        # forget the project's modules it imported (notify.server.wire...), not the libraries'
+        for n in sys.modules.keys() - before:
+            if n.partition(".")[0] in _OURS:
+                del sys.modules[n]
         return Status(False, f"the build does not load: {e}")
     return st
 

@@ -294,7 +294,7 @@ def _replayed(ev: Events, candidates: tuple[float, ...], flush_rtt: float | None
     ev = _replay_input(ev)
     rtt = _flush_rtt(ev) if flush_rtt is None else flush_rtt
     f, src = facts(ev)
-    code = _replay_code(compiled)
+    code = replay_code(compiled)
     use = code.compiled
 
     def run(pdf: pd.DataFrame) -> pd.DataFrame:
@@ -330,14 +330,22 @@ def _replayed(ev: Events, candidates: tuple[float, ...], flush_rtt: float | None
     table = spark.createDataFrame(rows, per.schema)
     groups = max((r["groups"] for r in rows), default=0)
     ran = max((r["compiled_groups"] for r in rows), default=0)
-    said = ("compiled (mypyc)" if ran == groups else
-            f"compiled in {ran:,} of {groups:,} groups (the other executors could not load it)"
-            if ran else f"pure Python ({code.reason})" if not code.compiled else
-            "pure Python (no executor could load the compiled modules)")
-    return table, {"gap_source": src, "flush_rtt_s": rtt, "replay_code": said}
+    return table, {"gap_source": src, "flush_rtt_s": rtt,
+                   "replay_code": _which_code_ran(code, ran, groups)}
 
 
-def _replay_code(compiled: str) -> compiled_replay.Status:
+def _which_code_ran(asked: compiled_replay.Status, ran: int, groups: int) -> str:
+    """What the executors did with what the driver asked (`ran` of `groups` compiled)."""
+    if not asked.compiled:
+        return f"pure Python ({asked.reason})"
+    if ran == groups:
+        return "compiled (mypyc)"
+    if ran:
+        return f"compiled in {ran:,} of {groups:,} groups (the other executors could not load it)"
+    return "pure Python (no executor could load the compiled modules)"
+
+
+def replay_code(compiled: str) -> compiled_replay.Status:
     """Replay with the compiled modules? `auto`: when they are built and current (else the
     sources, and the summary says why); `yes`: they must be; `no`: the sources."""
     if compiled == "no":

@@ -18,12 +18,12 @@ from collections.abc import Callable
 
 from notify.core import CoreConfig, Hub, LogEvent, Write
 from notify.core.events import Ack, FlushOk, Hello, Join
-from notify.server.interpreter import CheckpointAction, Interpreter
-from notify.server.wire import parse
+from notify.runtime import CheckpointAction, Driver, Fetched
+from notify.wire import parse
 
 
 class _Host:
-    """The interpreter's host with nothing behind it."""
+    """The driver's ports with nothing behind them."""
 
     def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         pass
@@ -33,6 +33,9 @@ class _Host:
 
     def write(self, write: Write, done: Callable[[str | None], None]) -> None:
         done(None)
+
+    def fetch(self, group: str, answer: Fetched) -> None:
+        answer(None, None)
 
     def event(self, e: LogEvent) -> None:
         pass
@@ -51,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--atomic", action="store_true")
     a = p.parse_args(argv)
     hub = Hub(CoreConfig(), new_token=lambda: "t", epoch=1)
-    run = Interpreter(hub, _Host(), lambda: 0.0).run
+    host = _Host()
+    run = Driver(hub, transport=host, store=host, observer=host, clock=lambda: 0.0).run
     for c in range(1, a.members + 1):
         run(hub.opened(c, 0.0))
         run(hub.handle(c, Hello(1, f"m{c}"), 0.0))

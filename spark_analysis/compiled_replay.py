@@ -1,8 +1,8 @@
 """The replay's modules compiled to C by mypyc, and the guard that they run only while they are
 exactly what the sources say.
 
-Why: `whatif --method replay` spends most of a 10 M-event report inside the core, the server's
-interpreter and the SDK's protocol. Compiled by mypyc from the same typed sources, they replay
+Why: `whatif --method replay` spends most of a 10 M-event report inside the core, the runtime's
+driver and the SDK's protocol. Compiled by mypyc from the same typed sources, they replay
 about 30 % faster and give the same outcomes (tests/unit/test_compiled_replay.py compares them
 on random timelines, tests/spark/test_compiled_whatif.py two whole `whatif` runs). Nothing else
 uses them: the server and the SDK stay pure Python.
@@ -45,7 +45,7 @@ GROUP = "notify_replay"
 #: the top-level names of the project's modules a failed load may have imported
 _OURS = frozenset({"notify", "client_sdk", "state_transfer", "spark_analysis", f"{GROUP}__mypyc"})
 #: the modules outside notify/core that the replay runs
-MORE = ("client_sdk/protocol.py", "notify/server/interpreter.py", "spark_analysis/replay.py")
+MORE = ("client_sdk/protocol.py", "notify/runtime/driver.py", "spark_analysis/replay.py")
 
 
 def sources() -> list[str]:
@@ -146,7 +146,7 @@ def _load(names: list[str], st: Status) -> Status:
                 raise ImportError(f"{n} was not loaded from {files[n]}")
     except ImportError as e:  # a broken build: the sources it is, in full
         sys.meta_path.remove(finder)
-        # forget the project's modules it imported (notify.server.wire...), not the libraries'
+        # forget the project's modules it imported (notify.runtime.frames...), not the libraries'
         for n in sys.modules.keys() - before:
             if n.partition(".")[0] in _OURS:
                 del sys.modules[n]

@@ -10,8 +10,8 @@ history" is to feed the history to it with T and a simulated clock.
 Theory of operation. `timeline()` turns what the logs recorded for one group into *inputs*
 that do not depend on the timeout the run used (a `Step` per join, leave, drop, return; see its
 docstring for which recorded facts become which step). `replay()` builds a real `Hub` with the
-candidate's `Timeouts` and applies its actions through the server's own `Interpreter`
-(notify/server/interpreter.py) with `ReplayHost` as the `Effects`: storage finishes every write
+candidate's `Timeouts` and runs it with the runtime's `Driver` (notify/runtime, the one every
+host runs) with `ReplayHost` as its ports: storage finishes every write
 at once, and each member is a real `ClientProtocol` (the SDK's sans-I/O client) on a simulated
 connection, so it answers `view_change` with `flush_ok`, resumes with its own resume point and
 rejoins like the SDK's `Connection.reconnect()`. Frames to a member arrive `flush_rtt` seconds
@@ -49,9 +49,10 @@ import orjson
 from client_sdk.events import ServerError
 from client_sdk.protocol import ClientProtocol, GroupPhase
 from notify.core import ClientFrame, CoreConfig, Hub, LogEvent, Timeouts, Write
-from notify.core.actions import Action, Error, Rejected
-from notify.server.interpreter import CheckpointAction, Done, Interpreter
-from notify.server.wire import parse, unbatch
+from notify.core.actions import Error, Rejected
+from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime.frames import unbatch
+from notify.wire import parse
 
 Kind = Literal["join", "leave", "drop", "return", "publish"]
 
@@ -227,7 +228,7 @@ class _Member:
 
 
 class ReplayHost:
-    """`Effects` for the server's `Interpreter`: storage answers at once, frames reach members
+    """The ports of the runtime's `Driver`: storage answers at once, frames reach members
     `flush_rtt` later (in order; dropped if the connection is gone by then), and the core's
     `LogEvent`s are counted into an `Outcome`."""
 
@@ -237,7 +238,8 @@ class ReplayHost:
         tokens = itertools.count(1)
         self.hub = Hub(CoreConfig(timeouts=candidate.timeouts, metrics=True),
                        new_token=lambda: f"s{next(tokens)}", epoch=1)
-        self.interpreter = Interpreter(self.hub, self, lambda: self.now)
+        self.driver = Driver(self.hub, transport=self, store=self, observer=self,
+                             clock=lambda: self.now)
         self.rtt = candidate.flush_rtt
         #: how long the hub keeps the session of a member whose connection dropped
         self._session_ttl = candidate.timeouts.suspect_timeout + candidate.timeouts.flush_timeout
@@ -249,14 +251,13 @@ class ReplayHost:
         self._seq = itertools.count()
         #: what is due later, in time order: frames to members, write completions, wake-ups
         self._due: list[tuple[float, int, Callable[[], None]]] = []
-        self._closes: list[int] = []
         self._view: frozenset[str] = frozenset()
         self._last: tuple[bytes, dict[str, Any]] = (b"", {})
-        #: the hub's `next_deadline()`, recomputed after the hub was called
+        #: the driver's `next_wakeup()`, recomputed after the driver was called
         self._deadline: float | None = None
         self._deadline_stale = True
 
-    # -- Effects -------------------------------------------------------------------------------
+    # -- the driver's ports ----------------------------------------------------------------------
 
     def later(self, at: float, fn: Callable[[], None]) -> None:
         heapq.heappush(self._due, (at, next(self._seq), fn))
@@ -272,10 +273,12 @@ class ReplayHost:
         m = self.by_conn.pop(conn, None)
         if m is not None:  # (no timeline makes the core close a connection; kept for safety)
             m.conn = None
-            self._closes.append(conn)
 
     def write(self, write: Write, done: Done) -> None:
         done(None)
+
+    def fetch(self, group: str, answer: Fetched) -> None:
+        answer(None, None)  # a new group: the replay keeps it in memory (Candidate.of)
 
     def event(self, e: LogEvent) -> None:
         if e.event == "view.install":
@@ -324,40 +327,39 @@ class ReplayHost:
 
     # -- driving the core ----------------------------------------------------------------------
 
-    def apply(self, actions: list[Action]) -> None:
-        self._deadline_stale = True  # every call into the hub comes through here
-        self.interpreter.run(actions)
-        while self._closes:  # the connection handler's `finally`: the hub hears of it after
-            conn = self._closes.pop()
-            self.interpreter.run(self.hub.closed(conn, self.now))
+    def _driver(self) -> Driver:
+        """The driver, for a call that may change its next wake-up (every call into it comes
+        through here)."""
+        self._deadline_stale = True
+        return self.driver
 
     def _send(self, m: _Member) -> None:
         for f in m.proto.data_to_send():
             if m.conn is None:
                 return
-            self.apply(self.hub.handle(m.conn, _parsed(f), self.now))
+            self._driver().frame(m.conn, _parsed(f))
 
     def _connect(self, m: _Member, *, resume: bool, expired: bool = False) -> None:
         if expired:
             # The server's timer ticks at least every 50 ms: a session past its expiry is gone
             # by the time its hello comes (the hub forgets it lazily, on a tick). Nothing else
             # a tick here could do matters: group deadlines up to now have fired already.
-            self.apply(self.hub.tick(self.now))
+            self._driver().tick()
         conn = next(self._conns)
         m.conn = conn
         self.by_conn[conn] = m
-        self.apply(self.hub.opened(conn, self.now))
+        self._driver().opened(conn)
         hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
         if resume and m.session:
             hello["resume_session"] = m.session
-        self.apply(self.hub.handle(conn, _parsed(hello), self.now))
+        self._driver().frame(conn, _parsed(hello))
 
     def _arrive(self, conn: int, frame: dict[str, Any]) -> None:
         m = self.by_conn.get(conn)
         if m is None:
             return
         rest = []
-        for f in unbatch(frame):  # the interpreter packs a run of frames to one member
+        for f in unbatch(frame):  # the driver packs a run of frames to one member
             if f.get("type") == "welcome":
                 m.session = f["session"]
             else:
@@ -401,10 +403,10 @@ class ReplayHost:
             m.proto.join_afresh(req, group, r.code)
 
     def _hub_deadline(self) -> float | None:
-        """The hub's `next_deadline()`, asked again only after a call into the hub (nothing
-        else changes it)."""
+        """The driver's `next_wakeup()`, asked again only after a call into the driver
+        (nothing else changes it)."""
         if self._deadline_stale:
-            self._deadline, self._deadline_stale = self.hub.next_deadline(), False
+            self._deadline, self._deadline_stale = self.driver.next_wakeup(), False
         return self._deadline
 
     def run_until(self, t: float) -> None:
@@ -419,7 +421,7 @@ class ReplayHost:
             if w is not None and w <= nxt:
                 heapq.heappop(self._due)[2]()
             else:
-                self.apply(self.hub.tick(self.now))
+                self._driver().tick()
         self.now = max(self.now, t)
 
     def unseen_gap(self, name: str, back: float, next_step: float) -> bool:
@@ -500,7 +502,7 @@ class ReplayHost:
         m.dropped_at = self.now
         m.counted = self.hub.groups.get(self.group) is not None and \
             self.hub.groups[self.group].involves(m.name)
-        self.apply(self.hub.closed(conn, self.now))
+        self._driver().closed(conn)
 
     def _return(self, m: _Member) -> None:
         if m.conn is not None or m.dropped_at is None:
@@ -558,7 +560,7 @@ _PARSED_MAX = 1 << 16
 
 
 def _parsed(frame: dict[str, Any]) -> ClientFrame:
-    """A client frame as the server's edge hands it to the core (notify/server/wire.py)."""
+    """A client frame as the server's edge hands it to the core (notify/wire.py)."""
     data = orjson.dumps(frame)
     f = _PARSED.get(data)
     if f is not None:

@@ -77,7 +77,7 @@ from notify.core.actions import Send, Welcome
 from notify.core.auth import Identity
 from notify.core.errors import CloseCode
 from notify.core.events import Hello
-from notify.storage.base import Done
+from notify.runtime.ports import Done
 from notify.storage.jetstream import FENCED
 
 if TYPE_CHECKING:
@@ -340,7 +340,7 @@ class ClusterNode:
             while queue:
                 conn, raw, _deadline = queue.pop(0)
                 if shard in self.leases.held():
-                    await self._server.dispatch_raw(conn, raw)
+                    self._server.dispatch_raw(conn, raw)
                     continue
                 lease = self.leases.owner(shard)
                 if lease is None or lease.node == self.node:
@@ -437,7 +437,7 @@ class ClusterNode:
         vid = known
         if kind == FRAME:
             self.stats.frames_received += 1
-            await server.dispatch_raw(vid, data, remote=True)
+            server.dispatch_raw(vid, data, remote=True)
         elif kind == CLOSED:
             c = orjson.loads(data)
             self._drop_vconn(vid)

@@ -28,7 +28,7 @@ class Message:
     view: int
     atomic: bool
     #: opaque to the core: from the server's edge, an `orjson.Fragment` of bytes checked and
-    #: written once (notify/server/wire.py), which the log and every `deliver` reuse as they are
+    #: written once (notify/wire.py), which the log and every `deliver` reuse as they are
     payload: Any
     ts: float
     id: str

@@ -1,10 +1,10 @@
 """The WebSocket adapter: pumps frames and time between `websockets` and the sans-I/O `Hub`.
 
 Everything that decides anything is in `notify.core`; this file owns the sockets, the tasks, the
-clock, storage and the outboxes; the core's actions are applied by the `Interpreter` it shares
-with the simulator. Each connection has an `Outbox` (its sender worker). Heartbeats are
-WebSocket pings: `websockets` closes a connection whose pong is late, and the hub treats that as
-any other lost connection.
+clock, storage and the outboxes; the core is run by the `Driver` (notify/runtime) that every
+host shares, and this server implements its ports (`Transport`, `Store`, `Observer`). Each
+connection has an `Outbox` (its sender worker). Heartbeats are WebSocket pings: `websockets`
+closes a connection whose pong is late, and the hub treats that as any other lost connection.
 
 Security and operations at the edge (docs/security.md, docs/operations.md): tokens in `hello` and
 `refresh` are verified here by a `TokenVerifier` (none configured = development mode, every
@@ -47,13 +47,13 @@ from notify.core.errors import CloseCode, ErrorCode
 from notify.core.events import Ack, CheckpointChunk, FlushOk, Leave, Req, StateChunk
 from notify.eventlog import EventLog
 from notify.eventloop import loop_name
+from notify.runtime import CheckpointAction, Done, Driver, Fetched, bump
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
-from notify.server.interpreter import CheckpointAction, Done, Interpreter
-from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats, bump
+from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
-from notify.server.wire import Authenticate, Refresh, dumps, parse_any
 from notify.storage import MemoryLog, MessageLog, StoredGroup
+from notify.wire import Authenticate, Refresh, parse_any
 
 if TYPE_CHECKING:
     from notify.cluster.node import ClusterNode
@@ -108,7 +108,9 @@ class NotifyServer:
         self._outboxes: dict[int, Outbox] = {}
         #: writes the outboxes' frames while their sockets keep up (notify/server/outbox.py)
         self._flusher = Flusher()
-        self._interpreter = Interpreter(self.hub, self, self._clock, self.stats)
+        #: the core's one driver; this server is its transport, store and observer
+        self.driver = Driver(self.hub, transport=self, store=self, observer=self,
+                             clock=self._clock, stats=self.stats)
         #: set with the reason when the core halted (fail-stop, G13); see `halt`
         self.halted: asyncio.Event = asyncio.Event()
         self.halt_reason: str | None = None
@@ -118,8 +120,8 @@ class NotifyServer:
         self.cluster = cluster
         #: edge: what each connection's hello presented (resume token) and proved (identity)
         self._edge: dict[int, tuple[str | None, Identity | None]] = {}
-        #: groups being brought back from the log, each by one load (`_bring_back`)
-        self._loading: dict[str, asyncio.Future[bool]] = {}
+        #: reads of groups the driver asked for (`fetch`); each leaves when it ends
+        self._fetches: set[asyncio.Task[StoredGroup | None]] = set()
         self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
 
@@ -135,34 +137,27 @@ class NotifyServer:
                      messages=sum(sg.head for sg in restored))
 
     def _adopt(self, sg: StoredGroup) -> None:
-        now = self._clock()
-        self.hub.restore(sg.restore(self.config, now), now)
+        self.driver.adopt(sg)
 
-    async def _bring_back(self, group: str) -> bool:
-        """A group that left memory (G14) comes back from the log before the hub sees the next
-        frame for it, so its versions, offsets and publish ids go on. False if the log could
-        not be read (the frame is refused: a fresh group would reuse view versions, G1).
+    def fetch(self, group: str, answer: Fetched) -> None:
+        """Store port: read a group that left memory (G14) off the event loop; the driver
+        holds its frames until `answer`, and gives up on a read that takes too long."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
+            self.store.load_group, group, self.config.limits.retain_messages))
+        self._fetches.add(task)
 
-        One load per group at a time: frames that arrive meanwhile wait for the same load.
-        Two loads racing would each adopt what they read; on JetStream each also appends a
-        fence record, which would refuse a write the first one's group already started."""
-        loading = self._loading.get(group)
-        if loading is None:
-            loading = self._loading[group] = asyncio.ensure_future(self._load(group))
-            loading.add_done_callback(lambda _f: self._loading.pop(group, None))
-        return await asyncio.shield(loading)
+        def done(t: asyncio.Task[StoredGroup | None]) -> None:
+            self._fetches.discard(t)
+            if t.cancelled():
+                return
+            error = t.exception()
+            if error is not None:
+                log.error("load_group_failed", group=group, error=repr(error))
+                answer(None, repr(error))
+            else:
+                answer(t.result(), None)
 
-    async def _load(self, group: str) -> bool:
-        try:
-            sg = await asyncio.to_thread(self.store.load_group, group,
-                                         self.config.limits.retain_messages)
-        except Exception:
-            log.exception("load_group_failed", group=group)
-            return False
-        if sg is not None and group not in self.hub.groups:
-            self._adopt(sg)
-            self.stats.groups_loaded += 1
-        return True
+        task.add_done_callback(done)
 
     async def start(self) -> None:
         if self.cluster is None:  # a node loads a group when it owns its shard
@@ -244,6 +239,9 @@ class NotifyServer:
         if self._pruning is not None:  # the store must not close under a running prune
             with contextlib.suppress(Exception):
                 await self._pruning
+        for fetch in list(self._fetches):  # nor under a read of a group
+            with contextlib.suppress(Exception):
+                await fetch
         await self.store.close()
         if self.events is not None:
             self.events.close()
@@ -308,13 +306,13 @@ class NotifyServer:
         self._outboxes[conn] = outbox
         log.debug("conn_open", conn=conn, ip=ip, origin=ws.request.headers.get("Origin")
                   if ws.request is not None else None)
-        self._apply(self.hub.opened(conn, self._clock()))
+        self.driver.opened(conn)
         try:
             async for data in ws:
                 self.stats.frames_in += 1
                 frame = parse_any(data, self.config.limits)
                 if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
-                    self._apply([Send(conn, frame)])
+                    self.driver.run([Send(conn, frame)])
                     continue
                 if self.cluster is not None and isinstance(frame, GROUP_FRAMES) and \
                         self.cluster.route(conn, frame.group,
@@ -322,7 +320,7 @@ class NotifyServer:
                     continue  # another node owns the group
                 if isinstance(frame, Authenticate):
                     self._edge[conn] = (frame.hello.resume_session, None)
-                await self._dispatch(conn, frame)
+                self._dispatch(conn, frame)
         except ConnectionClosed:
             pass
         finally:
@@ -336,42 +334,28 @@ class NotifyServer:
             session = self.hub.session_of(conn)
             log.debug("conn_close", conn=conn, code=code,
                       member=session.member if session is not None else None)
-            self._apply(self.hub.closed(conn, self._clock(), code, ws.close_reason or ""))
+            self.driver.closed(conn, code, ws.close_reason or "")
             if self.cluster is not None:
                 self.cluster.closed(conn, code, ws.close_reason or "")
 
-    async def _dispatch(self, conn: int, frame: object) -> None:
+    def _dispatch(self, conn: int, frame: object) -> None:
         """A parsed client frame for this node's hub (from a local connection, or routed here
         from another node's edge in cluster mode)."""
-        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups \
-                and not await self._bring_back(frame.group):
-            self._apply([Send(conn, Error(
-                ErrorCode.UNAVAILABLE, f"group {frame.group!r} cannot be read from the "
-                "log right now; try again", frame.req))])
-            return
-        try:
-            if isinstance(frame, Authenticate):
-                actions = self._hello(conn, frame)
-            elif isinstance(frame, Refresh):
-                actions = self._refresh(conn, frame)
-            else:
-                actions = self.hub.handle(conn, frame, self._clock())  # type: ignore[arg-type]
-        except Exception:  # a bug of ours must not take the server down (G12)
-            self.stats.internal_errors += 1
-            log.exception("core_error", conn=conn, frame=type(frame).__name__)
-            self._push(conn, dumps(Error(ErrorCode.INTERNAL, "internal error; frame dropped",
-                                         getattr(frame, "req", None))))
-            return
-        self._apply(actions)
+        if isinstance(frame, Authenticate):
+            self.driver.call(lambda now: self._hello(conn, frame, now), conn, "Authenticate")
+        elif isinstance(frame, Refresh):
+            self.driver.call(lambda now: self._refresh(conn, frame, now), conn, "Refresh")
+        else:
+            self.driver.frame(conn, frame)  # type: ignore[arg-type]
 
-    async def dispatch_raw(self, conn: int, raw: bytes, *, remote: bool = False) -> None:
+    def dispatch_raw(self, conn: int, raw: bytes, *, remote: bool = False) -> None:
         """Cluster mode: a client frame as received, for this node's hub: routed here by
         another edge (`remote`, `conn` is our number for that connection), or one that waited
         for its shard's owner. A frame for a group this node does not own (any more) goes back
         to the cluster (the client reconnects)."""
         frame = parse_any(raw, self.config.limits)
         if isinstance(frame, Error | Rejected):
-            self._apply([Send(conn, frame)])
+            self.driver.run([Send(conn, frame)])
             return
         if isinstance(frame, Authenticate | Refresh):
             return  # an edge answers those itself
@@ -382,7 +366,7 @@ class NotifyServer:
             else:
                 self.cluster.route(conn, frame.group, raw)
             return
-        await self._dispatch(conn, frame)
+        self._dispatch(conn, frame)
 
     # -- what the cluster node asks of the server --------------------------------------------------
 
@@ -390,7 +374,7 @@ class NotifyServer:
         return self._clock()
 
     def apply(self, actions: list[Action]) -> None:
-        self._apply(actions)
+        self.driver.run(actions)
 
     def new_conn_id(self) -> int:
         return next(self._ids)
@@ -402,8 +386,7 @@ class NotifyServer:
         """The resume token a connection's hello presented, and the identity it proved."""
         return self._edge.get(conn, (None, None))
 
-    def _hello(self, conn: int, frame: Authenticate) -> list[Action]:
-        now = self._clock()
+    def _hello(self, conn: int, frame: Authenticate, now: float) -> list[Action]:
         if self.verifier is None:
             return self.hub.hello(conn, frame.hello, now, None)
         try:
@@ -415,8 +398,7 @@ class NotifyServer:
             self._edge[conn] = (frame.hello.resume_session, identity)
         return self.hub.hello(conn, frame.hello, now, identity)
 
-    def _refresh(self, conn: int, frame: Refresh) -> list[Action]:
-        now = self._clock()
+    def _refresh(self, conn: int, frame: Refresh, now: float) -> list[Action]:
         if self.verifier is None:  # nothing expires in development mode
             self._push(conn, orjson.dumps({"type": "refreshed", "expires": None}))
             return []
@@ -442,8 +424,7 @@ class NotifyServer:
         asyncio.get_running_loop().call_soon(self._slow_gone, conn)
 
     def _slow_gone(self, conn: int) -> None:
-        self._apply(self.hub.closed(conn, self._clock(), int(CloseCode.SLOW_CONSUMER),
-                                    "slow consumer"))
+        self.driver.closed(conn, int(CloseCode.SLOW_CONSUMER), "slow consumer")
 
     def _count_error(self, code: str) -> None:
         self.stats.errors_out += 1
@@ -458,10 +439,7 @@ class NotifyServer:
         elif self.cluster is not None:  # a connection another node's edge holds
             self.cluster.push(conn, data, bounded=bounded, frames=frames)
 
-    def _apply(self, actions: list[Action]) -> None:
-        self._interpreter.run(actions)
-
-    # -- Effects: what the interpreter asks of this server ---------------------------------------
+    # -- the driver's ports: Transport (push, close), Store (write, fetch), Observer --------------
 
     push = _push
 
@@ -518,13 +496,14 @@ class NotifyServer:
             self._on_halt(reason)
 
     def _checkpoint_committed(self, group: str, cp: Checkpoint, conn: int, req: Req) -> None:
-        self._apply(self.hub.checkpoint_committed(group, cp, conn, req, self._clock()))
+        self.driver.call(lambda now: self.hub.checkpoint_committed(group, cp, conn, req, now),
+                         conn, "checkpoint_committed")
 
     def _checkpoint_served(self, group: str, transfer: str, conn: int, size: int,
                            seconds: float) -> None:
         session = self.hub.session_of(conn)
         g = self.hub.groups.get(group)
-        self._apply([LogEvent("state.transfer", self._clock(), {
+        self.driver.run([LogEvent("state.transfer", self._clock(), {
             "group": group, "view": g.view.version if g is not None else None,
             "member": session.member if session is not None else None, "transfer": transfer,
             "bytes": size, "duration_ms": round(seconds * 1000, 3), "source": "checkpoint"})])
@@ -547,6 +526,9 @@ class NotifyServer:
             bump(st.atomic, "abort")
 
     async def _run_timer(self) -> None:
+        """Tick the driver at its `next_wakeup()`, and at least every `MAX_SLEEP`: a frame
+        may arm an earlier deadline while this sleeps, and asking the driver again after every
+        frame would cost more than waking now and then. Retention runs here too, off the loop."""
         next_prune = self._clock() + PRUNE_INTERVAL
         while True:
             now = self._clock()
@@ -555,15 +537,10 @@ class NotifyServer:
                 self._pruning = asyncio.get_running_loop().create_task(
                     asyncio.to_thread(self.store.prune, now))
                 self._pruning.add_done_callback(_log_prune)
-            try:
-                self._apply(self.hub.tick(now))
-            except Exception:
-                self.stats.internal_errors += 1
-                log.exception("tick_error")
-            nxt = self.hub.next_deadline()
-            delay = 0.05 if nxt is None else min(max(nxt - self._clock(), 0.005), 0.05)
-            await asyncio.sleep(delay)
-
+            self.driver.tick()
+            wakeup = self.driver.next_wakeup()
+            delay = MAX_SLEEP if wakeup is None else wakeup - self._clock()
+            await asyncio.sleep(min(max(delay, MIN_SLEEP), MAX_SLEEP))
 
     def _timer_ended(self, task: asyncio.Task[None]) -> None:
         """The timer drives every deadline (suspect, flush, ACK, write): without it groups would
@@ -576,6 +553,8 @@ class NotifyServer:
 
 #: seconds between two retention passes over the log
 PRUNE_INTERVAL = 60.0
+#: the timer's longest and shortest sleep (see `NotifyServer._run_timer`)
+MAX_SLEEP, MIN_SLEEP = 0.05, 0.001
 
 
 def _log_prune(task: asyncio.Task[int]) -> None:

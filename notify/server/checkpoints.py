@@ -17,6 +17,7 @@ import contextlib
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 import structlog
 
@@ -31,12 +32,18 @@ from notify.core.actions import ServeCheckpoint as Serve
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
 from notify.core.events import Req
-from notify.server.interpreter import Push
-from notify.server.wire import dumps
+from notify.runtime.frames import dumps
 from notify.storage.base import MessageLog
 from state_transfer import ChunkError, verify
 
 log = structlog.get_logger("notify.server")
+
+
+class Push(Protocol):
+    """The server's `Transport.push` (notify/runtime/ports.py)."""
+
+    def __call__(self, conn: int, data: bytes, *, bounded: bool = True,
+                 frames: int = 1) -> None: ...
 
 #: (group, stored checkpoint, conn, req) once a checkpoint is durable and checked
 Committed = Callable[[str, Checkpoint, int, Req], None]

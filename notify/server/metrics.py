@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from notify.runtime.stats import DriverStats
+
 if TYPE_CHECKING:
     from notify.cluster.node import ClusterNode
     from notify.server.app import NotifyServer
@@ -24,34 +26,19 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass
-class ServerStats:
-    """Plain counters bumped by the adapter; exported by `NotifyCollector`."""
+class ServerStats(DriverStats):
+    """Plain counters bumped by the server (and, those of `DriverStats`, by its driver);
+    exported by `NotifyCollector`."""
 
     frames_in: int = 0
-    errors_out: int = 0
     slow_consumers: int = 0
-    internal_errors: int = 0
-    #: error frames sent, by code
-    by_code: dict[str, int] = field(default_factory=dict)
-    #: rejected frames sent, by code
-    rejected: dict[str, int] = field(default_factory=dict)
-    #: connections the server closed, by close code
-    closes: dict[int, int] = field(default_factory=dict)
     #: views installed, by the reasons of their proposal (a merged one counts for each)
     view_changes: dict[str, int] = field(default_factory=dict)
     view_installs: int = 0
-    messages: int = 0
-    deliveries: int = 0
     atomic: dict[str, int] = field(default_factory=dict)
     connections_refused: dict[str, int] = field(default_factory=dict)
     connections_total: int = 0
-    #: groups brought back from the log after they had left memory (G14)
-    groups_loaded: int = 0
     bytes_out: list[int] = field(default_factory=lambda: [0])
-
-
-def bump(d: dict[str, int] | dict[int, int], key: object, n: int = 1) -> None:
-    d[key] = d.get(key, 0) + n  # type: ignore[index, call-overload]
 
 
 class NotifyCollector(Collector):
@@ -159,4 +146,4 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-__all__ = ["CONTENT_TYPE", "Metrics", "NotifyCollector", "ServerStats", "bump"]
+__all__ = ["CONTENT_TYPE", "Metrics", "NotifyCollector", "ServerStats"]

@@ -29,8 +29,8 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import OPEN
 
 from notify.core.errors import CloseCode
+from notify.runtime.frames import BATCH_FRAMES, packed, runs
 from notify.server.mailbox import Mailbox
-from notify.server.wire import BATCH_FRAMES, packed, runs
 
 log = structlog.get_logger("notify.server")
 

@@ -1,6 +1,6 @@
 """The JSON Schema of wire protocol v1, both directions (DESIGN §3), generated from the code.
 
-Client frames come from the pydantic models the edge validates with (notify/server/wire.py), so
+Client frames come from the pydantic models the edge validates with (notify/wire.py), so
 the schema says exactly what the server accepts (strict types, `additionalProperties: false`,
 64-bit integer bounds), with one difference JSON Schema cannot express: it counts `1.0` as an
 integer, the server does not. Server frames come from the core's out-frame dataclasses
@@ -27,7 +27,7 @@ from pydantic import TypeAdapter
 
 from notify.core.actions import Error, OutFrame, Rejected
 from notify.core.errors import ErrorCode, RejectCode
-from notify.server.wire import ClientFrameModel
+from notify.wire import ClientFrameModel
 
 SCHEMA_ID = "urn:notify:protocol:1"
 

@@ -15,7 +15,7 @@ aborted, so no member can have been told otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +23,7 @@ from notify.core.actions import Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
 from notify.core.group import Group
+from notify.runtime.ports import Done
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +49,6 @@ class StoredGroup:
                               head=self.head, seqs=self.seqs, recent=self.recent,
                               outcomes={o: False for o in self.aborted},
                               checkpoint=self.checkpoint, install=self.install, now=now)
-
-
-#: storage's answer to a write: None when it is durable, else what went wrong
-Done = Callable[[str | None], None]
 
 
 class MessageLog(Protocol):

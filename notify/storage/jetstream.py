@@ -76,7 +76,8 @@ from nats.js.object_store import ObjectStore
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
-from notify.storage.base import Done, StoredGroup
+from notify.runtime.ports import Done
+from notify.storage.base import StoredGroup
 
 log = structlog.get_logger("notify.storage")
 

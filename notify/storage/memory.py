@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 from notify.core.actions import Append, Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
-from notify.storage.base import Done, StoredGroup
+from notify.runtime.ports import Done
+from notify.storage.base import StoredGroup
 
 
 class MemoryLog:

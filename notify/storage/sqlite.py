@@ -36,7 +36,8 @@ import structlog
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
-from notify.storage.base import Done, StoredGroup
+from notify.runtime.ports import Done
+from notify.storage.base import StoredGroup
 
 log = structlog.get_logger("notify.storage")
 
@@ -315,7 +316,7 @@ class SqliteLog:
 
 
 def _message(r: tuple[object, ...]) -> Message:
-    # The payload column holds the bytes the edge checked and wrote (notify/server/wire.py):
+    # The payload column holds the bytes the edge checked and wrote (notify/wire.py):
     # carried on as they are, never parsed again.
     body: bytes = r[7]  # type: ignore[assignment]
     return Message(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]),  # type: ignore[arg-type]

@@ -48,9 +48,10 @@ from websockets.sync.client import ClientConnection, connect
 from notify.core import CoreConfig, Limits, Timeouts
 from notify.core import events as ev
 from notify.core.actions import Error, Rejected
+from notify.runtime.frames import dumps
 from notify.server import NotifyServer
 from notify.server.auth import TokenVerifier
-from notify.server.wire import dumps, parse_any, payload_problem
+from notify.wire import parse_any, payload_problem
 from tests.schema_check import CHECK, problems
 from tests.security.conftest import OTHER_SECRET, SECRET, token
 

@@ -1,6 +1,6 @@
 """Driving the `Hub` by hand in unit tests.
 
-`Net` runs the core's actions through the server's own `Interpreter`, with a log that stores
+`Net` runs the core through the runtime's `Driver` (the one every host runs), with a log that stores
 every write at once unless a test holds them (`Net.writes_held`), and records, per connection,
 the frames as the client would receive them. `stored()` does the same for a bare action list.
 """
@@ -15,8 +15,8 @@ import orjson
 from notify.core import CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Action
 from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
-from notify.server.interpreter import CheckpointAction, Interpreter
-from notify.server.wire import unbatch
+from notify.runtime import CheckpointAction, Driver, Fetched
+from notify.runtime.frames import unbatch
 
 G = "g"
 
@@ -45,7 +45,8 @@ class Net:
         self.closed: set[int] = set()
         self.sessions: dict[int, str] = {}
         self._conns = 0
-        self.interpreter = Interpreter(self.hub, self, lambda: self.now)
+        self.driver = Driver(self.hub, transport=self, store=self, observer=self,
+                             clock=lambda: self.now)
         #: while True, writes wait in `self.writes` until `finish_writes()`
         self.writes_held = False
         self.writes: list[tuple[Write, Callable[[str | None], None]]] = []
@@ -55,9 +56,9 @@ class Net:
         self.pushes: list[tuple[int, int]] = []
 
     def apply(self, actions: list[Any]) -> None:
-        self.interpreter.run(actions)
+        self.driver.run(actions)
 
-    # -- Effects ----------------------------------------------------------------------------------
+    # -- the driver's ports -----------------------------------------------------------------------
 
     def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         self.pushes.append((conn, frames))
@@ -83,6 +84,9 @@ class Net:
                 self.stored.append(w)
             done(error)
 
+    def fetch(self, group: str, answer: Fetched) -> None:
+        answer(None, None)  # nothing leaves memory here
+
     def event(self, e: LogEvent) -> None:
         pass
 
@@ -95,22 +99,22 @@ class Net:
     def connect(self, member: str, session: str | None = None) -> int:
         self._conns += 1
         c = self._conns
-        self.apply(self.hub.opened(c, self.now))
+        self.driver.opened(c)
         self.send(c, Hello(1, member, session))
         welcome = self.take(c, "welcome")[0]
         self.sessions[c] = welcome["session"]
         return c
 
     def send(self, conn: int, frame: Any) -> None:
-        self.apply(self.hub.handle(conn, frame, self.now))
+        self.driver.frame(conn, frame)
 
     def drop(self, conn: int) -> None:
         self.closed.add(conn)
-        self.apply(self.hub.closed(conn, self.now))
+        self.driver.closed(conn)
 
     def advance(self, dt: float) -> None:
         self.now += dt
-        self.apply(self.hub.tick(self.now))
+        self.driver.tick()
 
     def take(self, conn: int, *types: str) -> list[dict[str, Any]]:
         """The frames received since the last take (only `types`, if given)."""

@@ -6,13 +6,13 @@ faults happen (connection loss, resume on a new connection, new incarnations, jo
 readers, publishes of every kind, idempotent retries, non-member publishes, long pauses past the
 suspect, flush and ACK timeouts). Nothing reads the wall clock, so a seed replays exactly.
 
-The core's actions are applied by the server's own `Interpreter` (notify/server/interpreter.py):
-the simulation is only its host. Storage is a FIFO of writes (like the SQLite writer) that the
+The core runs under the runtime's `Driver` (notify/runtime), the one every host runs: the
+simulation is only its ports. Storage is a FIFO of writes (like the SQLite writer) that the
 rng finishes whenever it likes, so commits are slow or fast at random, and fails an append now
 and then (`p_write_fail`): the core must retract it and refuse its publishers. Every frame that
 leaves is checked against what storage holds: a `deliver` or a `published` only for a stored
 message, a `view_install` only for a stored view, an `abort` only once stored (G10, G1, G5).
-A `Close` drops what is queued on the connection and the hub hears `closed` afterwards.
+A `Close` drops what is queued on the connection (the driver tells the hub `closed`).
 Connections are FIFO both ways. Frames of a lost connection are dropped. A lost connection may be
 noticed by the server only later (a dead TCP peer), so a resume can arrive first.
 
@@ -40,12 +40,12 @@ from client_sdk.events import (
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
-from notify.core.actions import Action, Error
-from notify.core.events import Join, Publish
+from notify.core.actions import Error
 from notify.core.membership import GroupState
-from notify.server.interpreter import CheckpointAction, Done, Interpreter
-from notify.server.wire import parse, unbatch
+from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime.frames import unbatch
 from notify.storage import MemoryLog
+from notify.wire import parse
 
 GROUPS = ("g1", "g2")
 EPOCH = 7
@@ -321,7 +321,8 @@ class Simulation:
         self.everyone = self.members + self.outsiders
         self._by_name = {m.name: m for m in self.everyone}
         self.conns: dict[int, Conn] = {}
-        self.interpreter = Interpreter(self.hub, self, lambda: self.now)
+        self.driver = Driver(self.hub, transport=self, store=self, observer=self,
+                             clock=lambda: self.now)
         #: writes handed to storage, answered in order when the rng says so
         self.writes: deque[tuple[Write, Done]] = deque()
         #: what storage holds, as the memory log keeps it (to bring back evicted groups)
@@ -337,7 +338,6 @@ class Simulation:
         #: the last frames each member received and sent, for reading a failure
         self.stored_views: dict[str, int] = {}
         self.stored_aborts: set[tuple[str, int]] = set()
-        self._closes: list[int] = []
         self.trace: dict[str, deque[tuple[int, str, Any]]] = {
             m.name: deque(maxlen=600) for m in self.everyone}
 
@@ -349,13 +349,7 @@ class Simulation:
 
     # -- the adapter ---------------------------------------------------------------------------
 
-    def apply(self, actions: list[Action]) -> None:
-        self.interpreter.run(actions)
-        closes, self._closes = self._closes, []
-        for conn in closes:  # the connection handler's `finally` runs afterwards
-            self.server_closed(self.conns[conn])
-
-    # -- Effects (notify/server/interpreter.py) --------------------------------------------------
+    # -- the driver's ports (notify/runtime/ports.py) --------------------------------------------
 
     def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         for frame in unbatch(orjson.loads(data)):
@@ -368,15 +362,22 @@ class Simulation:
         c = self.conns.get(conn)
         if c is not None and c.alive:
             c.alive = False
+            c.server_open = False  # the driver tells the hub
             c.to_client.clear()
             c.to_server.clear()
-            self._closes.append(conn)
             m = self.member(c.member)
             if m.conn is c:
                 m.conn = None
 
     def write(self, write: Write, done: Done) -> None:
         self.writes.append((write, done))
+
+    def fetch(self, group: str, answer: Fetched) -> None:
+        """A group that left memory (G14) comes back from what storage holds."""
+        sg = self.log.load_group(group, self.hub.config.limits.retain_messages)
+        if sg is not None:
+            self.count("group.reloaded")
+        answer(sg, None)
 
     def event(self, e: LogEvent) -> None:
         pass
@@ -393,7 +394,7 @@ class Simulation:
         if isinstance(w, Append):
             if self.rng.random() < self.cfg.p_write_fail:
                 self.count("write.failed")
-                self.apply_done(done, "injected: disk I/O error")
+                done("injected: disk I/O error")
                 return
             self.log.write(w, lambda error: None)  # no loop here: stored at once
             g = self.hub.groups[w.group]
@@ -410,13 +411,7 @@ class Simulation:
             self.stored_views[i.group] = i.view
             self.stored_aborts.update((i.group, o) for o in w.aborted)
             self.log.write(w, lambda error: None)
-        self.apply_done(done, None)
-
-    def apply_done(self, done: Done, error: str | None) -> None:
-        done(error)
-        closes, self._closes = self._closes, []
-        for conn in closes:
-            self.server_closed(self.conns[conn])
+        done(None)
 
     def check_durable(self, f: dict[str, Any], conn: int) -> None:
         """Nothing leaves that speaks of what storage does not hold (G10, G1, G5)."""
@@ -441,7 +436,7 @@ class Simulation:
     def server_closed(self, c: Conn) -> None:
         if c.server_open:
             c.server_open = False
-            self.apply(self.hub.closed(c.id, self.now))
+            self.driver.closed(c.id)
 
     def server_in(self, c: Conn) -> None:
         f = c.to_server.popleft()
@@ -449,14 +444,7 @@ class Simulation:
         if isinstance(frame, Error):
             self.obs.fail(f"the client sent a frame the server cannot parse: {f} ({frame})")
             return
-        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
-            # As the server does (NotifyServer._bring_back): a group that left memory (G14)
-            # comes back from what storage holds before the hub sees the frame.
-            sg = self.log.load_group(frame.group, self.hub.config.limits.retain_messages)
-            if sg is not None:
-                self.count("group.reloaded")
-                self.hub.restore(sg.restore(self.hub.config, self.now), self.now)
-        self.apply(self.hub.handle(c.id, frame, self.now))
+        self.driver.frame(c.id, frame)
 
     # -- clients -------------------------------------------------------------------------------
 
@@ -464,7 +452,7 @@ class Simulation:
         self._next_conn += 1
         c = self.conns[self._next_conn] = Conn(self._next_conn, m.name)
         m.conn = c
-        self.apply(self.hub.opened(c.id, self.now))
+        self.driver.opened(c.id)
         hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
         if resume and m.session:
             hello["resume_session"] = m.session
@@ -595,7 +583,7 @@ class Simulation:
 
     def advance(self, dt: float) -> None:
         self.now += dt
-        self.apply(self.hub.tick(self.now))
+        self.driver.tick()
 
     def step(self) -> None:
         self.steps += 1
@@ -750,10 +738,11 @@ class Simulation:
                 self.connect(m, resume=True)
         for _ in range(200):
             self.drain()
-            d = self.hub.next_deadline()
+            d = self.driver.next_wakeup()
             if d is None:
                 break
-            self.advance(max(d - self.now, 0.0) + 0.001)
+            self.now = max(self.now, d)  # exactly there, as the replay does (and may the server)
+            self.driver.tick()
         else:
             self.obs.fail("timers never stopped (a flush or an atomic is stuck)")
         self.drain()

@@ -96,7 +96,7 @@ def test_a_build_that_does_not_load_leaves_the_sources(tmp_path: Path) -> None:
     code = ("import json, sys\n"
             "from spark_analysis import compiled_replay as c\n"
             "st = c.activate()\n"
-            "import notify.core.hub, notify.server.wire as w\n"
+            "import notify.core.hub, notify.runtime.frames as w\n"
             "print(json.dumps([st.compiled, st.reason, notify.core.hub.__file__,"
             " w.COMPILED_FRAMES]))\n")
     out = tmp_path / sys.implementation.cache_tag

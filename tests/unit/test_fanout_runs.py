@@ -1,6 +1,6 @@
 """A run of fan-outs (one stored batch) reaches each member as one `batch` push (issue 14).
 
-The interpreter packs the fan-outs the core lets go together, to the same members, into one
+The driver packs the fan-outs the core lets go together, to the same members, into one
 `batch` frame per member, and the publisher's answers into one more: the per-member cost is paid
 once per run. What each member receives, and in what order, must not change.
 """
@@ -13,8 +13,8 @@ import orjson
 
 from notify.core import CoreConfig, Hub, Send
 from notify.core.actions import Confirm, Published
-from notify.server.interpreter import Interpreter
-from notify.server.wire import unbatch
+from notify.runtime import Driver
+from notify.runtime.frames import unbatch
 from tests.unit.drive import Net, delivered, form
 
 
@@ -64,7 +64,7 @@ def test_runs_keep_every_message_once_and_in_order() -> None:
 
 
 class _Recorder:
-    """An interpreter host that records each push: (conn, frames as received, bounded, n)."""
+    """A transport that records each push: (conn, frames as received, bounded, n)."""
 
     def __init__(self) -> None:
         self.pushes: list[tuple[int, list[dict[str, Any]], bool, int]] = []
@@ -76,7 +76,8 @@ class _Recorder:
 def test_a_run_of_sends_is_one_push_per_member_in_its_order() -> None:
     host = _Recorder()
     hub = Hub(CoreConfig(), new_token=lambda: "t", epoch=1)
-    run = Interpreter(hub, host, lambda: 0.0).run  # type: ignore[arg-type]
+    run = Driver(hub, transport=host, store=None, observer=None,  # type: ignore[arg-type]
+                 clock=lambda: 0.0).run
     c1, c2 = Confirm("g", (1,)), Confirm("g", (2,))
     run([Send(1, c1), Send(2, c1), Send(3, c1),    # the core: each confirm to every member
          Send(1, c2), Send(2, c2), Send(3, c2),

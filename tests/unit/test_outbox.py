@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
+from notify.runtime.frames import batch
 from notify.server.outbox import Outbox
-from notify.server.wire import batch
 
 
 class _Socket:

@@ -29,8 +29,9 @@ from notify.core.actions import (
     Welcome,
 )
 from notify.core.errors import ErrorCode, RejectCode
+from notify.runtime.frames import batch, dumps
 from notify.server.schema import render
-from notify.server.wire import batch, dumps, parse_any
+from notify.wire import parse_any
 from tests.schema_check import CLIENT_FRAME, SCHEMA, SCHEMA_PATH, problems
 
 

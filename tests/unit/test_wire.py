@@ -19,7 +19,8 @@ from notify.core import events as ev
 from notify.core.actions import Deliver, Error, Message, Rejected, ViewInstall
 from notify.core.config import Limits
 from notify.core.errors import ErrorCode, RejectCode
-from notify.server.wire import _deeper_than, batch, dumps, parse, payload_problem
+from notify.runtime.frames import batch, dumps
+from notify.wire import _deeper_than, parse, payload_problem
 
 
 def plain(payload: Any) -> Any:

@@ -1,8 +1,11 @@
-"""Wire frames at the edge (DESIGN §3): pydantic models in, orjson bytes out.
+"""Client frames at the edge (DESIGN §3): received text to the core's events, strictly.
 
 Client frames are validated by one discriminated-union `TypeAdapter` straight from the received
 text; a frame that fails becomes an `error` frame with a stable code (G12), never an exception
-that reaches the connection loop. Out-frames are the core's dataclasses, serialised once.
+that reaches the connection loop. Every host that takes client frames reads them here: the
+server's connections, the cluster's routed frames, and the simulator and the replay, whose
+members are the real SDK (so what the SDK sends is what the edge accepts). Out-frames are the
+core's dataclasses, encoded by notify/runtime/frames.py.
 
 Strictness (DESIGN §3, docs/protocol.md): every field has a strict type (a string is not a
 number, `true`/`false` are the only booleans, `1.0` is not an integer), every integer fits in 64
@@ -26,12 +29,9 @@ nesting in the payload is a bad payload of a request the client is waiting on, n
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import json
 import math
 import re
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -531,79 +531,3 @@ def _skip_nested(text: str, i: int) -> int | None:
         else:
             depth -= len(tok)
     return None
-
-
-def _fields(frame: Any) -> dict[str, Any]:
-    return {k: getattr(frame, k) for k in frame.__dataclass_fields__}
-
-
-#: Are the core's frame classes compiled by mypyc (spark_analysis/compiled_replay.py loads them
-#: for the replay)? orjson serialises a CPython dataclass through its internals, which a
-#: compiled class does not have (the process crashes), so those get their fields copied out.
-COMPILED_FRAMES = (getattr(sys.modules[Error.__module__], "__file__", None) or "").endswith(
-    tuple(importlib.machinery.EXTENSION_SUFFIXES))
-
-if COMPILED_FRAMES:
-    def dumps(frame: object) -> bytes:
-        """Serialise an out-frame dataclass (its fields are the wire fields)."""
-        return orjson.dumps(frame, default=_fields, option=orjson.OPT_PASSTHROUGH_DATACLASS)
-else:
-    def dumps(frame: object) -> bytes:
-        """Serialise an out-frame dataclass (its fields are the wire fields)."""
-        return orjson.dumps(frame)
-
-
-#: a `batch` frame holds at most this many frames, and about this many bytes: well under any
-#: client's maximum message size
-BATCH_FRAMES = 512
-BATCH_BYTES = 256 * 1024
-BATCH_HEAD = b'{"type":"batch","frames":['
-BATCH_TAIL = b"]}"
-
-
-def batch(frames: Sequence[bytes | memoryview]) -> bytes:
-    """Pack already-serialised frames into one `batch` frame without re-encoding them."""
-    return BATCH_HEAD + b",".join(frames) + BATCH_TAIL
-
-
-def unbatch(frame: dict[str, Any]) -> list[dict[str, Any]]:
-    """The frames a decoded server frame stands for: a `batch`'s, in order, or itself."""
-    if frame.get("type") == "batch":
-        frames: list[dict[str, Any]] = frame["frames"]
-        return frames
-    return [frame]
-
-
-def runs(items: Sequence[tuple[bytes, int]]) -> list[tuple[list[bytes], int]]:
-    """`items` (each a frame, or a `batch` of several, and how many frames it holds), in order,
-    cut into runs that each fit one `batch` frame: at most `BATCH_FRAMES` frames and, unless one
-    item alone is larger, `BATCH_BYTES` bytes. Each run with its frame count."""
-    out: list[tuple[list[bytes], int]] = []
-    run: list[bytes] = []
-    count = size = 0
-    for data, n in items:
-        if run and (size + len(data) > BATCH_BYTES or count + n > BATCH_FRAMES):
-            out.append((run, count))
-            run, count, size = [], 0, 0
-        run.append(data)
-        count += n
-        size += len(data)
-    if run:
-        out.append((run, count))
-    return out
-
-
-def packed(run: list[bytes]) -> bytes:
-    """One message for a run (see `runs`): a lone item as it is, several as one flat `batch`
-    (an item that is itself a `batch` has its frames spliced in: no batch ever holds a batch)."""
-    if len(run) == 1:
-        return run[0]
-    return batch([batch_body(d) for d in run])
-
-
-def batch_body(frame: bytes) -> bytes | memoryview:
-    """The frames of a `batch` frame made by `batch` (comma-separated, not copied), or `frame`
-    itself: what `batch` joins to put several of them in one."""
-    if frame.startswith(BATCH_HEAD):
-        return memoryview(frame)[len(BATCH_HEAD):-len(BATCH_TAIL)]
-    return frame

@@ -1,0 +1,83 @@
+"""The ports: what the driver asks of the host it runs in, and nothing more.
+
+A host is the driver plus I/O. The asyncio server answers these with sockets, outboxes, SQLite
+and a thread pool; the cluster with links between nodes and a fenced JetStream log; the
+simulator with seeded queues; the Spark replay with a simulated clock. Because every rule is in
+the core or the driver, and a host only implements these few methods, the simulator and the
+replay test exactly the rules the server runs.
+
+Each port is a `Protocol`: a host implements it by having the methods, without importing
+anything from here but the types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from notify.core.actions import (
+    CommitCheckpoint,
+    DiscardCheckpoint,
+    LogEvent,
+    ServeCheckpoint,
+    StoreCheckpointChunk,
+    Write,
+)
+from notify.core.config import CoreConfig
+from notify.core.group import Group
+
+#: storage's answer to a write: None when it is durable, else what went wrong
+Done = Callable[[str | None], None]
+
+CheckpointAction = StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint | ServeCheckpoint
+
+
+class Restorable(Protocol):
+    """What the log gives back of one group (notify.storage's `StoredGroup`)."""
+
+    def restore(self, config: CoreConfig, now: float) -> Group: ...
+
+
+#: the log's answer to a fetch: the group (None if the log never had it), or what went wrong
+Fetched = Callable[[Restorable | None, str | None], None]
+
+
+class Transport(Protocol):
+    """Bytes to a member's connection, wherever its socket is."""
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        """Queue a serialised frame for `conn` (dropped if it is gone): one frame, or a `batch`
+        frame of `frames` frames. `bounded` False for a replay, which does not count against
+        the member's outbound bound (G11)."""
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        """Close `conn` with `code`; with `drain`, the frames queued before go out first. The
+        driver tells the hub at once: the host need not report this close back."""
+
+
+class Store(Protocol):
+    """The durable log (G1, G5, G10), as the driver uses it."""
+
+    def write(self, write: Write, done: Done) -> None:
+        """Make `write` durable, then call `done` once (at once, or later on the loop)."""
+
+    def fetch(self, group: str, answer: Fetched) -> None:
+        """Read `group` back from the log (it left memory, G14), then call `answer` once: at
+        once or later. The driver holds the group's frames meanwhile, and gives up after its
+        load deadline (a late answer is ignored)."""
+
+
+class Observer(Protocol):
+    """What the core reports and asks that is neither a frame nor a write."""
+
+    def event(self, e: LogEvent) -> None:
+        """A delivery-log event (DESIGN §6), also what metrics count."""
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        """A state checkpoint chunk to stage, commit, discard or serve (state_transfer)."""
+
+    def halt(self, reason: str) -> None:
+        """Stop: the core can no longer keep a promise (G13 fail-stop)."""
+
+
+__all__ = ["CheckpointAction", "Done", "Fetched", "Observer", "Restorable", "Store", "Transport"]

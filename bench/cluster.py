@@ -6,7 +6,7 @@
     python -m bench cluster --only groups --groups 200 --members 10
 
 Every server is a real process: `notify serve` (single node, its SQLite default in a temp data
-dir), `nats-server` clusters started with `notify.cluster.natsrun` (3 nodes, JetStream,
+dir), `nats-server` clusters started with `notify_chaos.natsrun` (3 nodes, JetStream,
 `sync_interval: always`) and notify cluster nodes (`notify serve --cluster ... --node-id nX`).
 The clients are the real SDK (`client_sdk`) in separate processes (`python -m bench.cluster
 client-* ...`), which print one JSON line; clocks are compared as `time.monotonic()`
@@ -42,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from notify.cluster import noderun
-from notify.cluster.noderun import NotifyProcess
+from devtools import noderun
+from devtools.noderun import NotifyProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 now = time.monotonic
@@ -67,7 +67,7 @@ def bench_node(name: str, port: int, dir: Path, nats: list[str] | None = None,
 
 @contextlib.contextmanager
 def nats_cluster(root: Path) -> Any:
-    from notify.cluster import natsrun
+    from notify_chaos import natsrun
 
     binary = natsrun.nats_server_binary()
     if binary is None:
@@ -268,7 +268,7 @@ def client_main(argv: list[str]) -> int:
 
 
 def bench_latency(tmp: Path, publishes: int) -> dict[str, Any]:
-    from notify.cluster.natsrun import free_ports
+    from notify_chaos.natsrun import free_ports
 
     out: dict[str, Any] = {}
     # single node, SQLite (the `notify serve` default: durability full)
@@ -289,7 +289,7 @@ def bench_latency(tmp: Path, publishes: int) -> dict[str, Any]:
 
 
 def bench_failover(tmp: Path, ttl: float, warm: float, after: float) -> dict[str, Any]:
-    from notify.cluster.natsrun import free_ports
+    from notify_chaos.natsrun import free_ports
 
     root = tmp / f"fo-{ttl:g}"
     with nats_cluster(root) as nats:
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def bench_groups(tmp: Path, groups: int, members: int, procs: int,
                  duration: float) -> dict[str, Any]:
-    from notify.cluster.natsrun import free_ports
+    from notify_chaos.natsrun import free_ports
 
     out: dict[str, Any] = {}
     names = [f"g{i}" for i in range(groups)]

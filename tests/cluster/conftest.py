@@ -5,7 +5,7 @@
 tmp_path; waits (bounded) until every node reports a JetStream meta leader and all three peers;
 yields a `NatsCluster` (client URLs, kill/restart/pause one node); and stops every server on the
 way out (SIGTERM, then SIGKILL). Without the binary or the `nats` module the tests skip. The
-launcher itself is `notify.cluster.natsrun`, shared with `./dev cluster` and `notify-chaos`."""
+launcher itself is `notify_chaos.natsrun`, shared with `./dev cluster` and `notify-chaos`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from notify.cluster.natsrun import NatsCluster, NatsNode, nats_server_binary, plan, running
+from notify_chaos.natsrun import NatsCluster, NatsNode, nats_server_binary, plan, running
 
 __all__ = ["NatsCluster", "NatsNode", "nats_cluster"]
 

@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from notify.cluster.natsrun import free_ports
-from notify.cluster.noderun import NotifyProcess, wait_ready
+from devtools.noderun import NotifyProcess, wait_ready
 from notify.cluster.shards import shard_of
+from notify_chaos.natsrun import free_ports
 
 #: lease TTL of the test clusters: failover takes about this long
 LEASE_TTL = 2.0

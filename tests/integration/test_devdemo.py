@@ -1,4 +1,4 @@
-"""`./dev demo` (notify/devdemo.py) as a developer runs it: both servers start on free ports, the
+"""`./dev demo` (devtools/devdemo.py) as a developer runs it: both servers start on free ports, the
 page learns the WebSocket URL from /config.json, only the page's origin may open a WebSocket,
 and Ctrl-C stops everything with exit 0."""
 
@@ -39,7 +39,7 @@ class Demo:
 @contextlib.asynccontextmanager
 async def demo(*args: str) -> AsyncIterator[Demo]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "notify.devdemo", "--port", "0", "--http-port", "0",
+        sys.executable, "-m", "devtools.devdemo", "--port", "0", "--http-port", "0",
         "--store", "memory", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     assert proc.stdout is not None

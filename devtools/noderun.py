@@ -1,9 +1,9 @@
 """`notify serve` as a child process, for the cluster tests, `./dev bench cluster` and anything
 else that must crash a node for real (SIGKILL) or pause it (SIGSTOP).
 
-`natsrun.py` does the same for `nats-server`. A node's output goes to a log file (read back by
-`tail` when something fails); `/readyz` says when it has joined its cluster, and `/cluster`
-what it holds.
+`notify_chaos/natsrun.py` does the same for `nats-server`. A node's output goes to a log file
+(read back by `tail` when something fails); `/readyz` says when it has joined its cluster, and
+`/cluster` what it holds.
 """
 
 from __future__ import annotations

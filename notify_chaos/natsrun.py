@@ -1,9 +1,11 @@
 """Run a real `nats-server` cluster with JetStream on this machine (DESIGN §9).
 
 One launcher for everyone who needs real NATS nodes: the cluster tests (`tests/cluster`), the
-local development cluster (`./dev cluster`, notify/cluster/devcluster.py) and the
+local development cluster (`./dev cluster`, devtools/devcluster.py) and the
 fault-injection tool (`notify_chaos/`), so that all three run the settings the cluster relies on
-and none of them leaves a server behind.
+and none of them leaves a server behind. It lives in `notify_chaos/` because `notify-chaos` is
+an installed product that starts NATS clusters itself; the development runners (`devtools/`, not
+installed) import it from here, and the server (`notify/`) never starts a process.
 
 Theory of operation. `plan()` lays out N nodes — names `n1..nN`, client, route and HTTP-monitor
 ports on 127.0.0.1, a config file, a log file and a JetStream store directory each — and

@@ -17,7 +17,7 @@ What runs (all on 127.0.0.1, all data under `--data-dir`, default `./data`):
 +2000 and +4000 from the client port, as in NATS's own defaults). The stores persist, so a second
 run comes back with the groups of the first; delete `./data` for a clean start.
 
-Theory of operation. The NATS cluster is started with `notify.cluster.natsrun` (the launcher
+Theory of operation. The NATS cluster is started with `notify_chaos.natsrun` (the launcher
 the cluster tests use) and must be ready (a JetStream meta leader, every peer current) before
 any notify node starts, since a node's first act is to open its log on JetStream. Then the three
 nodes start as subprocesses; their output is streamed here, each line prefixed with the node's
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from notify.cluster import natsrun
+from notify_chaos import natsrun
 
 __all__ = ["main"]
 

@@ -37,6 +37,9 @@ class _Host:
     def fetch(self, group: str, answer: Fetched) -> None:
         answer(None, None)
 
+    def forget(self, group: str) -> None:
+        pass
+
     def event(self, e: LogEvent) -> None:
         pass
 

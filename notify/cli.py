@@ -196,7 +196,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,
                           max_connections_per_ip=srv.max_connections_per_ip,
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
-                          cluster=cluster)
+                          placement=cluster)
     await server.start()
     if on_ready is not None:
         on_ready(server)

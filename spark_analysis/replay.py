@@ -280,6 +280,9 @@ class ReplayHost:
     def fetch(self, group: str, answer: Fetched) -> None:
         answer(None, None)  # a new group: the replay keeps it in memory (Candidate.of)
 
+    def forget(self, group: str) -> None:
+        pass
+
     def event(self, e: LogEvent) -> None:
         if e.event == "view.install":
             self._installed(frozenset(e.fields["members"]))

@@ -1,8 +1,9 @@
 """A cluster node: edge for its own connections, owner of the shards it holds a lease on
 (DESIGN §9, docs/cluster.md).
 
-The node is an adapter around an unchanged `NotifyServer` and its `Hub`: nothing here decides
-anything about groups. It answers three questions for the server.
+The node is the server's placement (notify/runtime/placement.py): the same server, driver and
+core run on one node and on many, and nothing here decides anything about groups. It answers
+three questions for the server.
 
 - **Where does a client frame go?** (`route`) A group frame whose shard this node holds is the
   server's own business (its hub, its log). Otherwise it goes to the shard's owner over an
@@ -17,7 +18,7 @@ anything about groups. It answers three questions for the server.
   socket, which pushes them to the member's outbox (G11 is kept where the socket is).
 - **What happens when ownership moves?** The lease machine (`ownership.py` via `leases.py`)
   says. A shard this node lost (`Lost`): its groups are dropped from the hub at once
-  (`Hub.drop_groups`), closing their members' connections so that they resume at the new owner,
+  (`Driver.drop_groups`), closing their members' connections so that they resume at the new owner,
   which rebuilt the groups from the log. A shard whose owner changed elsewhere
   (`OwnerChanged`): this edge closes the connections it routed to the old owner for that shard,
   for the same reason; frames from that owner for those connections are dropped with them.
@@ -26,7 +27,7 @@ anything about groups. It answers three questions for the server.
 
 The fence is the log's, not ours: the log on JetStream (`JetStreamLog(owner=)`) appends a fence
 record when it loads a group, so an owner that lost its lease without noticing (paused, cut
-off) is refused its next append; such a refusal (`FENCED`) drops the group here too.
+off) is refused its next append; the driver drops the group on such a refusal (`Fenced`).
 
 "Close the connection and let the client resume" is the one recovery used for every loss
 between nodes (a link that gave up, a gap in an owner's batches, a group that moved): resume is
@@ -40,8 +41,9 @@ import asyncio
 import contextlib
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import nats
 import orjson
@@ -73,23 +75,16 @@ from notify.cluster.linkwire import (
 )
 from notify.cluster.ownership import Acquired, Lost, NodeDown, OwnerChanged
 from notify.cluster.shards import SHARDS, shard_of
-from notify.core.actions import Send, Welcome
 from notify.core.auth import Identity
 from notify.core.errors import CloseCode
 from notify.core.events import Hello
-from notify.runtime.ports import Done
-from notify.storage.jetstream import FENCED
-
-if TYPE_CHECKING:
-    from notify.core import Write
-    from notify.server.app import NotifyServer
+from notify.runtime.driver import MOVED
+from notify.runtime.placement import PlacementHost, Sample
 
 log = structlog.get_logger("notify.cluster")
 
 #: DATA entries that must not count against the member's outbound bound (a resume's replay)
 DATA_REPLAY = 3
-
-MOVED = "the group moved to another node; reconnect"
 
 #: frames that may wait at an edge for one shard's owner (a failover)
 MAX_WAITING = 10_000
@@ -120,10 +115,8 @@ class ClusterConfig:
 class ClusterStats:
     frames_routed: int = 0
     frames_received: int = 0
-    fence_refusals: int = 0
     link_gaps: int = 0
     link_give_ups: int = 0
-    groups_dropped: int = 0
     conns_moved: int = 0
 
 
@@ -134,7 +127,7 @@ class ClusterNode:
         #: this process's incarnation: links restart with it
         self.inc = secrets.token_hex(6)
         self.stats = ClusterStats()
-        self._server: NotifyServer | None = None
+        self._server: PlacementHost | None = None
         self._nc: Client | None = None
         self.leases: ClusterLeases | None = None
         self._downlinks: Downlinks | None = None
@@ -162,7 +155,7 @@ class ClusterNode:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self, server: NotifyServer) -> None:
+    async def start(self, server: PlacementHost) -> None:
         self._server = server
         c = self.config
         self._nc = await asyncio.wait_for(nats.connect(
@@ -236,9 +229,11 @@ class ClusterNode:
     def owns(self, group: str) -> bool:
         return self.leases is not None and shard_of(group) in self.leases.held()
 
-    def route(self, conn: int, group: str, raw: bytes) -> bool:
+    def route(self, conn: int, group: str, raw: str | bytes) -> bool:
         """Send a group frame to its owner; False if this node owns it (the server handles
         it). Frames for a shard without an owner wait (in order) for one."""
+        if isinstance(raw, str):
+            raw = raw.encode()
         shard = shard_of(group)
         if shard in self._pending:
             waiting = self._pending[shard]
@@ -269,14 +264,25 @@ class ClusterNode:
         up.send(conn, FRAME, raw)
         self.stats.frames_routed += 1
 
+    def refuse(self, conn: int, group: str, raw: bytes, *, remote: bool) -> bool:
+        """A group frame that reached this node late: if the group is not ours (any more),
+        a routed one's edge is told (its client reconnects), a held one is routed again."""
+        if self.owns(group):
+            return False
+        if remote:
+            self.not_owner(conn)
+        else:
+            self.route(conn, group, raw)
+        return True
+
     def _open_record(self, conn: int) -> bytes:
         assert self._server is not None
-        session = self._server.hub.session_of(conn)
-        presented, identity = self._server.edge_identity(conn)
+        s = self._server.edge_session(conn)
         return orjson.dumps({
-            "member": session.member if session is not None else None,
-            "token": session.token if session is not None else None,
-            "resume": presented, "identity": identity_json(identity)})
+            "member": s.member if s is not None else None,
+            "token": s.token if s is not None else None,
+            "resume": s.presented if s is not None else None,
+            "identity": identity_json(s.identity if s is not None else None)})
 
     def _uplink(self, owner: str) -> Uplink:
         up = self._uplinks.get(owner)
@@ -413,7 +419,6 @@ class ClusterNode:
         server = self._server
         assert server is not None
         key = (edge, inc, conn)
-        now = server.now()
         if kind == OPEN:
             if key in self._vconns:
                 return
@@ -421,13 +426,8 @@ class ClusterNode:
             d = orjson.loads(data)
             vid = server.new_conn_id()
             self._vconns[key], self._remote[vid] = vid, key
-            server.apply(server.hub.opened(vid, now))
-            hello = Hello(1, d["member"], d["resume"])
-            actions = server.hub.hello(vid, hello, now, identity_of(d["identity"]),
-                                       token=d["token"])
-            # the welcome is the edge's to send (it answered the hello itself)
-            server.apply([a for a in actions
-                          if not (isinstance(a, Send) and isinstance(a.frame, Welcome))])
+            server.driver.opened_remote(vid, Hello(1, d["member"], d["resume"]),
+                                        identity_of(d["identity"]), d["token"])
             return
         known = self._vconns.get(key)
         if known is None:
@@ -441,11 +441,11 @@ class ClusterNode:
         elif kind == CLOSED:
             c = orjson.loads(data)
             self._drop_vconn(vid)
-            server.apply(server.hub.closed(vid, now, c["code"], c["reason"]))
+            server.driver.closed(vid, c["code"], c["reason"])
         elif kind == REFRESH:
             identity = identity_of(orjson.loads(data))
             if identity is not None:
-                server.apply(server.hub.refresh(vid, identity, now))
+                server.driver.refresh(vid, identity)
 
     def not_owner(self, vid: int) -> None:
         """A routed frame for a shard this node does not hold (it moved since the edge routed
@@ -464,7 +464,7 @@ class ClusterNode:
         assert server is not None
         for vid in vids:
             self._drop_vconn(vid)
-            server.apply(server.hub.closed(vid, server.now(), 1006, reason))
+            server.driver.closed(vid, 1006, reason)
 
     def _drop_vconn(self, vid: int) -> None:
         key = self._remote.pop(vid, None)
@@ -495,21 +495,6 @@ class ClusterNode:
             self._downlinks.push(key[0], key[2], CLOSE, orjson.dumps(
                 {"code": code, "reason": reason, "drain": drain}))
 
-    def wrap_done(self, write: Write, done: Done) -> Done:
-        """Turn a fence refusal into dropping the group: another node owns it now, and this
-        one must not answer for it any more."""
-        group = write.group
-
-        def wrapped(error: str | None) -> None:
-            if error is not None and error.startswith(FENCED):
-                self.stats.fence_refusals += 1
-                log.warning("fenced", group=group, node=self.node)
-                self._drop_groups([group], "fenced")
-                return
-            done(error)
-
-        return wrapped
-
     # -- ownership changes -------------------------------------------------------------------------
 
     def _on_lease_actions(self, actions: list[Any]) -> None:
@@ -536,21 +521,11 @@ class ClusterNode:
     def _lost(self, shard: int, why: str) -> None:
         server = self._server
         assert server is not None
-        groups = [g for g in server.hub.groups if shard_of(g) == shard]
-        self._drop_groups(groups, why)
-
-    def _drop_groups(self, groups: list[str], why: str) -> None:
-        server = self._server
-        assert server is not None
-        if not groups:
-            return
-        self.stats.groups_dropped += len(groups)
-        log.info("groups_dropped", groups=len(groups), why=why)
-        server.apply(server.hub.drop_groups(groups, MOVED))
-        forget = getattr(server.store, "forget", None)
-        if forget is not None:  # the log fences them again if they come back here
-            for g in groups:
-                forget(g)
+        driver = server.driver
+        groups = [g for g in driver.group_names() if shard_of(g) == shard]
+        if groups:
+            log.info("shard_groups_dropped", shard=shard, groups=len(groups), why=why)
+            driver.drop_groups(groups, MOVED)
 
     def _owner_changed(self, a: OwnerChanged) -> None:
         old, new = a.old, a.new
@@ -584,6 +559,44 @@ class ClusterNode:
         self._gaps.forget(node)
 
     # -- introspection ----------------------------------------------------------------------------
+
+    def samples(self) -> Sequence[Sample]:
+        """This node's cluster metrics (`notify_cluster_*` on `/metrics`)."""
+        cs, leases = self.stats, self.leases
+        driver = self._server.driver.stats if self._server is not None else None
+        out: list[Sample] = [
+            ("gauge", "cluster_ready", "1 once this node has joined the cluster",
+             int(self.ready)),
+            ("gauge", "cluster_shards_owned", "shards this node holds a lease on",
+             self.shards_owned())]
+        if leases is not None:
+            out += [
+                ("gauge", "cluster_nodes_live", "nodes this node sees alive",
+                 len(leases.live_nodes())),
+                ("counter", "cluster_lease_renewals", "lease renewals that succeeded",
+                 leases.renewals),
+                ("counter", "cluster_lease_renew_failures",
+                 "lease renewals refused or unanswered", leases.renew_failures),
+                ("counter", "cluster_leases_acquired", "shard leases won", leases.acquired),
+                ("counter", "cluster_leases_lost", "shard leases lost, by why",
+                 ("why", leases.losses))]
+        out += [
+            ("counter", "cluster_fence_refusals", "appends refused because another node owns "
+             "the group now (the group was dropped here)",
+             driver.fence_refusals if driver is not None else 0),
+            ("counter", "cluster_frames_routed", "client frames sent to their group's owner",
+             cs.frames_routed),
+            ("counter", "cluster_frames_received", "client frames routed here by other edges",
+             cs.frames_received),
+            ("counter", "cluster_link_gaps", "gaps seen in an owner's batches (its clients "
+             "resumed)", cs.link_gaps),
+            ("counter", "cluster_link_give_ups", "owners that did not answer in time (their "
+             "clients resumed)", cs.link_give_ups),
+            ("counter", "cluster_groups_dropped", "groups dropped (shard lost or fenced)",
+             driver.groups_dropped if driver is not None else 0),
+            ("counter", "cluster_conns_moved", "client connections told to reconnect because "
+             "their group moved", cs.conns_moved)]
+        return out
 
     def shards_owned(self) -> int:
         return 0 if self.leases is None else len(self.leases.held())

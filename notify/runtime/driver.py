@@ -21,6 +21,10 @@ I/O and never a rule, and the simulator and the replay run exactly what the serv
   connections (a connection's frames are handled in the order it sent them), until the store
   answers or the load deadline passes (`write_timeout`: then they are refused `unavailable`,
   as when the log cannot be read, and a late answer is ignored).
+- **Fences.** A write refused as `Fenced` means another node owns the group now: the group
+  is dropped here (its members are told to reconnect, and resume at the owner) and the store
+  forgets it, instead of failing the write. `drop_groups` does the same for a shard this node
+  lost.
 - **Time.** `next_wakeup()` is the one deadline every host waits for, exactly (a host may wake
   earlier, never later): the hub's timers and the loads'. `tick()` then does what is due.
 - **Containment (G12, G13).** An exception in the core while handling a frame answers that
@@ -36,15 +40,19 @@ from dataclasses import dataclass, field
 import structlog
 
 from notify.core import Action, Close, CloseCode, Fanout, Halt, Hub, LogEvent, Send, Write
-from notify.core.actions import Deliver, Error, Rejected
+from notify.core.actions import Deliver, Error, Rejected, Welcome
+from notify.core.auth import Identity
 from notify.core.errors import ErrorCode
-from notify.core.events import ClientFrame, Join, Publish
+from notify.core.events import ClientFrame, Hello, Join, Publish
 from notify.core.group import Group
 from notify.runtime.frames import BATCH_BYTES, BATCH_FRAMES, batch, dumps, packed, runs
-from notify.runtime.ports import Done, Observer, Restorable, Store, Transport
+from notify.runtime.ports import Done, Fenced, Observer, Restorable, Store, Transport
 from notify.runtime.stats import DriverStats, bump
 
 log = structlog.get_logger("notify.runtime")
+
+#: what members of a group that left this node are told (they reconnect, and resume there)
+MOVED = "the group moved to another node; reconnect"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +125,36 @@ class Driver:
             return
         self.run(actions)
 
+    def opened_remote(self, conn: int, hello: Hello, identity: Identity | None,
+                      token: str | None) -> None:
+        """A connection another node's edge holds (a cluster): its session as that edge
+        presented it (`token`, so that a member resuming through any edge is found by every
+        owner). The edge answered the hello itself: the welcome is not sent again."""
+        now = self._clock()
+        actions = [*self.hub.opened(conn, now),
+                   *self.hub.hello(conn, hello, now, identity, token=token)]
+        self.run([a for a in actions
+                  if not (isinstance(a, Send) and isinstance(a.frame, Welcome))])
+
+    def refresh(self, conn: int, identity: Identity) -> bool:
+        """A new token for `conn`'s session; False if the hub refused it (it said why)."""
+        actions = self.hub.refresh(conn, identity, self._clock())
+        self.run(actions)
+        return not actions
+
+    def drop_groups(self, names: list[str], reason: str = MOVED) -> None:
+        """`names` leave this node (its shard moved): their members' connections are closed
+        with `reason`, and the store forgets them (a fencing log takes them over again if they
+        come back). Writes still under way for them are answered to nobody."""
+        names = [n for n in names if n in self.hub.groups]
+        if not names:
+            return
+        self.stats.groups_dropped += len(names)
+        log.info("groups_dropped", groups=len(names), reason=reason)
+        self.run(self.hub.drop_groups(names, reason))
+        for name in names:
+            self._store.forget(name)
+
     def adopt(self, stored: Restorable) -> None:
         """A group the log holds, back in memory (a restart, a shard this node now owns)."""
         now = self._clock()
@@ -138,6 +176,10 @@ class Driver:
         if hub is not None:
             deadlines.append(hub)
         return min(deadlines, default=None)
+
+    def group_names(self) -> list[str]:
+        """The groups in memory here now."""
+        return list(self.hub.groups)
 
     @property
     def loading(self) -> int:
@@ -363,6 +405,11 @@ class Driver:
             if self.hub.groups.get(group) is not issuer:
                 # the group left memory (or this node) since: its tickets are not this one's
                 log.info("stale_write_answer", group=group, ticket=ticket, error=error)
+                return
+            if isinstance(error, Fenced):  # another node owns it now (DESIGN §9)
+                self.stats.fence_refusals += 1
+                log.warning("fenced", group=group)
+                self.drop_groups([group])
                 return
             if error is not None:
                 log.error("write_failed", group=group, ticket=ticket, error=error)

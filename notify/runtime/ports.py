@@ -29,6 +29,14 @@ from notify.core.group import Group
 #: storage's answer to a write: None when it is durable, else what went wrong
 Done = Callable[[str | None], None]
 
+
+class Fenced(str):
+    """A write's refusal that means another node owns the group now: the log is the fence
+    (DESIGN §9), and a deposed owner that wrote is told so. The driver then drops the group
+    here (its members reconnect and resume at the owner) instead of failing the write."""
+
+    __slots__ = ()
+
 CheckpointAction = StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint | ServeCheckpoint
 
 
@@ -66,6 +74,10 @@ class Store(Protocol):
         once or later. The driver holds the group's frames meanwhile, and gives up after its
         load deadline (a late answer is ignored)."""
 
+    def forget(self, group: str) -> None:
+        """`group` left this node (its shard moved, or a write was `Fenced`): a log that
+        fences takes it over again if it comes back. Nothing to do for a log of one node."""
+
 
 class Observer(Protocol):
     """What the core reports and asks that is neither a frame nor a write."""
@@ -80,4 +92,5 @@ class Observer(Protocol):
         """Stop: the core can no longer keep a promise (G13 fail-stop)."""
 
 
-__all__ = ["CheckpointAction", "Done", "Fetched", "Observer", "Restorable", "Store", "Transport"]
+__all__ = ["CheckpointAction", "Done", "Fenced", "Fetched", "Observer", "Restorable", "Store",
+           "Transport"]

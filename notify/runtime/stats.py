@@ -24,6 +24,10 @@ class DriverStats:
     deliveries: int = 0
     #: groups brought back from the log after they had left memory (G14)
     groups_loaded: int = 0
+    #: groups dropped from this node (their shard moved, or a write was fenced)
+    groups_dropped: int = 0
+    #: writes refused because another node owns their group now
+    fence_refusals: int = 0
 
 
 def bump(d: dict[str, int] | dict[int, int], key: object, n: int = 1) -> None:

@@ -25,7 +25,6 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import orjson
 import structlog
@@ -48,6 +47,7 @@ from notify.core.events import Ack, CheckpointChunk, FlushOk, Leave, Req, StateC
 from notify.eventlog import EventLog
 from notify.eventloop import loop_name
 from notify.runtime import CheckpointAction, Done, Driver, Fetched, bump
+from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
@@ -55,12 +55,9 @@ from notify.server.outbox import Flusher, Outbox
 from notify.storage import MemoryLog, MessageLog, StoredGroup
 from notify.wire import Authenticate, Refresh, parse_any
 
-if TYPE_CHECKING:
-    from notify.cluster.node import ClusterNode
-
 log = structlog.get_logger("notify.server")
 
-#: client frames that belong to one group: in cluster mode they go to the group's owner
+#: client frames that belong to one group: the placement says where the group lives
 GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk)
 
 
@@ -75,7 +72,7 @@ class NotifyServer:
                  max_connections: int = 0, max_connections_per_ip: int = 0,
                  shutdown_grace: float = 5.0, drain_delay: float = 0.0,
                  on_halt: Callable[[str], None] | None = None,
-                 cluster: ClusterNode | None = None) -> None:
+                 placement: Placement | None = None) -> None:
         config = config or CoreConfig(event_log=event_log is not None)
         self.config = replace(config, metrics=True)
         self.host, self.port = host, port
@@ -116,8 +113,8 @@ class NotifyServer:
         self.halt_reason: str | None = None
         self._on_halt = on_halt
         self._server: Server | None = None
-        #: cluster mode (docs/cluster.md): routes frames of groups other nodes own
-        self.cluster = cluster
+        #: where groups live: this process (the default), or a cluster (docs/cluster.md)
+        self.placement: Placement = placement if placement is not None else LocalPlacement()
         #: edge: what each connection's hello presented (resume token) and proved (identity)
         self._edge: dict[int, tuple[str | None, Identity | None]] = {}
         #: reads of groups the driver asked for (`fetch`); each leaves when it ends
@@ -127,7 +124,7 @@ class NotifyServer:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def _restore(self) -> None:
+    def restore_all(self) -> None:
         """Bring back the groups the store knows (after a restart or a crash)."""
         restored = self.store.load(recent=self.config.limits.retain_messages)
         for sg in restored:
@@ -159,9 +156,10 @@ class NotifyServer:
 
         task.add_done_callback(done)
 
+    def forget(self, group: str) -> None:
+        self.store.forget(group)
+
     async def start(self) -> None:
-        if self.cluster is None:  # a node loads a group when it owns its shard
-            self._restore()
         t = self.config.timeouts
         self._server = await serve(
             self._handle, self.host, self.port,
@@ -182,8 +180,9 @@ class NotifyServer:
         self.port = sock.getsockname()[1]
         self._timer = asyncio.get_running_loop().create_task(self._run_timer())
         self._timer.add_done_callback(self._timer_ended)
-        if self.cluster is not None:
-            await self.cluster.start(self)
+        # (a local placement restores every group here; a cluster node a group when it owns
+        # its shard)
+        await self.placement.start(self)
         log.info("listening", url=self.url, event_loop=loop_name(),
                  event_log=str(self.events.path) if self.events else None)
         if self.verifier is None:
@@ -216,8 +215,7 @@ class NotifyServer:
             if self.drain_delay > 0:  # /readyz says 503 while load balancers take us out
                 await asyncio.sleep(self.drain_delay)
             self._server.close(close_connections=False)  # stop accepting
-            if self.cluster is not None:  # hand the shards over before the clients go
-                await self.cluster.release()
+            await self.placement.release()  # hand the groups over before the clients go
             for conn, outbox in list(self._outboxes.items()):
                 bump(self.stats.closes, int(CloseCode.SHUTDOWN))
                 log.debug("close", conn=conn, code=int(CloseCode.SHUTDOWN))
@@ -234,8 +232,7 @@ class NotifyServer:
         for o in list(self._outboxes.values()):
             await o.stop()
         await self.checkpoints.stop()
-        if self.cluster is not None:
-            await self.cluster.stop()
+        await self.placement.stop()
         if self._pruning is not None:  # the store must not close under a running prune
             with contextlib.suppress(Exception):
                 await self._pruning
@@ -265,9 +262,10 @@ class NotifyServer:
             r.headers["Content-Type"] = CONTENT_TYPE
             r.headers["Content-Length"] = str(len(r.body))
             return r
-        if path == "/cluster" and self.cluster is not None:  # who owns what, as this node sees
+        described = self.placement.describe() if path == "/cluster" else None
+        if described is not None:  # who owns what, as this node sees it
             r = ws.respond(200, "")
-            r.body = orjson.dumps(self.cluster.describe())
+            r.body = orjson.dumps(described)
             del r.headers["Content-Type"], r.headers["Content-Length"]
             r.headers["Content-Type"] = "application/json"
             r.headers["Content-Length"] = str(len(r.body))
@@ -277,7 +275,7 @@ class NotifyServer:
         if path == "/readyz":  # send traffic here (not while shutting down)
             if self.draining:
                 return ws.respond(503, "shutting down\n")
-            if self.cluster is not None and not self.cluster.ready:
+            if not self.placement.ready:
                 return ws.respond(503, "not in the cluster yet\n")
             return ws.respond(200, "ready\n")
         if self.draining:
@@ -314,9 +312,8 @@ class NotifyServer:
                 if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
                     self.driver.run([Send(conn, frame)])
                     continue
-                if self.cluster is not None and isinstance(frame, GROUP_FRAMES) and \
-                        self.cluster.route(conn, frame.group,
-                                           data.encode() if isinstance(data, str) else data):
+                if isinstance(frame, GROUP_FRAMES) and \
+                        self.placement.route(conn, frame.group, data):
                     continue  # another node owns the group
                 if isinstance(frame, Authenticate):
                     self._edge[conn] = (frame.hello.resume_session, None)
@@ -335,8 +332,7 @@ class NotifyServer:
             log.debug("conn_close", conn=conn, code=code,
                       member=session.member if session is not None else None)
             self.driver.closed(conn, code, ws.close_reason or "")
-            if self.cluster is not None:
-                self.cluster.closed(conn, code, ws.close_reason or "")
+            self.placement.closed(conn, code, ws.close_reason or "")
 
     def _dispatch(self, conn: int, frame: object) -> None:
         """A parsed client frame for this node's hub (from a local connection, or routed here
@@ -349,32 +345,22 @@ class NotifyServer:
             self.driver.frame(conn, frame)  # type: ignore[arg-type]
 
     def dispatch_raw(self, conn: int, raw: bytes, *, remote: bool = False) -> None:
-        """Cluster mode: a client frame as received, for this node's hub: routed here by
-        another edge (`remote`, `conn` is our number for that connection), or one that waited
-        for its shard's owner. A frame for a group this node does not own (any more) goes back
-        to the cluster (the client reconnects)."""
+        """A client frame as received, for this node's driver, from the placement: routed here
+        by another edge (`remote`, `conn` is our number for that connection), or one that
+        waited for its group's owner. A frame for a group this node does not own (any more)
+        goes back to the placement (the client reconnects)."""
         frame = parse_any(raw, self.config.limits)
         if isinstance(frame, Error | Rejected):
             self.driver.run([Send(conn, frame)])
             return
         if isinstance(frame, Authenticate | Refresh):
             return  # an edge answers those itself
-        if self.cluster is not None and isinstance(frame, GROUP_FRAMES) \
-                and not self.cluster.owns(frame.group):
-            if remote:
-                self.cluster.not_owner(conn)
-            else:
-                self.cluster.route(conn, frame.group, raw)
+        if isinstance(frame, GROUP_FRAMES) and \
+                self.placement.refuse(conn, frame.group, raw, remote=remote):
             return
         self._dispatch(conn, frame)
 
-    # -- what the cluster node asks of the server --------------------------------------------------
-
-    def now(self) -> float:
-        return self._clock()
-
-    def apply(self, actions: list[Action]) -> None:
-        self.driver.run(actions)
+    # -- what the placement asks of the server (notify/runtime/placement.py PlacementHost) -------
 
     def new_conn_id(self) -> int:
         return next(self._ids)
@@ -382,9 +368,13 @@ class NotifyServer:
     def is_local(self, conn: int) -> bool:
         return conn in self._outboxes
 
-    def edge_identity(self, conn: int) -> tuple[str | None, Identity | None]:
-        """The resume token a connection's hello presented, and the identity it proved."""
-        return self._edge.get(conn, (None, None))
+    def edge_session(self, conn: int) -> EdgeSession | None:
+        """What a local connection's hello presented and proved, and the session it got."""
+        session = self.hub.session_of(conn)
+        presented, identity = self._edge.get(conn, (None, None))
+        return EdgeSession(session.member if session is not None else None,
+                           session.token if session is not None else None,
+                           presented, identity)
 
     def _hello(self, conn: int, frame: Authenticate, now: float) -> list[Action]:
         if self.verifier is None:
@@ -410,8 +400,7 @@ class NotifyServer:
         if not actions:
             if conn in self._edge:
                 self._edge[conn] = (self._edge[conn][0], identity)
-            if self.cluster is not None:
-                self.cluster.refreshed(conn, identity)
+            self.placement.refreshed(conn, identity)
             self._push(conn, orjson.dumps({"type": "refreshed", "expires": identity.expires}))
         return actions
 
@@ -426,18 +415,14 @@ class NotifyServer:
     def _slow_gone(self, conn: int) -> None:
         self.driver.closed(conn, int(CloseCode.SLOW_CONSUMER), "slow consumer")
 
-    def _count_error(self, code: str) -> None:
-        self.stats.errors_out += 1
-        self.stats.by_code[code] = self.stats.by_code.get(code, 0) + 1
-
     # -- actions ---------------------------------------------------------------------------------
 
     def _push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
             outbox.push(data, bounded=bounded, frames=frames)
-        elif self.cluster is not None:  # a connection another node's edge holds
-            self.cluster.push(conn, data, bounded=bounded, frames=frames)
+        else:  # a connection another node's edge holds, or one that is gone
+            self.placement.push(conn, data, bounded=bounded, frames=frames)
 
     # -- the driver's ports: Transport (push, close), Store (write, fetch), Observer --------------
 
@@ -448,8 +433,8 @@ class NotifyServer:
         if outbox is not None:
             # with `drain`, the frames queued before (the `error` that says why) go out first
             outbox.close(code, reason, drain=drain)
-        elif self.cluster is not None:
-            self.cluster.close(conn, code, reason, drain=drain)
+        else:
+            self.placement.close(conn, code, reason, drain=drain)
 
     def write(self, write: Write, done: Done) -> None:
         started = time.monotonic()
@@ -459,8 +444,7 @@ class NotifyServer:
             observe(time.monotonic() - started)
             done(error)
 
-        self.store.write(write, timed if self.cluster is None
-                         else self.cluster.wrap_done(write, timed))
+        self.store.write(write, timed)
 
     def event(self, e: LogEvent) -> None:
         self._observe(e)

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from notify.core.hub import Hub
+from notify.runtime.placement import Placement
 from notify.runtime.stats import DriverStats
-
-if TYPE_CHECKING:
-    from notify.cluster.node import ClusterNode
-    from notify.server.app import NotifyServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -41,8 +39,29 @@ class ServerStats(DriverStats):
     bytes_out: list[int] = field(default_factory=lambda: [0])
 
 
+class Scraped(Protocol):
+    """What the collector reads of the server it reports on."""
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def placement(self) -> Placement: ...
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def connection_count(self) -> int: ...
+
+    def queue_depths(self) -> tuple[int, int]: ...
+
+
 class NotifyCollector(Collector):
-    def __init__(self, server: NotifyServer) -> None:
+    def __init__(self, server: Scraped) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -91,43 +110,19 @@ class NotifyCollector(Collector):
         yield counter("sent_bytes", "bytes written to WebSockets", st.bytes_out[0])
         yield by("atomic", "atomic messages resolved, by outcome", "outcome", st.atomic)
         yield counter("internal_errors", "server bugs caught (frame dropped)", st.internal_errors)
-        if srv.cluster is not None:
-            yield from _cluster_metrics(srv.cluster, gauge, counter, by)
-
-
-def _cluster_metrics(cluster: ClusterNode, gauge: Any, counter: Any, by: Any,
-                     ) -> Iterator[Metric]:
-    cs, leases = cluster.stats, cluster.leases
-    yield gauge("cluster_ready", "1 once this node has joined the cluster", int(cluster.ready))
-    yield gauge("cluster_shards_owned", "shards this node holds a lease on",
-                cluster.shards_owned())
-    if leases is not None:
-        yield gauge("cluster_nodes_live", "nodes this node sees alive", len(leases.live_nodes()))
-        yield counter("cluster_lease_renewals", "lease renewals that succeeded", leases.renewals)
-        yield counter("cluster_lease_renew_failures", "lease renewals refused or unanswered",
-                      leases.renew_failures)
-        yield counter("cluster_leases_acquired", "shard leases won", leases.acquired)
-        yield by("cluster_leases_lost", "shard leases lost, by why", "why", leases.losses)
-    yield counter("cluster_fence_refusals", "appends refused because another node owns the "
-                  "group now (the group was dropped here)", cs.fence_refusals)
-    yield counter("cluster_frames_routed", "client frames sent to their group's owner",
-                  cs.frames_routed)
-    yield counter("cluster_frames_received", "client frames routed here by other edges",
-                  cs.frames_received)
-    yield counter("cluster_link_gaps", "gaps seen in an owner's batches (its clients resumed)",
-                  cs.link_gaps)
-    yield counter("cluster_link_give_ups", "owners that did not answer in time (their "
-                  "clients resumed)", cs.link_give_ups)
-    yield counter("cluster_groups_dropped", "groups dropped (shard lost or fenced)",
-                  cs.groups_dropped)
-    yield counter("cluster_conns_moved", "client connections told to reconnect because their "
-                  "group moved", cs.conns_moved)
+        for kind, name, doc, value in srv.placement.samples():
+            if isinstance(value, tuple):
+                yield by(name, doc, *value)
+            elif kind == "gauge":
+                yield gauge(name, doc, value)
+            else:
+                yield counter(name, doc, value)
 
 
 class Metrics:
     """A server's registry: the collector plus the duration histograms."""
 
-    def __init__(self, server: NotifyServer) -> None:
+    def __init__(self, server: Scraped) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NotifyCollector(server))
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)

@@ -76,7 +76,7 @@ from nats.js.object_store import ObjectStore
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
-from notify.runtime.ports import Done
+from notify.runtime.ports import Done, Fenced
 from notify.storage.base import StoredGroup
 
 log = structlog.get_logger("notify.storage")
@@ -269,7 +269,7 @@ class JetStreamLog:
                 # its writes keep failing (the fence stays where it was) until it is loaded,
                 # and fenced, again
                 self._held.discard(group)
-                return f"{FENCED} ({e})"
+                return Fenced(f"{FENCED} ({e})")
             return f"refused by JetStream: {e}"
         except Exception as e:
             return _reason(e)

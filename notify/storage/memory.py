@@ -89,6 +89,9 @@ class MemoryLog:
     def read_after(self, group: str, offset: int) -> Iterator[Message]:
         return (m for m in self._groups.get(group, ()) if m.offset > offset)
 
+    def forget(self, group: str) -> None:
+        """Nothing to re-take: one node writes this log."""
+
     async def close(self) -> None:
         self._groups.clear()
         self._chunks.clear()

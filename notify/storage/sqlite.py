@@ -109,6 +109,9 @@ class SqliteLog:
             self._queue.append((write, done, loop))
             self._pending.notify()
 
+    def forget(self, group: str) -> None:
+        """Nothing to re-take: one node writes this log."""
+
     async def close(self) -> None:
         with self._pending:
             self._stopping = True

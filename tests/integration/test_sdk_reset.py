@@ -268,7 +268,7 @@ async def test_unavailable_is_retried_with_the_same_resume_point_not_reset(
     await ga.publish("before")
     await until(gb, message("before"))
     store.failures = 3
-    srv.apply(srv.hub.drop_groups(["g"], "test: the group moved; reconnect"))
+    srv.driver.drop_groups(["g"], "test: the group moved; reconnect")
     r = await asyncio.wait_for(ga.publish("after"), TIMEOUT)
     evs = await until(gb, message("after"))
     assert not any(isinstance(e, Reset | ViewInstalled) for e in evs), evs

@@ -87,6 +87,9 @@ class Net:
     def fetch(self, group: str, answer: Fetched) -> None:
         answer(None, None)  # nothing leaves memory here
 
+    def forget(self, group: str) -> None:
+        pass
+
     def event(self, e: LogEvent) -> None:
         pass
 

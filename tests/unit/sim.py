@@ -379,6 +379,9 @@ class Simulation:
             self.count("group.reloaded")
         answer(sg, None)
 
+    def forget(self, group: str) -> None:
+        pass
+
     def event(self, e: LogEvent) -> None:
         pass
 

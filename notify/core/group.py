@@ -155,7 +155,8 @@ class Group:
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
         #: state transfers to joiners, checkpoint uploads and the stored checkpoint's record
-        self.transfers = GroupTransfers(self)
+        self.transfers = GroupTransfers(self, max_bytes=config.limits.max_state_bytes,
+                                        stall_timeout=t.flush_timeout)
         #: the write under way and what waits for it (G10, G2)
         self.writes = Writes()
         #: checked publishes waiting for the next batch, and the same by (sender, id)

@@ -5,8 +5,12 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from drive import G, Net, form
 
-from notify.core.group import MEMBER_TRANSITIONS, MemberEvent, MemberState, Slot
+from notify.core.events import Join
+from notify.core.events import ResumePoint as RP
+from notify.core.group import Group
+from notify.core.members import MEMBER_TRANSITIONS, MemberEvent, MemberState, Slot
 from notify.core.membership import (
     GROUP_TRANSITIONS,
     GroupEvent,
@@ -29,7 +33,10 @@ MEMBER_EXPECTED = {
     (MemberState.CONNECTED, MemberEvent.RESUME): MemberState.CONNECTED,
     (MemberState.CONNECTED, MemberEvent.REMOVE): MemberState.GONE,
     (MemberState.SUSPECT, MemberEvent.RESUME): MemberState.CONNECTED,
+    (MemberState.SUSPECT, MemberEvent.TIMEOUT): MemberState.TIMED_OUT,
     (MemberState.SUSPECT, MemberEvent.REMOVE): MemberState.GONE,
+    (MemberState.TIMED_OUT, MemberEvent.RESUME): MemberState.CONNECTED,
+    (MemberState.TIMED_OUT, MemberEvent.REMOVE): MemberState.GONE,
     (MemberState.GONE, MemberEvent.REMOVE): MemberState.GONE,
 }
 
@@ -65,3 +72,41 @@ def test_member_slot_transition(state: MemberState, event: MemberEvent) -> None:
     else:
         slot.on(event)
         assert slot.state is expected
+
+
+def _suspicion(group: Group) -> dict[str, MemberState]:
+    """The members' states, checking on the way that the `_suspects` index follows them."""
+    states = {m: s.state for m, s in group.slots.items()}
+    assert set(group._suspects) == {m for m, s in states.items() if s is MemberState.SUSPECT}
+    return states
+
+
+def test_G7_suspicion_is_a_member_state_and_its_deadline_index_follows_it() -> None:
+    net = Net()
+    a, _, c = form(net, "a", "b", "c")
+    g = net.hub.groups[G]
+    session = net.sessions[c]
+    net.drop(c)
+    assert _suspicion(g)["c"] is MemberState.SUSPECT
+    assert g.next_deadline() == net.now + 3.0  # suspect_timeout
+    net.advance(3.1)
+    assert _suspicion(g)["c"] is MemberState.TIMED_OUT  # its removal is proposed
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["c"]]
+    c2 = net.connect("c", session)
+    net.send(c2, Join("jr", G, resume=RP(1, 0, {}, view=3)))
+    assert _suspicion(g)["c"] is MemberState.CONNECTED  # Table 1: the removal is cancelled
+    net.connect("b")  # a new incarnation of b: the old one is removed at once
+    assert _suspicion(g)["b"] is MemberState.GONE
+    net.flush(a, c2)
+    assert set(_suspicion(g)) == {"a", "c"}
+
+
+def test_a_restored_groups_members_are_suspect_until_the_recovery_window_ends() -> None:
+    net = Net()
+    form(net, "a", "b")
+    old = net.hub.groups[G]
+    install = old._installs[-1]
+    g = Group.restored(G, old.config, epoch=1, view=install.view, head=old.topic.head,
+                       seqs={}, recent=[], outcomes={}, install=install, now=50.0)
+    assert _suspicion(g) == {"a": MemberState.SUSPECT, "b": MemberState.SUSPECT}
+    assert g.next_deadline() == 50.0 + old.config.timeouts.recovery_window

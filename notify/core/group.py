@@ -127,7 +127,11 @@ class Group:
         self._intake_atomic: dict[MemberId, int] = {}
         #: the streams' last offsets before the batch under way (to retract it if it fails)
         self._last_before: dict[str, int | None] = {}
-        #: set once the group asked the process to stop: it decides nothing more
+        #: set once the group asked the process to stop: it decides nothing more (G13). Not a
+        #: state of GROUP_TRANSITIONS: it is the write pipeline's verdict, can come in any
+        #: view-change state and freezes it there, while the hub keeps feeding the group (and
+        #: lets nothing of it out), so a HALTED view-change state would have to absorb every
+        #: event. One flag, which the hub reads after every call.
         self.halted = False
         #: senders not in the view, and when their publish ids may be forgotten (G14); in
         #: time order (each deadline is now + departed_ids, refreshed by moving to the end)

@@ -10,7 +10,8 @@ members, behind every old-view message and before any new-view one (G2). `Writes
 (notify/core/writes.py) holds every frame the group decides while a write is under way.
 
 Failure detection (DESIGN §4): a lost connection makes the member SUSPECT; if it is not back
-within `suspect_timeout` its removal is requested. A member that does not `flush_ok` within
+within `suspect_timeout` it is TIMED_OUT and its removal is requested (the member's states and
+their table: notify/core/members.py). A member that does not `flush_ok` within
 `flush_timeout`, or holds up an atomic message for `ack_timeout`, is removed the same way. A
 SUSPECT member that comes back resumes (G7): it is sent exactly what it missed, and a removal
 already proposed for it is cancelled (`view_resume`, seed 003 Table 1).
@@ -21,7 +22,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 from notify.core.actions import (
@@ -62,10 +62,10 @@ from notify.core.events import (
     ResumePoint,
     StateChunk,
 )
+from notify.core.members import MemberEvent, MemberState, Slot
 from notify.core.membership import (
     GroupEvent,
     GroupState,
-    IllegalTransition,
     Membership,
     Proposal,
     Reason,
@@ -78,45 +78,6 @@ from state_transfer.position import includes
 
 #: view installs remembered for members that resume across one (see `_replay`)
 _INSTALL_HISTORY = 64
-
-
-class MemberState(StrEnum):
-    """A member of the current view, as the group sees it (until the install that removes it
-    drops its slot)."""
-
-    CONNECTED = "connected"
-    SUSPECT = "suspect"  # its connection was lost: it may resume until `suspect_timeout`
-    GONE = "gone"  # removed for a reason found outside the group (a new incarnation): no resume
-
-
-class MemberEvent(StrEnum):
-    DISCONNECT = "disconnect"
-    RESUME = "resume"
-    REMOVE = "remove"
-
-
-MEMBER_TRANSITIONS: dict[MemberState, dict[MemberEvent, MemberState]] = {
-    MemberState.CONNECTED: {MemberEvent.DISCONNECT: MemberState.SUSPECT,
-                            MemberEvent.RESUME: MemberState.CONNECTED,  # on a new connection
-                            MemberEvent.REMOVE: MemberState.GONE},
-    MemberState.SUSPECT: {MemberEvent.RESUME: MemberState.CONNECTED,
-                          MemberEvent.REMOVE: MemberState.GONE},
-    MemberState.GONE: {MemberEvent.REMOVE: MemberState.GONE},
-}
-
-
-@dataclass(slots=True)
-class Slot:
-    conn: ConnId | None
-    accept_from: AcceptFrom
-    state: MemberState = MemberState.CONNECTED
-    lost_at: float | None = None  # when the connection was lost (for the resume gap)
-
-    def on(self, event: MemberEvent) -> None:
-        try:
-            self.state = MEMBER_TRANSITIONS[self.state][event]
-        except KeyError:
-            raise IllegalTransition(f"member {event.value} in {self.state.value}") from None
 
 
 @dataclass(slots=True)
@@ -155,7 +116,8 @@ class Group:
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
         #: state transfers to joiners, checkpoint uploads and the stored checkpoint's record
-        self.transfers = GroupTransfers(self)
+        self.transfers = GroupTransfers(self, max_bytes=config.limits.max_state_bytes,
+                                        stall_timeout=t.flush_timeout)
         #: the write under way and what waits for it (G10, G2)
         self.writes = Writes()
         #: checked publishes waiting for the next batch, and the same by (sender, id)
@@ -165,14 +127,18 @@ class Group:
         self._intake_atomic: dict[MemberId, int] = {}
         #: the streams' last offsets before the batch under way (to retract it if it fails)
         self._last_before: dict[str, int | None] = {}
-        #: set once the group asked the process to stop: it decides nothing more
+        #: set once the group asked the process to stop: it decides nothing more (G13). Not a
+        #: state of GROUP_TRANSITIONS: it is the write pipeline's verdict, can come in any
+        #: view-change state and freezes it there, while the hub keeps feeding the group (and
+        #: lets nothing of it out), so a HALTED view-change state would have to absorb every
+        #: event. One flag, which the hub reads after every call.
         self.halted = False
         #: senders not in the view, and when their publish ids may be forgotten (G14); in
         #: time order (each deadline is now + departed_ids, refreshed by moving to the end)
         self._departed: dict[MemberId, float] = {}
-        #: SUSPECT members and when their removal is due (`suspect_timeout`, or the recovery
-        #: window after a restart): kept apart from the slots so a deadline costs nothing to
-        #: find in a large view
+        #: the SUSPECT members and when their removal is due (`suspect_timeout`, or the
+        #: recovery window after a restart), in suspicion order: an index of the slots' states
+        #: (written only by `_move`) so that a deadline costs nothing to find in a large view
         self._suspects: dict[MemberId, float] = {}
 
     @classmethod
@@ -195,8 +161,9 @@ class Group:
             g._installs.append(install)
             deadline = now + config.timeouts.recovery_window
             for member in install.members:
-                g.slots[member] = Slot(None, AcceptFrom.MEMBERS, MemberState.SUSPECT, now)
-                g._suspects[member] = deadline
+                # No connection survives a restart: each one is lost as of now.
+                slot = g.slots[member] = Slot(None, AcceptFrom.MEMBERS, lost_at=now)
+                g._move(member, slot, MemberEvent.DISCONNECT, deadline)
         for m in recent:
             if m.atomic:
                 g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
@@ -268,7 +235,7 @@ class Group:
         if slot is not None and not m.is_leaving(member):
             if join.resume is not None:
                 return self._resume(member, slot, conn, join, now)
-            if slot.state is not MemberState.SUSPECT:
+            if not slot.state.lost:
                 out.append(Send(conn, Error(ErrorCode.ALREADY_MEMBER, f"already in {self.name}",
                                             join.req)))
                 return out
@@ -315,14 +282,23 @@ class Group:
                 self.membership.request_leave(member, reason, now)
                 self._joiner_conns.pop(member, None)
             return out
-        slot.on(MemberEvent.REMOVE)
-        self._suspects.pop(member, None)
+        self._move(member, slot, MemberEvent.REMOVE)
         if slot.conn is not None:
             slot.conn = None
             self._slots_changed()
         self._party_lost(out, member, now)
         self._request_removal(out, member, reason, now)
         return out
+
+    def _move(self, member: MemberId, slot: Slot, event: MemberEvent,
+              due: float = 0.0) -> None:
+        """Every change of a member's state (`MEMBER_TRANSITIONS`); `due`: when a SUSPECT
+        member's removal is due. Keeps the `_suspects` index in step with the states."""
+        slot.on(event)
+        if slot.state is MemberState.SUSPECT:
+            self._suspects[member] = due
+        elif self._suspects:
+            self._suspects.pop(member, None)
 
     def _request_removal(self, out: list[Action], member: MemberId, reason: Reason,
                          now: float) -> None:
@@ -347,10 +323,10 @@ class Group:
         self._leaver_conns.pop(member, None)
         if slot.state is not MemberState.CONNECTED:
             return out
-        slot.on(MemberEvent.DISCONNECT)
+        self._move(member, slot, MemberEvent.DISCONNECT,
+                   now + self.config.timeouts.suspect_timeout)
         slot.conn = None
         self._party_lost(out, member, now)
-        self._suspects[member] = now + self.config.timeouts.suspect_timeout
         slot.lost_at = now
         self._slots_changed()
         self.log(out, "member.suspect", now, member=member)
@@ -376,10 +352,9 @@ class Group:
             out.append(Send(conn, Error(err[0], err[1], join.req)))
             return out
         gap_ms = 0.0 if slot.lost_at is None else (now - slot.lost_at) * 1000
-        slot.on(MemberEvent.RESUME)
+        self._move(member, slot, MemberEvent.RESUME)
         slot.conn = conn
         slot.lost_at = None
-        self._suspects.pop(member, None)
         slot.accept_from = join.accept_from
         self._slots_changed()
         self.log(out, "member.resume", now, member=member, gap_ms=round(gap_ms, 3))
@@ -737,7 +712,7 @@ class Group:
         leaver_conns: dict[MemberId, ConnId] = {}
         for mem in p.leaving:
             s = self.slots.pop(mem)
-            self._suspects.pop(mem, None)
+            self._move(mem, s, MemberEvent.REMOVE)  # its slot goes with it
             c = self._leaver_conns.pop(mem, None) or s.conn
             if c is not None:
                 leaver_conns[mem] = c
@@ -840,7 +815,10 @@ class Group:
         m = self.membership
         due = [mem for mem, at in self._suspects.items() if now >= at]  # in suspicion order
         for mem in due:
-            if self._suspects.pop(mem, None) is not None and not m.is_leaving(mem):
+            if mem not in self._suspects:  # installed away by an earlier one's removal
+                continue
+            self._move(mem, self.slots[mem], MemberEvent.TIMEOUT)
+            if not m.is_leaving(mem):  # G7: not back within suspect_timeout
                 self._request_removal(out, mem, Reason.SUSPECT, now)
         p = m.proposal
         if p is not None and now >= p.deadline:

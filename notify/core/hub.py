@@ -16,6 +16,14 @@ and a `member` that names anyone else is refused; the session carries the identi
 which `join` and `publish` consult, and its expiry, which `tick` enforces (close 4005). Without
 one (development mode) the client names itself and may do everything.
 
+A session's life is `SessionState`, moved only along `SESSION_TRANSITIONS` by `Hub._move`:
+CONNECTED while it has a connection, DISCONNECTED (resumable, G7) until `expires`, then EXPIRED;
+RETIRED at once when a new incarnation of its member says hello. The hub's dicts (by
+connection, by token, by member, the DISCONNECTED ones) are indexes of those states, written
+only by `_move` (and by `hello`, which indexes a new session and gives a resumed one the
+edge's token). A connection that has not said hello has no session yet: `_conns` maps it to
+None and `_hello_deadlines` holds its deadline.
+
 Per-connection limits live here too because they need only `now`: a connection must say a
 successful `hello` within `hello_timeout` (4006), and publishes draw on a token bucket
 (`publish_rate`, `publish_burst`) whose refusal is `rejected{code: rate_limited}`.
@@ -27,6 +35,7 @@ import heapq
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from notify.core.actions import (
     Action,
@@ -58,11 +67,36 @@ from notify.core.events import (
     StateChunk,
 )
 from notify.core.group import Group
-from notify.core.membership import Reason
+from notify.core.membership import IllegalTransition, Reason
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+
+
+class SessionState(StrEnum):
+    CONNECTED = "connected"  # on a live connection (`Session.conn`)
+    DISCONNECTED = "disconnected"  # its connection was lost: resumable until `expires` (G7)
+    RETIRED = "retired"  # a new incarnation of its member replaced it (DESIGN §4): forgotten
+    EXPIRED = "expired"  # nobody resumed it in time: forgotten (G14)
+
+
+class SessionEvent(StrEnum):
+    DISCONNECT = "disconnect"  # its connection closed, or a resume on another one replaced it
+    RESUME = "resume"  # a hello with its token, on a new connection (G7)
+    RETIRE = "retire"  # a hello of its member without its token: a new incarnation
+    EXPIRE = "expire"  # `expires` passed while it was DISCONNECTED
+
+
+SESSION_TRANSITIONS: dict[SessionState, dict[SessionEvent, SessionState]] = {
+    SessionState.CONNECTED: {SessionEvent.DISCONNECT: SessionState.DISCONNECTED,
+                             SessionEvent.RETIRE: SessionState.RETIRED},
+    SessionState.DISCONNECTED: {SessionEvent.RESUME: SessionState.CONNECTED,
+                                SessionEvent.RETIRE: SessionState.RETIRED,
+                                SessionEvent.EXPIRE: SessionState.EXPIRED},
+    SessionState.RETIRED: {},
+    SessionState.EXPIRED: {},
+}
 
 
 @dataclass(slots=True)
@@ -70,6 +104,7 @@ class Session:
     token: str
     member: MemberId
     conn: ConnId | None
+    state: SessionState = SessionState.CONNECTED
     groups: set[str] = field(default_factory=set)
     #: when the session may be forgotten once disconnected (it can no longer resume anything)
     expires: float | None = None
@@ -77,6 +112,12 @@ class Session:
     grants: Grants = ALLOW_ALL
     #: when the session's token expires (None: no token, or no `exp`)
     token_expires: float | None = None
+
+    def on(self, event: SessionEvent) -> None:
+        try:
+            self.state = SESSION_TRANSITIONS[self.state][event]
+        except KeyError:
+            raise IllegalTransition(f"session {event.value} in {self.state.value}") from None
 
 
 @dataclass(slots=True)
@@ -101,11 +142,13 @@ class Hub:
         self.epoch = epoch
         self.groups: dict[str, Group] = {}
         self._new_token = new_token
+        #: every open connection: its session (CONNECTED), or None before its hello
         self._conns: dict[ConnId, Session | None] = {}
+        #: CONNECTED and DISCONNECTED sessions by token, and by member (the latest incarnation)
         self._sessions: dict[str, Session] = {}
         self._members: dict[MemberId, Session] = {}
         self._armed: set[str] = set()
-        #: sessions without a connection, the only ones that can expire
+        #: the DISCONNECTED sessions by token, the only ones that can expire (in loss order)
         self._disconnected: dict[str, Session] = {}
         #: connections that have not said a successful hello yet, and their deadline
         self._hello_deadlines: dict[ConnId, float] = {}
@@ -145,11 +188,10 @@ class Hub:
         out: list[Action] = []
         if session is None or session.conn != conn:
             return out
-        session.conn = None
-        # Kept long enough to resume, and to replay whatever a flush was waiting for.
+        self._move(session, SessionEvent.DISCONNECT)
+        # Kept long enough to resume, and to replay whatever a flush was waiting for (G7).
         t = self.config.timeouts
         session.expires = now + t.suspect_timeout + t.flush_timeout
-        self._disconnected[session.token] = session
         if self.config.event_log:
             out.append(LogEvent("conn.close", now, {"member": session.member,
                                                     "session": session.token, "code": code,
@@ -276,18 +318,19 @@ class Hub:
             self._disconnected.pop(session.token, None)
             session.token = token
             self._sessions[token] = session
+            if session.state is SessionState.DISCONNECTED:
+                self._disconnected[token] = session
         if session is not None:
-            if session.conn is not None:  # the old connection is not known dead yet
+            if session.state is SessionState.CONNECTED:  # the old connection is not known dead
+                assert session.conn is not None
                 out.append(Close(session.conn, CloseCode.REPLACED, "resumed elsewhere"))
-                self._conns.pop(session.conn, None)
-                session.conn = None
+                self._move(session, SessionEvent.DISCONNECT)
                 # Its groups must stop sending to the dead connection and start the suspect
                 # clock: a group it does not resume (join with `resume`) removes it in time.
                 member = session.member
                 for name in sorted(session.groups):
                     out.extend(self._group_call(name, lambda g: g.disconnected(member, now)))
-            session.conn, session.expires = conn, None
-            self._disconnected.pop(session.token, None)
+            self._move(session, SessionEvent.RESUME, conn)
         else:
             if not hello.member or not _NAME.fullmatch(hello.member) or \
                     len(hello.member) > self.config.limits.max_group_name:
@@ -325,13 +368,30 @@ class Hub:
         out: list[Action] = []
         if old.conn is not None:
             out.append(Close(old.conn, CloseCode.REPLACED, "a newer connection of this member"))
-            self._conns.pop(old.conn, None)
-            old.conn = None
+        self._move(old, SessionEvent.RETIRE)
         for name in sorted(old.groups):
             out.extend(self._group_call(name, lambda g: g.remove(old.member, reason, now)))
-        self._sessions.pop(old.token, None)
-        self._disconnected.pop(old.token, None)
         return out
+
+    def _move(self, session: Session, event: SessionEvent, conn: ConnId | None = None) -> None:
+        """Every change of a session's state (`SESSION_TRANSITIONS`), and the indexes that
+        follow it; `conn`: the connection a RESUME moves it to."""
+        was = session.conn
+        session.on(event)
+        state = session.state
+        if was is not None:  # it leaves its connection (which may still say hello afresh)
+            self._conns.pop(was, None)
+            session.conn = None
+        if state is SessionState.CONNECTED:
+            session.conn, session.expires = conn, None
+            self._disconnected.pop(session.token, None)
+        elif state is SessionState.DISCONNECTED:
+            self._disconnected[session.token] = session
+        else:  # RETIRED, EXPIRED: forgotten
+            self._disconnected.pop(session.token, None)
+            self._sessions.pop(session.token, None)
+            if self._members.get(session.member) is session:
+                del self._members[session.member]
 
     def _join(self, conn: ConnId, session: Session, join: Join, now: float) -> list[Action]:
         lim = self.config.limits
@@ -470,12 +530,9 @@ class Hub:
                 self._armed.discard(name)
             elif d <= now:
                 out.extend(self._group_call(name, lambda g: g.tick(now)))
-        for token, s in list(self._disconnected.items()):
+        for s in list(self._disconnected.values()):
             if s.expires is not None and now >= s.expires:
-                del self._disconnected[token]
-                self._sessions.pop(token, None)
-                if self._members.get(s.member) is s:
-                    del self._members[s.member]
+                self._move(s, SessionEvent.EXPIRE)
         self._evict_idle(now)
         return out
 

@@ -11,12 +11,16 @@ completed by the log up to the boundary, or tells the joiner that no state can b
 donor's `state_chunk`s are relayed; a donor lost or stalled is replaced. Members upload
 checkpoints chunk by chunk (`checkpoint_chunk`); storage stages them, and the last chunk's
 position is checked against the log before storage may make it the group's checkpoint.
+
+What it needs of its group is written down as `TransferHost` (the way `writes.py` and
+`atomic.py` take plain arguments): this module does not import `group.py`, so the two form no
+cycle (STYLE.md, habit 8).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 from notify.core.actions import (
     Action,
@@ -35,25 +39,53 @@ from notify.core.actions import (
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
 from notify.core.events import AcceptFrom, CheckpointChunk, Req, ResumePoint, StateChunk
-from notify.core.view import MemberId
+from notify.core.topic import Topic
+from notify.core.view import MemberId, View
 from state_transfer.position import includes
 from state_transfer.relay import Ask, Decision, Forward, Relay, Transfer
 from state_transfer.uploads import BadChunk, Uploads
 
-if TYPE_CHECKING:
-    from notify.core.group import Group
-
 Says = Send | ServeCheckpoint
+
+
+class Party(Protocol):
+    """A member of the view, as transfers see it (the group's `Slot`)."""
+
+    @property
+    def conn(self) -> ConnId | None: ...
+
+    @property
+    def accept_from(self) -> AcceptFrom: ...
+
+
+class TransferHost(Protocol):
+    """What transfers read of their group (`notify.core.group.Group`), and nothing more."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def view(self) -> View: ...
+
+    @property
+    def slots(self) -> Mapping[MemberId, Party]: ...
+
+    @property
+    def topic(self) -> Topic: ...
+
+    def log(self, out: list[Action], event: str, now: float, **fields: Any) -> None: ...
 
 
 class GroupTransfers:
     __slots__ = ("_g", "checkpoint", "relay", "uploads")
 
-    def __init__(self, group: Group) -> None:
-        self._g = group
-        limits, t = group.config.limits, group.config.timeouts
-        self.relay = Relay(max_bytes=limits.max_state_bytes, stall_timeout=t.flush_timeout)
-        self.uploads = Uploads(max_bytes=limits.max_state_bytes)
+    def __init__(self, host: TransferHost, *, max_bytes: int, stall_timeout: float) -> None:
+        self._g = host
+        self.relay = Relay(max_bytes=max_bytes, stall_timeout=stall_timeout)
+        self.uploads = Uploads(max_bytes=max_bytes)
         #: the latest stored checkpoint (its bytes are in storage)
         self.checkpoint: Checkpoint | None = None
 

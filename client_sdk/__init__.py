@@ -1,27 +1,19 @@
 """Python asyncio SDK for the notify service: `connect()` (client.py) for applications;
 `Connection` (connection.py) for tests and tools that drop and resume by hand."""
 
-from client_sdk.client import (
-    Backoff,
-    Client,
+from client_sdk.client import Client, connect
+from client_sdk.connection import Connection
+from client_sdk.errors import (
     ClientFailed,
-    ClientOptions,
     ConnectError,
-    ConnectionState,
-    Group,
     GroupLeftError,
     NotifyError,
     PayloadTooLarge,
     PublishQueueFull,
     PublishRejected,
-    PublishResult,
     RequestTimeout,
     ServerRefused,
-    StateProvider,
-    View,
-    connect,
 )
-from client_sdk.connection import Connection
 from client_sdk.events import (
     CaughtUp,
     CheckpointStored,
@@ -35,7 +27,16 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
-from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
+from client_sdk.group import Group
+from client_sdk.options import (
+    Backoff,
+    ClientOptions,
+    ConnectionState,
+    PublishResult,
+    StateProvider,
+    View,
+)
+from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation, Rejoin
 
 __all__ = [
     "Backoff",
@@ -60,6 +61,7 @@ __all__ = [
     "PublishQueueFull",
     "PublishRejected",
     "PublishResult",
+    "Rejoin",
     "Removed",
     "RequestTimeout",
     "Reset",

@@ -17,7 +17,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from client_sdk.client import ClientOptions, PublishRejected, ServerRefused, handshake
+from client_sdk.errors import PublishRejected, ServerRefused
 from client_sdk.events import (
     CheckpointStored,
     GroupEvent,
@@ -30,7 +30,9 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
-from client_sdk.protocol import ClientProtocol, GroupPhase
+from client_sdk.handshake import handshake
+from client_sdk.options import ClientOptions
+from client_sdk.protocol import ClientProtocol
 from state_transfer import encode
 
 
@@ -66,7 +68,8 @@ class Connection:
 
     async def _open(self, *, resume: bool) -> None:
         ws, welcome = await handshake(self.url, self.member, options=ClientOptions(),
-                                      resume_session=self.session if resume else None)
+                                      hello=self.protocol.hello(resume))
+        self.protocol.receive(welcome)  # its session: the next `hello(resume=True)` presents it
         self.welcome, self.session, self._ws = welcome, welcome["session"], ws
         self._reader = asyncio.get_running_loop().create_task(self._read(ws))
 
@@ -162,11 +165,10 @@ class Connection:
             ev.clear()
 
     async def reconnect(self) -> None:
-        """Resume the session on a new connection and rejoin each group from where it was."""
+        """Resume the session on a new connection and rejoin each group from where it was (with
+        the `accept_from` it joined with)."""
         await self._open(resume=True)
-        for name, g in self.protocol.groups.items():
-            if g.phase is not GroupPhase.LEFT:
-                self.protocol.join(self._req(), name, resume=True)
+        self.protocol.rejoin_all(self._req)
         await self._flush()
 
     async def close(self) -> None:

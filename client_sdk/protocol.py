@@ -15,15 +15,21 @@ Theory of operation (DESIGN §3–§4, seed 003 §3.1):
   preceded by one `Reset` event, so the application knows to rebuild what it derived.
 - A frame it cannot make sense of raises `ProtocolViolation`, carrying the events and replies of
   the frames before it (a `batch` may be cut short): nothing the state already counts is lost.
+- The requests the application waits for (joins, leaves, publishes, checkpoints, token
+  refreshes), the matching of replies to them and the refusal policy are sans-I/O too: see
+  `client_sdk.requests`. Every host says `hello()` and, after a reconnect, `rejoin_all()`
+  through the protocol, so one rule serves the SDK, the simulator and the replay.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from client_sdk.errors import GroupLeftError, NotifyError, PublishRejected, ServerRefused
 from client_sdk.events import (
     CaughtUp,
     CheckpointStored,
@@ -43,10 +49,40 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
+from client_sdk.options import PublishResult
+from client_sdk.requests import (
+    JOIN_RETRIES,
+    REFRESH_REFUSALS,
+    RESENT_PUBLISH_REFUSALS,
+    RETRIED_JOIN_REFUSALS,
+    Answer,
+    JoinedAfresh,
+    PendingPublish,
+    RequestKind,
+    RequestOutput,
+    Requests,
+    RetryJoin,
+    StrayError,
+)
 from state_transfer import Assembler, Chunk, ChunkError
 from state_transfer.position import includes
 
 Frame = dict[str, Any]
+
+#: the wire protocol's version, said in `hello`
+PROTOCOL_VERSION = 1
+
+
+def hello_frame(member: str, *, token: str | None = None,
+                resume_session: str | None = None) -> Frame:
+    """The `hello` that opens a connection (DESIGN §3): with `resume_session`, the server
+    resumes that session (G7) if it still has it."""
+    hello: Frame = {"type": "hello", "protocol": PROTOCOL_VERSION, "member": member}
+    if token is not None:
+        hello["token"] = token
+    if resume_session:
+        hello["resume_session"] = resume_session
+    return hello
 
 
 class GroupPhase(StrEnum):
@@ -76,6 +112,16 @@ class _Refusal:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class Rejoin:
+    """A join `rejoin_all()` queued: its `req`, its group, and whether it presents a resume
+    point (False: the group had none, it joins afresh)."""
+
+    req: str
+    group: str
+    resume: bool
+
+
 @dataclass(slots=True)
 class _Stream:
     received: int = 0  # last seq that arrived
@@ -99,6 +145,8 @@ class GroupProtocol:
     atomic: dict[int, bool | None] = field(default_factory=dict)
     duplicates: int = 0
     want_state: bool = False
+    #: the `accept_from` of this member's joins of the group (a rejoin presents it again)
+    accept_from: str = "members"
     #: the `req` of the join under way (the error that refuses it echoes it), and whether that
     #: join presents a resume point
     join_req: str = ""
@@ -166,22 +214,194 @@ class ClientProtocol:
     def __init__(self, member: str) -> None:
         self.me = member
         self.groups: dict[str, GroupProtocol] = {}
+        #: the session the server gave (`welcome`): a `hello(resume=True)` presents it
+        self.session: str | None = None
+        self.requests = Requests()
         self._out: list[Frame] = []
         self._acks: dict[str, list[int]] = {}
+
+    # -- the connection --------------------------------------------------------------------------
+
+    def hello(self, resume: bool = False, *, token: str | None = None) -> Frame:
+        """The `hello` frame that opens a connection (the host sends it first, before any
+        frame of `data_to_send()`). `resume=True` presents the session of the last `welcome`
+        received, if any (G7: the server resumes it, with no view change, if it still has
+        it); then call `rejoin_all()`."""
+        return hello_frame(self.me, token=token,
+                           resume_session=self.session if resume else None)
+
+    def rejoin_all(self, new_req: Callable[[], str] | None = None) -> list[Rejoin]:
+        """After a reconnect: queue a join of every group not left (nor abandoned), with its
+        resume point and its own `accept_from`, or afresh when it has no resume point (never
+        installed, or refused). `new_req` makes each join's req (default: `new_req("r")`).
+        Returns the joins queued, in order."""
+        q = self.requests
+        rejoins: list[Rejoin] = []
+        for name, g in list(self.groups.items()):
+            if g.phase is GroupPhase.LEFT or name in q.abandoned:
+                continue
+            q.join_retries.pop(name, None)
+            req = new_req() if new_req is not None else q.new_req("r")
+            self.join(req, name, resume=True, accept_from=g.accept_from)
+            rejoins.append(Rejoin(req, name, g.resuming))
+        return rejoins
+
+    def connection_lost(self) -> None:
+        """The connection is gone: every unanswered publish is sent again (same id) after the
+        next `rejoin_all()`; a checkpoint under way fails (part of it may be lost)."""
+        q = self.requests
+        for p in q.publishes.values():
+            p.sent = False
+        q.unsent = True
+        for req in q.checkpoints:
+            q.out.append(Answer(RequestKind.CHECKPOINT, req, error=NotifyError(
+                "connection lost during the checkpoint; take it again")))
+        q.checkpoints.clear()
+
+    def new_req(self, prefix: str = "r") -> str:
+        """A request id (see `Requests.new_req`)."""
+        return self.requests.new_req(prefix)
+
+    def answers(self) -> list[RequestOutput]:
+        """What the requests opened through the protocol came to since the last call: one
+        `Answer` per request that is over, and instructions for the host (`RetryJoin`,
+        `JoinedAfresh`, `StrayError`). A host that opens requests drains it after every call
+        that may answer one (`receive`, `connection_lost`, `rejoin_all`...)."""
+        q = self.requests
+        out, q.out = q.out, []
+        return out
+
+    def close(self) -> None:
+        """Forget every request under way (the host fails what waits for them)."""
+        self.requests.close()
+
+    # -- requests the application waits for --------------------------------------------------
+
+    def open_join(self, group: str, *, req: str | None = None, accept_from: str = "members",
+                  want_state: bool = False, resume_from: dict[str, Any] | None = None,
+                  state_provider: bool = False) -> str:
+        """The application joins `group` and waits for the first install that has this member
+        (`Answer(JOIN, group, ViewInstalled)`, or a `ServerRefused` error). From now on the
+        refusal policy applies to the group's joins (`state_provider`: a join afresh asks for
+        state). Returns the join's req."""
+        q = self.requests
+        q.in_use = True
+        q.abandoned.discard(group)
+        q.held[group] = state_provider
+        q.joins.add(group)
+        q.join_retries.pop(group, None)
+        req = req if req is not None else q.new_req("j")
+        self.join(req, group, accept_from=accept_from, resume_from=resume_from,
+                  want_state=want_state)
+        return req
+
+    def give_up_join(self, group: str, *, timed_out: bool) -> None:
+        """The application stopped waiting for its join of `group` (and dropped the handle).
+        `timed_out`: the join may still be installed; if it is, the protocol leaves at once."""
+        q = self.requests
+        q.held.pop(group, None)
+        q.joins.discard(group)
+        if timed_out:
+            q.abandoned.add(group)
+
+    def join_refused(self, group: str) -> None:
+        """The server refused a join of `group` that presented no resume point: the group is
+        over for this member (phase LEFT); join again to come back."""
+        g = self.groups.get(group)
+        if g is not None:
+            g.phase = GroupPhase.LEFT
+
+    def retry_join(self, group: str, req: str) -> bool:
+        """(After a `RetryJoin`'s delay.) Send the join `req` of `group` again, with its resume
+        point, unless the group was installed, left or joined again since; returns whether it
+        did."""
+        g = self.groups.get(group)
+        if g is None or g.phase is not GroupPhase.JOINING or g.join_req != req:
+            return False
+        self.join(self.requests.new_req("r"), group, resume=True, accept_from=g.accept_from)
+        return True
+
+    def open_leave(self, group: str, *, req: str | None = None) -> str:
+        """Leave `group`; answered (`Answer(LEAVE, group)`) by the install without this
+        member, or refused. Returns the req."""
+        q = self.requests
+        q.in_use = True
+        req = req if req is not None else q.new_req("l")
+        q.leaves[group] = req
+        self.leave(req, group)
+        return req
+
+    def forget_leave(self, group: str, req: str) -> None:
+        """The application stopped waiting for the leave `req`."""
+        if self.requests.leaves.get(group) == req:
+            del self.requests.leaves[group]
+
+    def open_publish(self, group: str, publish_id: str, payload: Any, *, order: str = "fifo",
+                     atomic: bool = False, same_view: bool = False,
+                     req: str | None = None) -> PendingPublish:
+        """Queue a publish: sent by `data_to_send()` once the group can send, and again (same
+        id) after a lost connection or a `view_changing` refusal, until answered
+        (`Answer(PUBLISH, publish_id, PublishResult)` or an error)."""
+        q = self.requests
+        q.in_use = True
+        frame = self.publish_frame(req if req is not None else q.new_req("p"), group,
+                                   publish_id, payload, order=order, atomic=atomic,
+                                   same_view=same_view)
+        p = q.publishes[publish_id] = PendingPublish(group, frame, atomic)
+        q.unsent = True
+        return p
+
+    def forget_publish(self, publish_id: str) -> None:
+        """The application stopped waiting (its deadline): never sent again; a reply that
+        still comes is ignored."""
+        self.requests.publishes.pop(publish_id, None)
+
+    def open_checkpoint(self, group: str, chunks: list[Chunk], position: dict[str, Any], *,
+                        req: str | None = None) -> str:
+        """`checkpoint()`, answered by `checkpoint_stored` (`Answer(CHECKPOINT, req, ...)`).
+        Returns the req."""
+        q = self.requests
+        q.in_use = True
+        req = req if req is not None else q.new_req("c")
+        q.checkpoints.add(req)
+        self.checkpoint(req, group, chunks, position)
+        return req
+
+    def forget_checkpoint(self, req: str) -> None:
+        self.requests.checkpoints.discard(req)
+
+    def open_refresh(self, token: str) -> str:
+        """Present a new token; answered (`Answer(REFRESH, key)`) by `refreshed`, by a refusal,
+        or by the next `welcome` (a reconnect's hello carries the new token). Returns its
+        key."""
+        q = self.requests
+        q.in_use = True
+        key = q.new_req("t")
+        q.refreshes.append(key)
+        self.send({"type": "refresh", "token": token})
+        return key
+
+    def forget_refresh(self, key: str) -> None:
+        if key in self.requests.refreshes:
+            self.requests.refreshes.remove(key)
 
     # -- requests from the application -----------------------------------------------------------
 
     def join(self, req: str, group: str, *, want_state: bool = False,
-             accept_from: str = "members", resume: bool = False,
+             accept_from: str | None = None, resume: bool = False,
              resume_from: dict[str, Any] | None = None) -> None:
         """Queue a join. `resume=True` presents this group's own resume point; `resume_from`
         presents one saved earlier (`GroupProtocol.resume_point()`, e.g. by a previous
-        process of the same member)."""
+        process of the same member). `accept_from` defaults to the group's own with
+        `resume=True`, "members" otherwise."""
         g = self.groups.get(group)
+        if accept_from is None:
+            accept_from = g.accept_from if resume and g is not None else "members"
         frame: Frame = {"type": "join", "req": req, "group": group, "want_state": want_state,
                         "accept_from": accept_from}
         if resume_from is not None:
-            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
+            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req,
+                                                   accept_from=accept_from)
             g.restore_point(resume_from)
             frame["resume"] = g.resume_point()
             g.resuming = True
@@ -192,19 +412,24 @@ class ClientProtocol:
         elif resume and g is not None:  # nothing to resume (never installed, or refused)
             frame["want_state"] = g.want_state
         if g is None or not resume:
-            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req)
+            g = self.groups[group] = GroupProtocol(group, want_state=want_state, join_req=req,
+                                                   accept_from=accept_from)
         else:
-            g.phase, g.join_req = GroupPhase.JOINING, req
+            g.phase, g.join_req, g.accept_from = GroupPhase.JOINING, req, accept_from
         g.resuming = "resume" in frame
         self._out.append(frame)
 
     def join_afresh(self, req: str, group: str, reason: str, *, want_state: bool = False,
-                    accept_from: str = "members") -> None:
+                    accept_from: str | None = None) -> None:
         """The server refused this group's resume point (`reason`, its error code): join
-        without one. The old stream is over: what is held back of it is dropped (it cannot be
-        confirmed in a log that no longer has it), and the next install is preceded by a
-        `Reset`. A second refusal before that install keeps the first reason."""
+        without one (`accept_from`: the group's own by default). The old stream is over: what
+        is held back of it is dropped (it cannot be confirmed in a log that no longer has it),
+        and the next install is preceded by a `Reset`. A second refusal before that install
+        keeps the first reason."""
         g = self.groups[group]
+        if accept_from is None:
+            accept_from = g.accept_from
+        g.accept_from = accept_from
         if g.refusal is None:
             g.refusal = _Refusal(reason, g.epoch, max(g.base, g.top))
         g.phase, g.join_req, g.resuming, g.want_state = GroupPhase.JOINING, req, False, want_state
@@ -243,16 +468,39 @@ class ClientProtocol:
         self._out.append(frame)
 
     def has_output(self) -> bool:
-        """Whether `data_to_send()` would return anything."""
+        """Whether `data_to_send()` would return anything (publishes waiting for their group
+        aside: see `requests.unsent`)."""
         return bool(self._acks or self._out)
 
     def data_to_send(self) -> list[Frame]:
-        """Frames to write, ACKs first (they must precede any flush_ok queued after them)."""
+        """Frames to write, ACKs first (they must precede any flush_ok queued after them), then
+        the publishes waiting whose group can send, in the order they were opened."""
+        if self.requests.unsent:
+            self._queue_publishes()
         out = [{"type": "ack", "group": g, "offsets": offs} for g, offs in self._acks.items()]
         self._acks.clear()
         out.extend(self._out)
         self._out = []
         return out
+
+    def _queue_publishes(self) -> None:
+        """Queue every waiting publish whose group accepts sends, in order. (Only when some may
+        be unsent: a publisher with a thousand in flight must not walk them all for every
+        answer it receives.)"""
+        q = self.requests
+        held = False
+        for p in q.publishes.values():
+            if p.sent:
+                continue
+            g = self.groups.get(p.group)
+            if g is None or not g.can_send:
+                held = True
+                continue
+            if not p.frame["same_view"] and p.frame["view"] > g.view:
+                p.frame["view"] = g.view  # stamped in a view of a log that was reset
+            self._out.append(p.frame)
+            p.sent = True
+        q.unsent = held
 
     # -- frames from the server ------------------------------------------------------------------
 
@@ -265,8 +513,12 @@ class ClientProtocol:
         try:
             self._receive_frames(frame, events, replies)
         except ProtocolViolation as e:
+            if replies and self.requests.in_use:
+                self._match_replies(replies, events)
             e.events, e.replies = events, replies
             raise
+        if replies and self.requests.in_use:
+            self._match_replies(replies, events)
         return events, replies
 
     def _receive_frames(self, frame: Frame, events: list[GroupEvent],
@@ -369,6 +621,8 @@ class ClientProtocol:
                 self._state_done(g, StateReceived(g.name, 0, None, f["code"]), events)
             else:
                 replies.append(ServerError(f["code"], f["message"], f.get("req")))
+        elif t == "welcome":
+            self._welcome(f)
 
     def _deliver(self, f: Frame, events: list[GroupEvent]) -> None:
         g = self.groups.get(f["group"])
@@ -451,6 +705,7 @@ class ClientProtocol:
         if self.me in f["left"] and self.me not in members:
             g.phase = GroupPhase.LEFT
             events.append(Removed(g.name, f["view"]))
+            self._removed(g.name)
             return
         if g.phase is GroupPhase.JOINING and g.want_state:
             g.state_buffer = []  # everything after this install waits for the snapshot
@@ -458,6 +713,11 @@ class ClientProtocol:
         if g.phase is GroupPhase.JOINING and g.refusal is not None:
             r, g.refusal = g.refusal, None
             events.append(Reset(g.name, r.reason, r.epoch, r.offset, f["epoch"], f["offset"]))
+            if r.epoch != f["epoch"]:
+                # The views their stamps name are gone with the old log: a `same_view`
+                # publish cannot be checked against them, so it is refused, never misapplied.
+                self.requests.fail_publishes(g.name, PublishRejected("stale_view"),
+                                             same_view_only=True)
         if g.phase is GroupPhase.JOINING:
             if not g.epoch or g.epoch != f["epoch"] or g.want_state:
                 # A fresh start: knowledge begins here
@@ -471,8 +731,11 @@ class ClientProtocol:
             # a later resume point may start here (keeps it inside retention, G8).
             g.base = max(g.base, f["offset"])
         g.phase, g.members = GroupPhase.ACTIVE, members
-        events.append(ViewInstalled(g.name, f["view"], members, tuple(f["joined"]),
-                                    tuple(f["left"]), f["offset"]))
+        installed = ViewInstalled(g.name, f["view"], members, tuple(f["joined"]),
+                                  tuple(f["left"]), f["offset"])
+        events.append(installed)
+        if self.requests.in_use:
+            self._installed(installed)
 
     def group_of_join(self, req: str | None) -> GroupProtocol | None:
         """The group a join request (its `req`) was for."""
@@ -529,3 +792,132 @@ class ClientProtocol:
         waiting = [off for off, outcome in g.atomic.items() if outcome is None]
         if waiting:
             self._acks.setdefault(g.name, []).extend(waiting)
+
+    # -- requests: what the server's frames answer ----------------------------------------------
+
+    def _welcome(self, f: Frame) -> None:
+        """A connection is open: its session is the one to resume; the token its hello carried
+        is in force, so every refresh waiting is answered."""
+        self.session = f["session"]
+        q = self.requests
+        while q.refreshes:
+            q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))
+
+    def _installed(self, e: ViewInstalled) -> None:
+        q, name = self.requests, e.group
+        q.join_retries.pop(name, None)
+        if self.me not in e.members:
+            return
+        if name in q.joins:
+            q.joins.discard(name)
+            q.out.append(Answer(RequestKind.JOIN, name, e))
+        elif name in q.abandoned and name not in q.held:
+            # a join given up on (timed out) came through after all: undo it
+            self.leave(q.new_req("l"), name)
+
+    def _removed(self, group: str) -> None:
+        q = self.requests
+        q.abandoned.discard(group)
+        if q.leaves.pop(group, None) is not None:
+            q.out.append(Answer(RequestKind.LEAVE, group))
+        q.fail_publishes(group, GroupLeftError(f"no longer a member of {group}"))
+
+    def _match_replies(self, replies: list[Reply], events: list[GroupEvent]) -> None:
+        q = self.requests
+        for r in replies:
+            if type(r) is Published:  # the hot path of a publisher
+                p = q.publishes.get(r.id)
+                if p is not None:
+                    p.offset = r.offset
+                    if not p.atomic:
+                        del q.publishes[r.id]
+                        q.out.append(Answer(RequestKind.PUBLISH, r.id,
+                                            PublishResult(r.id, r.offset)))
+            elif isinstance(r, Outcome):
+                p = q.publishes.pop(r.id, None)
+                if p is not None:
+                    q.out.append(Answer(RequestKind.PUBLISH, r.id, PublishResult(
+                        r.id, p.offset or r.offset, r.committed, r.reason)))
+            elif isinstance(r, Rejected):
+                p = q.publishes.get(r.id)
+                if p is None:
+                    continue
+                if r.code in RESENT_PUBLISH_REFUSALS:  # crossed a view change: send it after
+                    p.sent = False
+                    q.unsent = True
+                    continue
+                del q.publishes[r.id]
+                q.out.append(Answer(RequestKind.PUBLISH, r.id, error=PublishRejected(r.code)))
+            elif isinstance(r, CheckpointStored):
+                if r.req in q.checkpoints:
+                    q.checkpoints.discard(r.req)
+                    q.out.append(Answer(RequestKind.CHECKPOINT, r.req, r))
+            elif isinstance(r, Refreshed):
+                if q.refreshes:
+                    q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))
+            elif isinstance(r, ServerError):
+                self._refused(r, events)
+
+    def _refused(self, r: ServerError, events: list[GroupEvent]) -> None:
+        """An `error` frame: the refusal of a join, a checkpoint, a leave or a refresh, or of
+        nothing this client waits for (`StrayError`)."""
+        q = self.requests
+        g = self.group_of_join(r.req)
+        if g is not None and g.phase is GroupPhase.JOINING and g.name in q.held:
+            self._join_refused(g, r, events)
+            return
+        if r.req is not None and r.req in q.checkpoints:
+            q.checkpoints.discard(r.req)
+            q.out.append(Answer(RequestKind.CHECKPOINT, r.req,
+                                error=ServerRefused(r.code, r.message)))
+            return
+        if g is not None and g.name in q.joins:
+            q.joins.discard(g.name)
+            q.out.append(Answer(RequestKind.JOIN, g.name, error=ServerRefused(r.code, r.message)))
+            return
+        for group, req in q.leaves.items():
+            if r.req == req:
+                del q.leaves[group]
+                q.out.append(Answer(RequestKind.LEAVE, group,
+                                    error=ServerRefused(r.code, r.message)))
+                return
+        if r.req is None and r.code in REFRESH_REFUSALS and q.refreshes:
+            q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft(),
+                                error=ServerRefused(r.code, r.message)))
+        q.out.append(StrayError(r))
+
+    def _join_refused(self, g: GroupProtocol, r: ServerError,
+                      events: list[GroupEvent]) -> None:
+        """The server refused the join under way of a group the application holds (issue 16:
+        never leave a group that looks joined but is not).
+
+        - "Not now" (`RETRIED_JOIN_REFUSALS`): the same join again, resume point included,
+          after a backoff delay (`RetryJoin`), a few times. A reset would throw away a resume
+          point that is still good.
+        - The join presented a resume point: whatever the code (`offset_unavailable`: another
+          epoch, or out of retention; `bad_resume`; any other), no later attempt can serve it.
+          Join afresh, with state transfer when the group has a `StateProvider` (G8 → G9); the
+          application gets a `Reset`, then the new view.
+        - A join without one: the application's `join()` fails with `ServerRefused`; a group
+          it had already joined is over (`Removed` with the code as `reason`, its publishes
+          failed), since nothing can get it back."""
+        q, name = self.requests, g.name
+        retries = q.join_retries.get(name, 0)
+        if r.code in RETRIED_JOIN_REFUSALS and retries < JOIN_RETRIES:
+            q.join_retries[name] = retries + 1
+            q.out.append(RetryJoin(name, g.join_req, retries + 1))
+            return
+        if g.resuming:
+            want_state = q.held[name]
+            self.join_afresh(q.new_req("r"), name, r.code, want_state=want_state)
+            q.out.append(JoinedAfresh(name, r.code, r.message, want_state))
+            return
+        self.join_refused(name)
+        if name in q.joins:  # the application's join(): it fails, and drops the handle
+            q.joins.discard(name)
+            q.out.append(Answer(RequestKind.JOIN, name, error=ServerRefused(r.code, r.message)))
+            return
+        q.fail_publishes(name, GroupLeftError(
+            f"{name}: the server refused to let this member back in ({r.code})"), sent_too=True)
+        events.append(Removed(name, g.view, r.code))
+        self._removed(name)

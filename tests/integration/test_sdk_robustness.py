@@ -62,6 +62,11 @@ class States:
         await asyncio.wait_for(run(), TIMEOUT)
 
 
+def nothing_waits(c: Client) -> bool:
+    """No request waits, neither in the client (futures) nor in its protocol's table."""
+    return not any(c.waiting().values()) and not any(c.protocol.requests.waiting().values())
+
+
 def _in_order(seen: list[ConnectionState], wanted: tuple[ConnectionState, ...]) -> bool:
     it = iter(seen)
     return all(any(s is w for s in it) for w in wanted)
@@ -78,10 +83,10 @@ async def test_unserialisable_payload_raises_at_the_call_and_nothing_is_queued(
     for bad in (Decimal("1.5"), {1, 2}, 2**64, {"amount": 10**20}, {1: "non-str key"}):
         with pytest.raises(TypeError):
             await g.publish(bad)
-        assert a._pending == {} and a.state is ConnectionState.CONNECTED
+        assert nothing_waits(a) and a.state is ConnectionState.CONNECTED
     with pytest.raises(PayloadTooLarge):  # would be a 1009 close, resent after every resume
         await g.publish("x" * (64 << 10))
-    assert a._pending == {}
+    assert nothing_waits(a)
     r = await asyncio.wait_for(g.publish({"ok": 1}), TIMEOUT)
     evs = await until(g, lambda e: isinstance(e, Message))
     assert payloads(evs) == [{"ok": 1}] and evs[-1].offset == r.offset == 1  # type: ignore
@@ -155,7 +160,7 @@ async def test_an_sdk_bug_closes_the_client_loudly(make_server: MakeServer, sdk:
         raise RuntimeError(f"bug in the {task}")
 
     if task == "reader":
-        c._on_reply = bug  # type: ignore[method-assign]
+        c.protocol.answers = bug  # type: ignore[method-assign]
     else:
         c.protocol.data_to_send = bug  # type: ignore[method-assign]
     with pytest.raises(ClientFailed) as failed:
@@ -185,13 +190,15 @@ async def test_join_leave_publish_time_out_behind_a_stuck_flush(
     c = await sdk(srv.url, "c", opts(request_timeout=0.3))
     with pytest.raises(RequestTimeout):
         await asyncio.wait_for(c.join("g"), TIMEOUT)
-    assert "g" not in c._groups and c.state is ConnectionState.CONNECTED
+    # the handle is dropped; the join is abandoned (left if the server installs it after all)
+    assert "g" not in c.protocol.requests.held and "g" in c.protocol.requests.abandoned
+    assert nothing_waits(c) and c.state is ConnectionState.CONNECTED
     with pytest.raises(RequestTimeout):  # queued while the group flushes, still bounded
         await asyncio.wait_for(ga.publish("during the flush"), TIMEOUT)
-    assert a._pending == {}
+    assert nothing_waits(a)
     with pytest.raises(RequestTimeout):
         await asyncio.wait_for(ga.leave(), TIMEOUT)
-    assert a._leaves == {} and a.state is ConnectionState.CONNECTED
+    assert nothing_waits(a) and a.state is ConnectionState.CONNECTED
 
 
 class Blob:
@@ -218,7 +225,7 @@ async def test_publish_checkpoint_refresh_time_out_on_a_stalled_link_and_are_not
         await asyncio.wait_for(gb.checkpoint(), TIMEOUT)
     with pytest.raises(RequestTimeout):
         await asyncio.wait_for(b.refresh_token("t"), TIMEOUT)
-    assert b._pending == {} and b._checkpoints == {} and not b._refreshes
+    assert nothing_waits(b)
     proxy.unstall()
     await asyncio.wait_for(gb.publish("marker"), TIMEOUT)
     evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "marker")

@@ -134,7 +134,8 @@ const RETRIED_JOIN_REFUSALS = new Set(["join_pending", "unavailable"]);
 const JOIN_RETRIES = 10;
 /** `error` codes (with no `req`) that answer a `refresh`. */
 const REFRESH_REFUSALS = new Set(["token_invalid", "token_expired", "member_mismatch"]);
-/** A frame's bytes beyond its payload and group name (the `publish` envelope), for the size check. */
+/** A frame's bytes beyond its payload and group name (the `publish` envelope), for the size check:
+ * at most 208 (20-digit counters, `ephemeral`). The same value as client_sdk/client.py. */
 const PUBLISH_OVERHEAD = 256;
 /** `hello` refusals a fresh token from `getToken` may mend. */
 const TOKEN_REFUSALS = new Set(["token_expired", "token_invalid", "token_required"]);

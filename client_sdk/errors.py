@@ -1,0 +1,68 @@
+"""The errors the SDK raises: `NotifyError` and its kinds. Pure (no I/O): the sans-I/O request
+table (`client_sdk.requests`) makes them, the asyncio client raises them."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientFailed",
+    "ConnectError",
+    "GroupLeftError",
+    "NotifyError",
+    "PayloadTooLarge",
+    "PublishQueueFull",
+    "PublishRejected",
+    "RequestTimeout",
+    "ServerRefused",
+]
+
+
+class NotifyError(Exception):
+    """Base of every error the SDK raises."""
+
+
+class ConnectError(NotifyError):
+    """The server could not be reached (or the connection failed before `welcome`)."""
+
+
+class ServerRefused(NotifyError):
+    """The server answered a request with an `error` frame; `code` is its stable code
+    (docs/protocol.md), e.g. `bad_frame` for a bad member id, `already_member`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class PublishRejected(NotifyError):
+    """The server refused the message (`rejected` frame); it was delivered to no one.
+    `code`: `stale_view`, `not_member`, `leaving`, `future_view`, `no_group`..."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class PublishQueueFull(NotifyError):
+    """More than `ClientOptions.max_pending_publishes` publishes are waiting for an answer."""
+
+
+class GroupLeftError(NotifyError):
+    """The group was left (or the member removed from it) before the publish could be sent."""
+
+
+class RequestTimeout(NotifyError, TimeoutError):
+    """A request (`join`, `publish`, `leave`, `checkpoint`, `refresh_token`) got no answer
+    within `ClientOptions.request_timeout`. A publish that timed out may still have been stored:
+    publish again with the same `publish_id` to learn its offset (never delivered twice)."""
+
+
+class PayloadTooLarge(NotifyError, ValueError):
+    """The serialised payload does not fit in the server's `max_frame_bytes` (its `welcome`
+    says how much): the server would close the connection on it."""
+
+
+class ClientFailed(NotifyError):
+    """The client stopped (state CLOSED) because of a bug in the SDK, or because the server kept
+    breaking the protocol; the message says which, `__cause__` is the original error. Pending
+    calls and group iterators raise it. Connect again."""
+

@@ -1,0 +1,74 @@
+"""Opening a connection: the WebSocket handshake and `hello` → `welcome` (`handshake`), and the
+check of the URLs a client is given (`server_urls`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+from websockets.asyncio.client import ClientConnection
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from client_sdk.errors import ConnectError, ServerRefused
+from client_sdk.options import ClientOptions
+from client_sdk.protocol import Frame, hello_frame
+
+__all__ = ["handshake", "server_urls"]
+
+
+async def handshake(url: str, member: str, *, options: ClientOptions,
+                    token: str | None = None, resume_session: str | None = None,
+                    hello: Frame | None = None) -> tuple[ClientConnection, dict[str, Any]]:
+    """Open a WebSocket, say `hello` (the frame given, from `ClientProtocol.hello()`, or one
+    made of `member`, `token` and `resume_session`), return it with the `welcome`. Raises
+    `ConnectError` if the server cannot be reached or does not answer, `ServerRefused` if it
+    refuses."""
+    if hello is None:
+        hello = hello_frame(member, token=token, resume_session=resume_session)
+    o = options
+    try:
+        ws = await asyncio.wait_for(
+            ws_connect(url, max_size=None, compression=None, open_timeout=None,
+                       ping_interval=o.heartbeat_interval,
+                       ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
+                       # a stalled link cannot carry the closing handshake: do not wait
+                       # longer for it than for a pong
+                       close_timeout=min(o.heartbeat_timeout, 5.0)),
+            o.connect_timeout)
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
+        raise ConnectError(f"cannot connect to {url}: {e}") from e
+    try:
+        await ws.send(orjson.dumps(hello), text=True)
+        welcome = orjson.loads(await asyncio.wait_for(ws.recv(), o.connect_timeout))
+    except (ConnectionClosed, TimeoutError, OSError) as e:
+        await ws.close()
+        raise ConnectError(f"no welcome from {url}: {e}") from e
+    if welcome.get("type") != "welcome":
+        await ws.close()
+        raise ServerRefused(str(welcome.get("code", "?")), str(welcome.get("message", welcome)))
+    return ws, welcome
+
+
+def server_urls(url: str | Sequence[str]) -> tuple[str, ...]:
+    """`url` as a non-empty tuple of ws:// or wss:// URLs; `ValueError` otherwise, at once,
+    rather than a `ConnectError` for a mistake no retry can mend."""
+    urls = (url,) if isinstance(url, str) else tuple(url)
+    if not urls:
+        raise ValueError("no server URL: give one ws:// or wss:// URL, or a non-empty list of "
+                         "them (the nodes of one cluster)")
+    for u in urls:
+        if not isinstance(u, str):
+            raise ValueError(f"server URLs are strings, not {u!r}")
+        try:
+            parts = urlsplit(u)
+            ok = parts.scheme in ("ws", "wss") and bool(parts.hostname)
+            parts.port  # noqa: B018 -- raises ValueError on a port that is not a number
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{u!r} is not a WebSocket URL (ws://host:port or wss://host:port)")
+    return urls

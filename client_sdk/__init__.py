@@ -1,8 +1,15 @@
 """Python asyncio SDK for the notify service: `connect()` (client.py) for applications;
-`Connection` (connection.py) for tests and tools that drop and resume by hand."""
+`Connection` (connection.py) for tests and tools that drop and resume by hand.
 
-from client_sdk.client import Client, connect
-from client_sdk.connection import Connection
+The I/O names (`connect`, `Client`, `Connection`, `Group`) load on first use: a process that
+only runs the sans-I/O protocol (the Spark replay, the simulator) never imports websockets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from client_sdk.errors import (
     ClientFailed,
     ConnectError,
@@ -27,7 +34,6 @@ from client_sdk.events import (
     ViewInstalled,
     ViewResumed,
 )
-from client_sdk.group import Group
 from client_sdk.options import (
     Backoff,
     ClientOptions,
@@ -37,6 +43,22 @@ from client_sdk.options import (
     View,
 )
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation, Rejoin
+
+if TYPE_CHECKING:
+    from client_sdk.client import Client, connect
+    from client_sdk.connection import Connection
+    from client_sdk.group import Group
+
+_IO = {"Client": "client_sdk.client", "connect": "client_sdk.client",
+       "Connection": "client_sdk.connection", "Group": "client_sdk.group"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _IO.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "Backoff",

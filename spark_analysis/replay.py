@@ -207,7 +207,6 @@ class _Member:
     name: str
     proto: ClientProtocol
     conn: int | None = None
-    session: str | None = None
     reqs: int = 0
     #: when its connection dropped (None: connected or never connected)
     dropped_at: float | None = None
@@ -241,8 +240,6 @@ class ReplayHost:
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: self.now)
         self.rtt = candidate.flush_rtt
-        #: how long the hub keeps the session of a member whose connection dropped
-        self._session_ttl = candidate.timeouts.suspect_timeout + candidate.timeouts.flush_timeout
         self._suspect_timeout = candidate.timeouts.suspect_timeout
         self.members: dict[str, _Member] = {}
         self.by_conn: dict[int, _Member] = {}
@@ -342,20 +339,12 @@ class ReplayHost:
                 return
             self._driver().frame(m.conn, _parsed(f))
 
-    def _connect(self, m: _Member, *, resume: bool, expired: bool = False) -> None:
-        if expired:
-            # The server's timer ticks at least every 50 ms: a session past its expiry is gone
-            # by the time its hello comes (the hub forgets it lazily, on a tick). Nothing else
-            # a tick here could do matters: group deadlines up to now have fired already.
-            self._driver().tick()
+    def _connect(self, m: _Member, *, resume: bool) -> None:
         conn = next(self._conns)
         m.conn = conn
         self.by_conn[conn] = m
         self._driver().opened(conn)
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
-        if resume and m.session:
-            hello["resume_session"] = m.session
-        self._driver().frame(conn, _parsed(hello))
+        self._driver().frame(conn, _parsed(m.proto.hello(resume)))
 
     def _arrive(self, conn: int, frame: dict[str, Any]) -> None:
         m = self.by_conn.get(conn)
@@ -364,7 +353,7 @@ class ReplayHost:
         rest = []
         for f in unbatch(frame):  # the driver packs a run of frames to one member
             if f.get("type") == "welcome":
-                m.session = f["session"]
+                m.proto.receive(f)  # the session a resume presents
             else:
                 rest.append(f)
         if not rest:
@@ -510,14 +499,10 @@ class ReplayHost:
     def _return(self, m: _Member) -> None:
         if m.conn is not None or m.dropped_at is None:
             return  # not away (a return recorded without its drop, or before its first join)
-        expired = self.now >= m.dropped_at + self._session_ttl
         self._gap_ends(m, None)
-        self._connect(m, resume=True, expired=expired)
-        for name, g in m.proto.groups.items():  # Connection.reconnect()
-            if g.phase is not GroupPhase.LEFT:
-                req = m.req()
-                m.join_reqs[req] = name
-                m.proto.join(req, name, resume=True)
+        self._connect(m, resume=True)
+        for r in m.proto.rejoin_all(m.req):  # Connection.reconnect()
+            m.join_reqs[r.req] = r.group
         self._send(m)
 
     def _join(self, m: _Member) -> None:

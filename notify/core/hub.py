@@ -307,6 +307,12 @@ class Hub:
         session = self._sessions.get(hello.resume_session) if hello.resume_session else None
         if session is None and token is not None:  # already known by the edge's token
             session = self._sessions.get(token)
+        if session is not None and session.state is SessionState.DISCONNECTED and \
+                session.expires is not None and now >= session.expires:
+            # past its expiry: gone, whether or not a tick has swept it yet (a host's tick
+            # rate must not decide whether a resume is taken)
+            self._move(session, SessionEvent.EXPIRE)
+            session = None
         if session is not None and hello.member not in (None, session.member):
             session = None  # a token for another member resumes nothing
         if session is None and token is not None and token in self._sessions:
@@ -503,6 +509,8 @@ class Hub:
         deadlines = [d for n in self._armed if (d := self.groups[n].next_deadline()) is not None]
         if self._token_heap:
             deadlines.append(self._token_heap[0][0])
+        if self._hello_deadlines:  # in the order they were set: the first is the earliest
+            deadlines.append(next(iter(self._hello_deadlines.values())))
         if self._idle:
             deadlines.append(next(iter(self._idle.values())) + self.config.timeouts.idle_group)
         return min(deadlines) if deadlines else None

@@ -92,7 +92,6 @@ class SimMember:
     name: str
     proto: ClientProtocol
     conn: Conn | None = None
-    session: str | None = None
     slow: bool = False
     accept_from: dict[str, str] = field(default_factory=dict)
     counter: int = 0
@@ -456,19 +455,12 @@ class Simulation:
         c = self.conns[self._next_conn] = Conn(self._next_conn, m.name)
         m.conn = c
         self.driver.opened(c.id)
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
-        if resume and m.session:
-            hello["resume_session"] = m.session
-        c.to_server.append(hello)
+        c.to_server.append(m.proto.hello(resume))
         if resume:  # Client.reconnect: rejoin every group from where it was
-            for name, g in m.proto.groups.items():
-                if g.phase is not GroupPhase.LEFT:
-                    if not g.epoch:
-                        self.obs.fresh_join(m.name, name)
-                    req = m.req()
-                    m.join_reqs[req] = name
-                    m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
-                                 resume=True)
+            for r in m.proto.rejoin_all(m.req):
+                if not r.resume:
+                    self.obs.fresh_join(m.name, r.group)
+                m.join_reqs[r.req] = r.group
             for f in list(m.unanswered.values()):  # retry what got no answer (idempotent)
                 self.obs.retried_ids.add(f["id"])
                 m.proto.send(f)
@@ -494,7 +486,7 @@ class Simulation:
             f = c.to_client.popleft()
             self.trace[m.name].append((self.steps, "in", f))
             if f["type"] == "welcome":
-                m.session = f["session"]
+                m.proto.receive(f)  # the session a resume presents
                 continue
             try:
                 ev, rep = m.proto.receive(f)
@@ -535,7 +527,7 @@ class Simulation:
             group = m.join_reqs.pop(r.req, None) if r.req else None
             if group is not None and group in m.proto.groups and \
                     m.proto.groups[group].phase is GroupPhase.JOINING:
-                del m.proto.groups[group]  # the join failed; the app may try again
+                m.proto.join_refused(group)  # the join failed; the app may try again
 
     # -- application actions -------------------------------------------------------------------
 

@@ -161,3 +161,24 @@ def test_importing_the_replay_loads_no_server_library() -> None:
                        timeout=60, check=True, env={"NOTIFY_COMPILED": "0",
                                                     "PATH": "/usr/bin:/bin"})
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_a_session_past_its_expiry_is_not_resumed_even_before_a_tick_swept_it() -> None:
+    """Whether a resume is taken must not depend on how often a host ticks (the replay ticks
+    only at deadlines, the server every 50 ms at most)."""
+    net = Net(suspect_timeout=3.0, flush_timeout=5.0)
+    a, _b = form(net, "ana", "bob")
+    session = net.sessions[a]
+    net.drop(a)
+    net.now += 8.0  # exactly its expiry (suspect + flush timeouts), and no tick
+    c = net.connect("ana", session)
+    assert net.sessions[c] != session
+
+
+def test_a_connection_that_never_says_hello_is_a_deadline_of_the_driver() -> None:
+    driver, host = _driver(hello_timeout=10.0)
+    driver.opened(1)
+    assert driver.next_wakeup() == 110.0
+    host.now = 110.0
+    driver.tick()
+    assert driver.stats.closes == {int(CloseCode.HELLO_TIMEOUT): 1}

@@ -45,7 +45,8 @@ GROUP = "notify_replay"
 #: the top-level names of the project's modules a failed load may have imported
 _OURS = frozenset({"notify", "client_sdk", "state_transfer", "spark_analysis", f"{GROUP}__mypyc"})
 #: the modules outside notify/core that the replay runs
-MORE = ("client_sdk/protocol.py", "notify/runtime/driver.py", "spark_analysis/replay.py")
+MORE = ("client_sdk/protocol.py", "client_sdk/requests.py", "notify/runtime/driver.py",
+        "spark_analysis/replay.py")
 
 
 def sources() -> list[str]:

@@ -83,7 +83,7 @@ async def run_socketio(host: str, port: int) -> None:
 
 async def run_notify(host: str, port: int) -> None:
     from notify.core import CoreConfig
-    from notify.server import NotifyServer
+    from notify.server.app import NotifyServer
 
     server = NotifyServer(CoreConfig(), host=host, port=port)
     await server.start()
@@ -99,8 +99,8 @@ async def run_notify_sqlite(host: str, port: int, durability: str = "full") -> N
     from pathlib import Path
 
     from notify.core import CoreConfig
-    from notify.server import NotifyServer
-    from notify.storage import SqliteLog
+    from notify.server.app import NotifyServer
+    from notify.storage.sqlite import SqliteLog
 
     with tempfile.TemporaryDirectory(prefix="notify-bench-") as d:
         server = NotifyServer(CoreConfig(), host=host, port=port,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from notify import cli
 
 if TYPE_CHECKING:
-    from notify.server import NotifyServer
+    from notify.server.app import NotifyServer
 
 __all__ = ["main"]
 

@@ -25,7 +25,7 @@ from notify.config import Settings
 from notify.eventlog import EventLog
 
 if TYPE_CHECKING:
-    from notify.server import NotifyServer
+    from notify.server.app import NotifyServer
 
 #: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
 OnReady = Callable[["NotifyServer"], object]
@@ -142,9 +142,11 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
 
 
 async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None:
-    from notify.server import NotifyServer
+    from notify.server.app import NotifyServer
     from notify.server.auth import TokenVerifier
-    from notify.storage import MemoryLog, MessageLog, SqliteLog
+    from notify.storage.base import MessageLog
+    from notify.storage.memory import MemoryLog
+    from notify.storage.sqlite import SqliteLog
 
     settings: Settings = a.settings
     srv, auth = settings.server, settings.auth

@@ -26,7 +26,8 @@ from jsonschema import Draft202012Validator
 from websockets.asyncio.server import ServerConnection
 from websockets.server import ServerProtocol
 
-from notify.server import NotifyServer, outbox
+from notify.server import outbox
+from notify.server.app import NotifyServer
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "docs" / "schema" / "protocol.schema.json"
 SCHEMA: dict[str, Any] = orjson.loads(SCHEMA_PATH.read_bytes())

@@ -52,7 +52,8 @@ from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
-from notify.storage import MemoryLog, MessageLog, StoredGroup
+from notify.storage.base import MessageLog, StoredGroup
+from notify.storage.memory import MemoryLog
 from notify.wire import Authenticate, Refresh, parse_any
 
 log = structlog.get_logger("notify.server")

@@ -17,7 +17,7 @@ import pytest
 from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
 from notify.core import CoreConfig, Timeouts
 from notify.core.actions import Append, Write
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from notify.storage.base import StoredGroup
 from notify.storage.sqlite import SqliteLog
 from tests.cluster.conftest import NatsCluster

@@ -35,8 +35,8 @@ from client_sdk import (
 from client_sdk import connect as sdk_connect
 from notify.core import CoreConfig, Timeouts
 from notify.core.config import Limits
-from notify.server import NotifyServer
-from notify.storage import MessageLog
+from notify.server.app import NotifyServer
+from notify.storage.base import MessageLog
 
 #: generous bound for anything that should happen "soon"; never a performance assertion
 TIMEOUT = 10.0

@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from client_sdk import Connection, Message, ViewInstalled
 from notify.core.config import Limits
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import (
     Connect,
     MakeServer,

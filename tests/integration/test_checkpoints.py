@@ -19,7 +19,7 @@ import pytest
 
 from client_sdk import Group, Message, StateReceived
 from notify.core.config import Limits
-from notify.storage import SqliteLog
+from notify.storage.sqlite import SqliteLog
 from tests.integration.conftest import (
     TIMEOUT,
     MakeServer,

@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from notify.storage.sqlite import SqliteLog
 from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw
 from tests.integration.test_durability import ServerProcess, _free_port

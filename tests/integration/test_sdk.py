@@ -29,7 +29,7 @@ from client_sdk import (
     ViewInstalled,
     connect,
 )
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import FAST, TIMEOUT, MakeServer, until
 from tests.integration.proxy import FaultyProxy
 

@@ -29,7 +29,8 @@ from client_sdk import (
     View,
     ViewInstalled,
 )
-from notify.storage import MemoryLog, StoredGroup
+from notify.storage.base import StoredGroup
+from notify.storage.memory import MemoryLog
 from tests.integration.conftest import TIMEOUT, until
 from tests.integration.proxy import FaultyProxy
 from tests.integration.test_durability import ServerProcess, _free_port

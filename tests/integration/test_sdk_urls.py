@@ -30,7 +30,7 @@ from client_sdk import (
     connect,
 )
 from notify.core import CoreConfig, Timeouts
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import TIMEOUT, MakeServer, until
 from tests.integration.test_sdk_reset import the_reset
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from client_sdk import Connection, Message, ViewInstalled
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import (
     Connect,
     MakeServer,

@@ -11,7 +11,7 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from notify.core import CoreConfig, Limits, Timeouts
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import MakeServer, OpenRaw
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

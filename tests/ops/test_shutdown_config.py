@@ -17,8 +17,8 @@ import pytest
 from notify.config import Settings
 from notify.core import CoreConfig, Timeouts
 from notify.core.errors import CloseCode
-from notify.server import NotifyServer
-from notify.storage import SqliteLog
+from notify.server.app import NotifyServer
+from notify.storage.sqlite import SqliteLog
 from tests.integration.conftest import TIMEOUT, Raw
 from tests.security.conftest import token
 

@@ -16,7 +16,7 @@ import jwt
 import pytest
 
 from notify.core import CoreConfig, Limits, Timeouts
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from notify.server.auth import TokenVerifier
 from tests.integration.conftest import TIMEOUT, Raw
 

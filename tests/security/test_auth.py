@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from notify.core.errors import CloseCode
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from notify.server.auth import TokenVerifier
 from tests.integration.conftest import Raw
 from tests.security.conftest import (

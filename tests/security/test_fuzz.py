@@ -49,7 +49,7 @@ from notify.core import CoreConfig, Limits, Timeouts
 from notify.core import events as ev
 from notify.core.actions import Error, Rejected
 from notify.runtime.frames import dumps
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from notify.server.auth import TokenVerifier
 from notify.wire import parse_any, payload_problem
 from tests.schema_check import CHECK, problems

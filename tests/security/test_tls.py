@@ -13,7 +13,7 @@ from cryptography.x509.oid import NameOID
 
 from notify.config import Settings
 from notify.core import CoreConfig
-from notify.server import NotifyServer
+from notify.server.app import NotifyServer
 from tests.integration.conftest import Raw
 
 

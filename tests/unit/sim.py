@@ -44,7 +44,7 @@ from notify.core.actions import Error
 from notify.core.membership import GroupState
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.frames import unbatch
-from notify.storage import MemoryLog
+from notify.storage.memory import MemoryLog
 from notify.wire import parse
 
 GROUPS = ("g1", "g2")

@@ -198,6 +198,7 @@ export class Client implements GroupHost {
     this.member = opts.member ?? (usable ? saved.member : `web-${randomId().slice(0, 12)}`);
     this.protocol = new ClientProtocol(this.member);
     this.protocol.session = usable ? saved.session : null;
+    this.protocol.requests.inUse = true; // it drains answers() from the start: stray errors too
     this.#savedGroups = usable ? { ...saved.groups } : {};
     this.#token = opts.token;
     if (opts.lifecycle ?? true) {

@@ -9,7 +9,10 @@ import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { fileURLToPath } from "node:url";
 
-export const BUDGET = 11_500; // bytes, min+gzip, entry chunk
+// 12.4 kB since the request table, the reply matching and the refusal policy moved into the
+// sans-I/O protocol (requests.ts), the shape the Python SDK has, so that both replay one fixture
+// (tests/fixtures/protocol_cases.json): the budget moved with it, with the same headroom.
+export const BUDGET = 12_700; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

@@ -37,7 +37,6 @@ import {
   GroupLeftError,
   NotifyError,
   PublishQueueFull,
-  PublishRejected,
   RequestTimeout,
   ServerRefused,
 } from "./errors.js";
@@ -46,6 +45,7 @@ import { Group, type GroupHost, type GroupOptions, type PublishOptions, type Pub
 import { Heartbeat, type HeartbeatOptions } from "./heartbeat.js";
 import { pageHidden, watchLifecycle } from "./lifecycle.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, ProtocolViolation, type ResumePoint, type SnapshotReady } from "./protocol.js";
+import type { AnswerValue, RequestKind, RequestOutput } from "./requests.js";
 import { defaultStorage, type SavedGroup, SessionStore, type StorageLike } from "./storage.js";
 import { refreshAt, tokenExpiry } from "./token.js";
 
@@ -103,19 +103,8 @@ export interface ClientOptions {
   random?: () => number;
 }
 
-interface Pending {
-  group: string;
-  frame: Frame;
-  atomic: boolean;
-  sent: boolean;
-  offset: number | null;
-  resolve: (r: PublishResult) => void;
-  reject: (e: Error) => void;
-  timer: ReturnType<typeof setTimeout>;
-}
-
+/** A request's promise and deadline (the protocol's request table matches the replies). */
 interface Request<T> {
-  req: string;
   resolve: (value: T) => void;
   reject: (e: Error) => void;
   timer: ReturnType<typeof setTimeout>;
@@ -129,11 +118,6 @@ interface ClientEvents {
 
 type TimerName = "reconnect" | "connect" | "tick" | "suspend" | "refresh";
 
-/** `error` codes of a `join` that pass: the same join again, after a backoff delay. */
-const RETRIED_JOIN_REFUSALS = new Set(["join_pending", "unavailable"]);
-const JOIN_RETRIES = 10;
-/** `error` codes (with no `req`) that answer a `refresh`. */
-const REFRESH_REFUSALS = new Set(["token_invalid", "token_expired", "member_mismatch"]);
 /** A frame's bytes beyond its payload and group name (the `publish` envelope), for the size check:
  * at most 208 (20-digit counters, `ephemeral`). The same value as client_sdk/client.py. */
 const PUBLISH_OVERHEAD = 256;
@@ -144,7 +128,6 @@ export class Client implements GroupHost {
   state: ConnectionState = "connecting";
   /** The member id (from the `welcome`: with a token it is the token's `sub`). */
   member: string;
-  session: string | null = null;
   /** The server's limits (`welcome.limits`). */
   limits: Readonly<Record<string, unknown>> = {};
   /** The URL connected to, or tried last. */
@@ -161,13 +144,15 @@ export class Client implements GroupHost {
   readonly #backoff: Backoff;
   readonly #store: SessionStore;
   readonly #groups = new Map<string, Group>();
-  readonly #pending = new Map<string, Pending>();
-  readonly #joins = new Map<string, Request<void>>();
-  readonly #leaves = new Map<string, Request<void>>();
-  readonly #checkpoints = new Map<string, Request<{ offset: number; bytes: number }>>();
-  /** `setToken` calls waiting for `refreshed`, oldest first (the frame has no req) */
-  readonly #refreshes = new Map<string, Request<void>>();
-  readonly #joinRetries = new Map<string, number>();
+  /** The promises of the requests under way, by kind, keyed as the protocol's answers are:
+   * joins and leaves by group, publishes by id, checkpoints by req, refreshes by key. */
+  readonly #waiting: { [K in RequestKind]: Map<string, Request<AnswerValue[K] | void>> } = {
+    join: new Map(),
+    leave: new Map(),
+    publish: new Map(),
+    checkpoint: new Map(),
+    refresh: new Map(),
+  };
   #savedGroups: Record<string, SavedGroup>;
   #token: string | undefined;
   #ws: WebSocketLike | null = null;
@@ -191,7 +176,6 @@ export class Client implements GroupHost {
     suspend: null,
     refresh: null,
   };
-  #seq = 0;
   #unwatch: () => void = () => undefined;
 
   constructor(url: string | readonly string[], opts: ClientOptions = {}) {
@@ -212,10 +196,11 @@ export class Client implements GroupHost {
     const saved = this.#store.load();
     const usable = saved !== null && (opts.member === undefined || opts.member === saved.member);
     this.member = opts.member ?? (usable ? saved.member : `web-${randomId().slice(0, 12)}`);
-    this.session = usable ? saved.session : null;
+    this.protocol = new ClientProtocol(this.member);
+    this.protocol.session = usable ? saved.session : null;
+    this.protocol.requests.inUse = true; // it drains answers() from the start: stray errors too
     this.#savedGroups = usable ? { ...saved.groups } : {};
     this.#token = opts.token;
-    this.protocol = new ClientProtocol(this.member);
     if (opts.lifecycle ?? true) {
       this.#unwatch = watchLifecycle({
         wake: (why) => this.#wake(why),
@@ -225,6 +210,15 @@ export class Client implements GroupHost {
       });
     }
     this.#attempt();
+  }
+
+  /** The server's session of this client (from the last `welcome`, or a saved one). */
+  get session(): string | null {
+    return this.protocol.session;
+  }
+
+  set session(session: string | null) {
+    this.protocol.session = session;
   }
 
   // -- the application's API ------------------------------------------------------------------
@@ -273,11 +267,10 @@ export class Client implements GroupHost {
   setToken(token: string): Promise<void> {
     this.#token = token;
     if (this.state !== "connected") return Promise.resolve(); // the next hello carries it
-    const key = this.#nextReq("t");
-    const done = this.#request(this.#refreshes, key, key, "refresh");
-    this.protocol.send({ type: "refresh", token });
+    const key = this.protocol.openRefresh(token);
+    const done = this.#request("refresh", key, "refresh", () => this.protocol.forgetRefresh(key));
     this.#flush();
-    return done;
+    return done as Promise<void>;
   }
 
   /** Debugging and tests: drop the link as a network would (the client reconnects). */
@@ -334,10 +327,7 @@ export class Client implements GroupHost {
       this.url = url;
       ws.onopen = () => {
         if (generation !== this.#generation) return;
-        const hello: Frame = { type: "hello", protocol: 1, member: this.member };
-        if (token !== undefined) hello.token = token;
-        if (this.session !== null) hello.resume_session = this.session;
-        ws.send(JSON.stringify(hello));
+        ws.send(JSON.stringify(this.protocol.hello(true, token)));
       };
       ws.onmessage = (ev) => {
         if (generation === this.#generation) this.#receive(ev.data);
@@ -437,12 +427,13 @@ export class Client implements GroupHost {
     this.#nextUrl = (this.#at + 1) % this.urls.length;
     this.#backoff.disconnected(now());
     this.#lostAt = now();
-    this.protocol.dataToSend(); // frames for the old connection: the rejoin replaces them
-    for (const p of this.#pending.values()) p.sent = false; // sent again, same id, after the resume
-    for (const [req, c] of this.#checkpoints) {
-      clearTimeout(c.timer);
-      c.reject(new NotifyError("connection lost during the checkpoint", "lost"));
-      this.#checkpoints.delete(req);
+    this.protocol.discardOutput(); // frames for the old connection: the rejoin replaces them
+    // Unanswered publishes: sent again, same id, after the rejoin; a checkpoint under way fails.
+    this.protocol.connectionLost();
+    this.#answer(this.protocol.answers());
+    for (const key of [...this.#waiting.checkpoint.keys()]) {
+      // (still being encoded: not opened in the protocol yet)
+      this.#fail("checkpoint", key, new NotifyError("connection lost during the checkpoint", "lost"));
     }
     const suspect = typeof this.limits.suspect_timeout_ms === "number" ? this.limits.suspect_timeout_ms : 3_000;
     this.#clearTimer("suspend");
@@ -460,7 +451,7 @@ export class Client implements GroupHost {
     this.#failedAttempts = 0;
     this.#tokenRefusals = 0;
     this.member = typeof f.member === "string" ? f.member : this.member;
-    this.session = typeof f.session === "string" ? f.session : null;
+    this.protocol.receive(f); // the session, the member; refreshes asked meanwhile are in force
     this.limits = (f.limits as Record<string, unknown>) ?? {};
     const t = now();
     this.#backoff.connected(t);
@@ -468,23 +459,11 @@ export class Client implements GroupHost {
     const hbMs = typeof f.heartbeat_ms === "number" ? f.heartbeat_ms : undefined;
     this.#heartbeat = new Heartbeat(t, { intervalMs: hbMs, ...this.#opts.heartbeat });
     this.#timers.tick = setInterval(() => this.#tick(), this.#heartbeat.tickMs);
-    // The hello carried the newest token: refreshes asked meanwhile are in force.
-    for (const key of this.#refreshes.keys()) this.#settle(this.#refreshes, key);
     this.#scheduleRefresh();
-    this.protocol.dataToSend(); // joins asked before this connection: the loop below sends them
-    // Rejoin every group the application holds: with its resume point, or afresh.
-    for (const [name, g] of this.protocol.groups) {
-      const handle = this.#groups.get(name);
-      if (handle === undefined || g.phase === "left") continue;
-      if (!handle.wanted && !this.#leaves.has(name)) continue;
-      this.#joinRetries.delete(name);
-      const req = this.#nextReq("r");
-      this.protocol.join(req, name, { resume: true, acceptFrom: handle.options.acceptFrom });
-      const waiter = this.#joins.get(name);
-      if (waiter !== undefined) waiter.req = req;
-      const leave = this.#leaves.get(name);
-      if (leave !== undefined) this.protocol.leave(leave.req, name); // asked while away
-    }
+    this.protocol.discardOutput(); // joins asked before this connection: the rejoin sends them
+    // Rejoin every group not left: with its resume point, or afresh (and leaves asked meanwhile).
+    this.protocol.rejoinAll();
+    this.#answer(this.protocol.answers());
     const lostFor = this.#lostAt === null ? 0 : t - this.#lostAt;
     this.#lostAt = null;
     this.#setState("connected", `welcome from ${this.url}${lostFor ? ` after ${Math.round(lostFor)} ms` : ""}`);
@@ -504,7 +483,7 @@ export class Client implements GroupHost {
   #ping(): void {
     const ws = this.#ws;
     if (ws === null || !this.#welcomed) return;
-    const req = this.#nextReq("h");
+    const req = this.protocol.newReq("h");
     this.#pingAt = now();
     this.#pingSent.set(req, this.#pingAt);
     if (this.#pingSent.size > 8) this.#pingSent.delete(this.#pingSent.keys().next().value!);
@@ -617,9 +596,15 @@ export class Client implements GroupHost {
       this.#onEvent(ev);
     }
     for (const r of replies) {
-      if (this.state === "closed") return;
-      this.#onReply(r);
+      if (r.type !== "pong") continue; // the others are matched by the protocol
+      const sent = this.#pingSent.get(String(r.req));
+      if (sent !== undefined) {
+        this.rtt = now() - sent;
+        this.#pingSent.delete(String(r.req));
+      }
     }
+    if (this.state === "closed") return;
+    this.#answer(this.protocol.answers());
     this.#flush(); // publishes a view change was holding, joins and leaves asked by handlers
   }
 
@@ -633,167 +618,51 @@ export class Client implements GroupHost {
       return;
     }
     const handle = this.#groups.get(ev.group);
-    switch (ev.type) {
-      case "view": {
-        const mine = ev.members.includes(this.member);
-        if (mine) this.#joinRetries.delete(ev.group);
-        if (handle !== undefined && mine && !handle.wanted && !this.#leaves.has(ev.group)) {
-          // A join given up on (timed out) came through after all: undo it.
-          void this.requestLeave(handle).catch(() => undefined);
-        }
-        if (mine) this.#settle(this.#joins, ev.group);
-        break;
-      }
-      case "view-resumed":
-        this.#settle(this.#joins, ev.group);
-        break;
-      case "reset":
-        if (ev.newEpoch !== ev.oldEpoch) {
-          // The views their stamps name are gone with the old log: refused, never misapplied.
-          this.#failGroup(ev.group, new PublishRejected("log reset", "stale_view"), { sameViewOnly: true });
-        }
-        break;
-      case "removed":
-        if (ev.reason === null && !this.#leaves.has(ev.group) && handle?.wanted) ev = { ...ev, reason: "removed" };
-        this.#settle(this.#leaves, ev.group);
-        this.#joinRetries.delete(ev.group);
-        this.#failGroup(ev.group, new GroupLeftError(`no longer a member of ${ev.group}`), { sentToo: false });
-        delete this.#savedGroups[ev.group];
-        break;
-      default:
-        break;
+    if (ev.type === "removed") {
+      // Removed by the group while the application still wanted it (no leave of its own).
+      if (ev.reason === null && !this.#waiting.leave.has(ev.group) && handle?.wanted) ev = { ...ev, reason: "removed" };
+      delete this.#savedGroups[ev.group];
     }
     handle?.dispatch(ev as GroupEvent);
   }
 
-  #onReply(r: Reply): void {
-    switch (r.type) {
-      case "published": {
-        const p = this.#pending.get(r.id);
-        if (p === undefined) return;
-        p.offset = r.offset;
-        if (!p.atomic) {
-          this.#pending.delete(r.id);
-          clearTimeout(p.timer);
-          p.resolve({ id: r.id, offset: r.offset });
+  /** Settle the promises of the requests the protocol says are over, and do what it asks of the
+   * host (a timer for a join to retry, the state a join afresh waits for). */
+  #answer(outputs: RequestOutput[]): void {
+    for (const a of outputs) {
+      if (this.state === "closed") return;
+      switch (a.type) {
+        case "answer":
+          if (a.error === null) {
+            this.#settle(a.kind, a.key, a.value);
+            break;
+          }
+          if (a.kind === "join" && a.error instanceof ServerRefused) {
+            // The application's join() fails, and the handle says so.
+            this.#fail("join", a.key, a.error);
+            const g = this.protocol.groups.get(a.key);
+            this.#groups.get(a.key)?.dispatch({ type: "removed", group: a.key, view: g?.view ?? 0, reason: a.error.code });
+            break;
+          }
+          this.#fail(a.kind, a.key, a.error);
+          break;
+        case "retry-join": {
+          const { group, req, attempt } = a;
+          setTimeout(() => {
+            if (this.#welcomed && this.protocol.retryJoin(group, req)) this.#flush();
+          }, 50 * 2 ** Math.min(attempt - 1, 6) * (0.5 + Math.random()));
+          break;
         }
-        return;
-      }
-      case "outcome": {
-        const p = this.#pending.get(r.id);
-        if (p === undefined) return;
-        this.#pending.delete(r.id);
-        clearTimeout(p.timer);
-        p.resolve({ id: r.id, offset: r.offset, committed: r.committed, reason: r.reason ?? null });
-        return;
-      }
-      case "rejected": {
-        const p = this.#pending.get(r.id);
-        if (p === undefined) return;
-        if (r.code === "view_changing") {
-          p.sent = false; // it crossed a view change: send it after the install
-          return;
+        case "joined-afresh": {
+          const handle = this.#groups.get(a.group);
+          if (handle !== undefined) handle.awaitingState = a.wantState;
+          break;
         }
-        this.#pending.delete(r.id);
-        clearTimeout(p.timer);
-        p.reject(new PublishRejected(`${p.group}: rejected ${r.code}`, r.code));
-        return;
+        case "stray-error":
+          this.#emitter.emit("error", new ServerRefused(`${a.error.code}: ${a.error.message}`, a.error.code));
+          break;
       }
-      case "checkpoint_stored":
-        this.#settle(this.#checkpoints, String(r.req), { offset: r.offset, bytes: r.bytes });
-        return;
-      case "refreshed": {
-        this.#settle(this.#refreshes, this.#refreshes.keys().next().value ?? "");
-        return;
-      }
-      case "pong": {
-        const sent = this.#pingSent.get(String(r.req));
-        if (sent !== undefined) {
-          this.rtt = now() - sent;
-          this.#pingSent.delete(String(r.req));
-        }
-        return;
-      }
-      case "error":
-        this.#onError(r);
-        return;
     }
-  }
-
-  #onError(r: Extract<Reply, { type: "error" }>): void {
-    const error = new ServerRefused(`${r.code}: ${r.message}`, r.code);
-    const g = this.protocol.groupOfJoin(r.req);
-    if (g !== undefined && g.phase === "joining" && this.#groups.has(g.name)) {
-      this.#joinRefused(this.#groups.get(g.name)!, r.code, error);
-      return;
-    }
-    const req = r.req === null ? null : String(r.req);
-    if (req !== null && this.#checkpoints.has(req)) {
-      this.#fail(this.#checkpoints, req, error);
-      return;
-    }
-    for (const [name, w] of this.#leaves) {
-      if (w.req !== req) continue;
-      if (r.code === "not_member" || r.code === "no_group") {
-        // Already out (removed while away): the leave is done.
-        const handle = this.#groups.get(name);
-        this.#settle(this.#leaves, name);
-        const pg = this.protocol.groups.get(name);
-        if (pg !== undefined) pg.phase = "left";
-        handle?.dispatch({ type: "removed", group: name, view: pg?.view ?? 0, reason: r.code });
-      } else {
-        this.#fail(this.#leaves, name, error);
-      }
-      return;
-    }
-    if (req === null && REFRESH_REFUSALS.has(r.code) && this.#refreshes.size) {
-      this.#fail(this.#refreshes, this.#refreshes.keys().next().value!, error);
-      return;
-    }
-    this.#emitter.emit("error", error);
-  }
-
-  /**
-   * The server refused the join under way (never leave a group that looks joined but is
-   * not): `join_pending`/`unavailable` pass (the same join again, after a delay); a refused
-   * resume point joins afresh (`reset` first); anything else rejects `join()`, or removes a
-   * group that was joined.
-   */
-  #joinRefused(handle: Group, code: string, error: ServerRefused): void {
-    const name = handle.name;
-    const g = this.protocol.groups.get(name)!;
-    const retries = this.#joinRetries.get(name) ?? 0;
-    if (RETRIED_JOIN_REFUSALS.has(code) && retries < JOIN_RETRIES) {
-      this.#joinRetries.set(name, retries + 1);
-      const req = g.joinReq;
-      setTimeout(() => {
-        const now = this.protocol.groups.get(name);
-        if (!this.#welcomed || now === undefined || now.phase !== "joining" || now.joinReq !== req) return;
-        const again = this.#nextReq("r");
-        this.protocol.join(again, name, { resume: true, acceptFrom: handle.options.acceptFrom });
-        const waiter = this.#joins.get(name);
-        if (waiter !== undefined) waiter.req = again;
-        this.#flush();
-      }, 50 * 2 ** Math.min(retries, 6) * (0.5 + Math.random()));
-      return;
-    }
-    if (g.resuming) {
-      const req = this.#nextReq("r");
-      const wantState = handle.options.state !== undefined;
-      this.protocol.joinAfresh(req, name, code, { wantState, acceptFrom: handle.options.acceptFrom });
-      handle.awaitingState = wantState;
-      const waiter = this.#joins.get(name);
-      if (waiter !== undefined) waiter.req = req;
-      return;
-    }
-    g.phase = "left";
-    if (this.#joins.has(name)) {
-      this.#fail(this.#joins, name, error);
-      handle.dispatch({ type: "removed", group: name, view: g.view, reason: code });
-      return;
-    }
-    this.#failGroup(name, new GroupLeftError(`${name}: rejoin refused (${code})`, code), { sentToo: true });
-    handle.dispatch({ type: "removed", group: name, view: g.view, reason: code });
   }
 
   // -- state transfer -------------------------------------------------------------------------
@@ -854,48 +723,57 @@ export class Client implements GroupHost {
     if (this.state === "closed") return Promise.reject(this.#closedError());
     const name = handle.name;
     const o = handle.options;
-    const old = this.#joins.get(name);
-    if (old !== undefined) this.#fail(this.#joins, name, new GroupLeftError(`${name}: joined again`));
-    const req = this.#nextReq("j");
+    this.#fail("join", name, new GroupLeftError(`${name}: joined again`));
     const saved = this.#savedGroups[name];
     delete this.#savedGroups[name];
     handle.setStatus("joining");
     handle.awaitingState = false;
+    const join = { acceptFrom: o.acceptFrom, stateProvider: o.state !== undefined };
     if (saved !== undefined && (o.state === undefined || saved.snapshot !== undefined)) {
       // A reload: the state as it was at the saved point, then only what was missed.
       if (o.state !== undefined && saved.snapshot !== undefined) o.state.restore(fromBase64(saved.snapshot));
       handle.delivered.clear();
       for (const [k, v] of Object.entries(saved.point.streams ?? {})) handle.delivered.set(k, v);
       handle.base = saved.point.offset;
-      this.protocol.join(req, name, { resumeFrom: saved.point, acceptFrom: o.acceptFrom });
+      this.protocol.openJoin(name, { ...join, resumeFrom: saved.point });
       handle.setStatus("catching-up");
     } else {
       handle.awaitingState = o.wantState ?? false;
-      this.protocol.join(req, name, { wantState: o.wantState ?? false, acceptFrom: o.acceptFrom });
+      this.protocol.openJoin(name, { ...join, wantState: o.wantState ?? false });
     }
-    const done = this.#request(this.#joins, name, req, `join ${name}`);
+    // (timed out: the protocol leaves if the server installs it after all)
+    const done = this.#request("join", name, `join ${name}`, () => this.protocol.giveUpJoin(name, { timedOut: true }));
     this.#flush();
-    return done;
+    return done.then(() => undefined);
   }
 
   /** @internal */
   requestLeave(handle: Group): Promise<void> {
     const name = handle.name;
     const g = this.protocol.groups.get(name);
-    this.#fail(this.#joins, name, new GroupLeftError(`${name}: left`));
-    this.#failGroup(name, new GroupLeftError(`left ${name}`), { sentToo: false });
+    this.#fail("join", name, new GroupLeftError(`${name}: left`));
+    this.protocol.forgetJoin(name);
+    this.protocol.failPublishes(name, new GroupLeftError(`left ${name}`));
     delete this.#savedGroups[name];
     if (g === undefined || g.phase === "left" || this.state === "closed") {
-      if (g !== undefined) g.phase = "left";
+      this.protocol.forgetGroup(name);
+      this.#answer(this.protocol.answers());
       return Promise.resolve();
     }
-    const existing = this.#leaves.get(name);
-    if (existing !== undefined) return new Promise((resolve) => this.#chain(existing, resolve));
-    const req = this.#nextReq("l");
-    this.protocol.leave(req, name);
-    const done = this.#request(this.#leaves, name, req, `leave ${name}`);
+    const existing = this.#waiting.leave.get(name);
+    if (existing !== undefined) {
+      this.#answer(this.protocol.answers());
+      return new Promise((resolve) => this.#chain(existing, resolve));
+    }
+    const req = this.protocol.openLeave(name);
+    // (timed out: not rejoined after a reconnect; left again if the server installs it)
+    const done = this.#request("leave", name, `leave ${name}`, () => {
+      this.protocol.forgetLeave(name, req);
+      this.protocol.giveUpJoin(name, { timedOut: true });
+    });
+    this.#answer(this.protocol.answers());
     this.#flush();
-    return done;
+    return done.then(() => undefined);
   }
 
   /** @internal */
@@ -920,51 +798,31 @@ export class Client implements GroupHost {
     if (typeof limit === "number" && size + handle.name.length + PUBLISH_OVERHEAD > limit) {
       throw new NotifyError(`${handle.name}: payload over max_frame_bytes (${size})`, "too_large");
     }
-    const g = this.protocol.groups.get(handle.name);
     const id = opts.id ?? randomId();
-    const frame: Frame = {
-      type: "publish",
-      req: this.#nextReq("p"),
-      group: handle.name,
-      id,
-      view: g?.view ?? 0,
-      order,
-      atomic: opts.atomic ?? false,
-      same_view: opts.sameView ?? false,
-      payload,
-    };
+    const o = { order, atomic: opts.atomic ?? false, sameView: opts.sameView ?? false };
     if (opts.ephemeral) {
       // At most once: sent now, or not at all (a cursor position is stale by the reconnect).
+      const g = this.protocol.groups.get(handle.name);
       if (!this.#welcomed || g === undefined || !g.canSend || this.#ws === null) {
         return Promise.resolve({ id, offset: 0, dropped: true });
       }
+      const frame = this.protocol.publishFrame(this.protocol.newReq("p"), handle.name, id, payload, o);
       frame.ephemeral = true;
       this.protocol.send(frame);
       this.#flush();
       return Promise.resolve({ id, offset: 0 });
     }
     const max = this.#opts.maxPendingPublishes ?? 1_000;
-    if (this.#pending.size >= max) {
+    const publishes = this.protocol.requests.publishes;
+    if (publishes.size >= max) {
       throw new PublishQueueFull(`maxPendingPublishes (${max}) reached`);
     }
-    if (this.#pending.has(id)) throw new TypeError(`publish id ${id} is already waiting`);
-    return new Promise<PublishResult>((resolve, reject) => {
-      const p: Pending = {
-        group: handle.name,
-        frame,
-        atomic: opts.atomic ?? false,
-        sent: false,
-        offset: null,
-        resolve,
-        reject,
-        timer: setTimeout(() => {
-          if (this.#pending.get(id) === p) this.#pending.delete(id); // not sent again
-          reject(new RequestTimeout(`publish to ${handle.name}: timeout (${this.state})`));
-        }, this.#requestTimeout),
-      };
-      this.#pending.set(id, p);
-      this.#flush();
-    });
+    if (publishes.has(id)) throw new TypeError(`publish id ${id} is already waiting`);
+    this.protocol.openPublish(handle.name, id, payload, o);
+    // (timed out: never sent again)
+    const done = this.#request("publish", id, `publish to ${handle.name}`, () => this.protocol.forgetPublish(id));
+    this.#flush();
+    return done as Promise<PublishResult>;
   }
 
   /** @internal */
@@ -988,28 +846,22 @@ export class Client implements GroupHost {
       view: handle.view?.version ?? 0,
       streams: Object.fromEntries(handle.delivered),
     };
-    const req = this.#nextReq("c");
+    const req = this.protocol.newReq("c");
     const generation = this.#generation;
-    const done = this.#request(this.#checkpoints, req, req, `checkpoint of ${handle.name}`);
+    const done = this.#request("checkpoint", req, `checkpoint of ${handle.name}`, () => this.protocol.forgetCheckpoint(req));
     void loadCodec().then(({ encodeSnapshot }) => encodeSnapshot(snapshot)).then((chunks) => {
-      if (generation !== this.#generation) return; // lost: `lost()` rejected it
-      for (const c of chunks) {
-        const frame: Frame = { type: "checkpoint", req, group: handle.name, index: c.index, last: c.last, data: c.data };
-        if (c.last) {
-          frame.sha256 = c.sha256;
-          frame.position = position;
-        }
-        this.protocol.send(frame);
-      }
+      // lost meanwhile (`#lost` rejected it), or timed out
+      if (generation !== this.#generation || !this.#waiting.checkpoint.has(req)) return;
+      this.protocol.openCheckpoint(handle.name, chunks, position, { req });
       this.#flush();
     });
-    return done;
+    return done as Promise<{ offset: number; bytes: number }>;
   }
 
   /** @internal */
   pendingOf(handle: Group): number {
     let n = 0;
-    for (const p of this.#pending.values()) if (p.group === handle.name) n += 1;
+    for (const p of this.protocol.requests.publishes.values()) if (p.group === handle.name) n += 1;
     return n;
   }
 
@@ -1021,32 +873,28 @@ export class Client implements GroupHost {
 
   // -- sending --------------------------------------------------------------------------------
 
-  /** Write what the protocol has to say, and every waiting publish its group accepts, in order. */
+  /** Write what the protocol has to say, waiting publishes its group accepts included. */
   #flush(): void {
     const ws = this.#ws;
     if (ws === null || !this.#welcomed || this.#frozen !== null) return;
-    for (const p of this.#pending.values()) {
-      if (p.sent) continue;
-      const g = this.protocol.groups.get(p.group);
-      if (g === undefined || !g.canSend) continue;
-      if (!p.frame.same_view && (p.frame.view as number) > g.view) p.frame.view = g.view; // a reset log
-      this.protocol.send(p.frame);
-      p.sent = true;
-    }
-    const frames = this.protocol.dataToSend();
-    for (const f of frames) ws.send(JSON.stringify(f));
+    for (const f of this.protocol.dataToSend()) ws.send(JSON.stringify(f));
   }
 
   // -- bookkeeping ----------------------------------------------------------------------------
 
-  #request<T>(table: Map<string, Request<T>>, key: string, req: string, what: string): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const r: Request<T> = {
-        req,
+  /** A promise for the request `kind`/`key`, rejected with `RequestTimeout` after
+   * `requestTimeoutMs` (then `forget` tells the protocol to stop waiting too). */
+  #request<K extends RequestKind>(kind: K, key: string, what: string, forget: () => void): Promise<AnswerValue[K] | void> {
+    const table = this.#waiting[kind] as Map<string, Request<AnswerValue[K] | void>>;
+    return new Promise((resolve, reject) => {
+      const r: Request<AnswerValue[K] | void> = {
         resolve,
         reject,
         timer: setTimeout(() => {
-          if (table.get(key) === r) table.delete(key);
+          if (table.get(key) === r) {
+            table.delete(key);
+            forget();
+          }
           reject(new RequestTimeout(`${what}: timeout (${this.state})`));
         }, this.#requestTimeout),
       };
@@ -1054,15 +902,17 @@ export class Client implements GroupHost {
     });
   }
 
-  #settle<T>(table: Map<string, Request<T>>, key: string, value?: T): void {
+  #settle(kind: RequestKind, key: string, value: unknown): void {
+    const table = this.#waiting[kind] as Map<string, Request<unknown>>;
     const r = table.get(key);
     if (r === undefined) return;
     table.delete(key);
     clearTimeout(r.timer);
-    r.resolve(value as T);
+    r.resolve(value);
   }
 
-  #fail<T>(table: Map<string, Request<T>>, key: string, error: Error): void {
+  #fail(kind: RequestKind, key: string, error: Error): void {
+    const table = this.#waiting[kind] as Map<string, Request<unknown>>;
     const r = table.get(key);
     if (r === undefined) return;
     table.delete(key);
@@ -1070,21 +920,12 @@ export class Client implements GroupHost {
     r.reject(error);
   }
 
-  #chain(r: Request<void>, resolve: () => void): void {
+  #chain(r: Request<null | void>, resolve: () => void): void {
     const first = r.resolve;
-    r.resolve = () => {
-      first();
+    r.resolve = (v) => {
+      first(v);
       resolve();
     };
-  }
-
-  #failGroup(group: string, error: Error, o: { sentToo?: boolean; sameViewOnly?: boolean }): void {
-    for (const [id, p] of this.#pending) {
-      if (p.group !== group || (p.sent && !o.sentToo) || (o.sameViewOnly && !p.frame.same_view)) continue;
-      this.#pending.delete(id);
-      clearTimeout(p.timer);
-      p.reject(error);
-    }
   }
 
   #finish(error: NotifyError, byApp: boolean): void {
@@ -1102,12 +943,8 @@ export class Client implements GroupHost {
       /* never opened */
     }
     this.#setState("closed", error.message);
-    for (const p of this.#pending.values()) {
-      clearTimeout(p.timer);
-      p.reject(error);
-    }
-    this.#pending.clear();
-    for (const table of [this.#joins, this.#leaves, this.#checkpoints, this.#refreshes] as Array<Map<string, Request<unknown>>>) {
+    this.protocol.close();
+    for (const table of Object.values(this.#waiting) as Array<Map<string, Request<unknown>>>) {
       for (const r of table.values()) {
         clearTimeout(r.timer);
         r.reject(error);
@@ -1134,11 +971,6 @@ export class Client implements GroupHost {
     clearTimeout(t);
     clearInterval(t);
     this.#timers[name] = null;
-  }
-
-  #nextReq(prefix: string): string {
-    this.#seq += 1;
-    return `${prefix}${this.#seq}`;
   }
 }
 

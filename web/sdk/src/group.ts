@@ -17,6 +17,7 @@
 import type { EventOf, GroupEvent, GroupEventType } from "./events.js";
 import { Emitter, type Unsubscribe } from "./emitter.js";
 import type { ResumePoint } from "./protocol.js";
+import type { PublishResult } from "./requests.js";
 
 /** What the group's state is made of, for joiners (state transfer, G9) and reloads. */
 export interface StateProvider {
@@ -46,16 +47,7 @@ export interface PublishOptions {
   id?: string;
 }
 
-export interface PublishResult {
-  id: string;
-  /** the message's log offset (0 for an ephemeral publish) */
-  offset: number;
-  /** atomic publishes: delivered everywhere (true) or nowhere (false) */
-  committed?: boolean;
-  reason?: string | null;
-  /** an ephemeral publish that was not sent (not connected, or a view change under way) */
-  dropped?: boolean;
-}
+export type { PublishResult } from "./requests.js";
 
 export interface View {
   readonly version: number;

@@ -14,6 +14,10 @@
  *   forgets its old stream, and the install of the new membership is preceded by one `reset`.
  * - A frame it cannot make sense of throws `ProtocolViolation`, carrying what the frames before
  *   it produced (a `batch` may be cut short): nothing the state already counts is lost.
+ * - The requests the application waits for (joins, leaves, publishes, checkpoints, token
+ *   refreshes), the matching of replies to them, the refusal policy and the resend after
+ *   `view_changing` are sans-I/O too: see `requests.ts`. The host says `hello()` and, at every
+ *   welcome, `rejoinAll()` through the protocol, and `GroupPhase` changes only in here.
  *
  * The one difference: a snapshot's last chunk cannot be decoded synchronously in a browser
  * (`DecompressionStream` and `crypto.subtle` are asynchronous), so the protocol hands out a
@@ -21,6 +25,8 @@
  * decoded snapshot with `stateDecoded()`.
  */
 
+import type { EncodedChunk } from "./codec.js";
+import { GroupLeftError, NotifyError, PublishRejected, ServerRefused } from "./errors.js";
 import type {
   EphemeralEvent,
   ViewChangingEvent,
@@ -29,7 +35,23 @@ import type {
   Reply,
   StateReceivedEvent,
   StateRequest,
+  ViewEvent,
+  ViewResumedEvent,
 } from "./events.js";
+import {
+  JOIN_RETRIES,
+  LEFT_LEAVE_REFUSALS,
+  REFRESH_REFUSALS,
+  RESENT_PUBLISH_REFUSALS,
+  RETRIED_JOIN_REFUSALS,
+  Requests,
+  type PendingPublish,
+  type PublishFrame,
+  type RequestOutput,
+} from "./requests.js";
+
+/** The wire protocol's version, said in `hello`. */
+export const PROTOCOL_VERSION = 1;
 
 export type Frame = Record<string, unknown> & { type: string };
 
@@ -53,6 +75,15 @@ export interface SnapshotReady {
 }
 
 export type ProtocolEvent = GroupEvent | StateRequest | SnapshotReady;
+
+/** A join `rejoinAll()` queued; `resume`: it presents a resume point (false: it joins afresh). */
+export interface Rejoin {
+  readonly req: string;
+  readonly group: string;
+  readonly resume: boolean;
+}
+
+type ErrorReply = Extract<Reply, { type: "error" }>;
 
 export class ProtocolViolation extends Error {
   events: ProtocolEvent[] = [];
@@ -99,6 +130,8 @@ export class GroupProtocol {
   atomic = new Map<number, boolean | null>();
   duplicates = 0;
   wantState: boolean;
+  /** the `accept_from` of this member's joins of the group (a rejoin presents it again) */
+  acceptFrom = "members";
   joinReq: string;
   resuming = false;
   /** between a resuming join and its `catchup_done`: what arrives is a replay */
@@ -222,16 +255,260 @@ export function includes(
 /** All groups of one client: lives as long as the client, across connections. */
 export class ClientProtocol {
   readonly groups = new Map<string, GroupProtocol>();
+  /** the session of the last `welcome`: a `hello(true)` presents it */
+  session: string | null = null;
+  readonly requests = new Requests();
   #out: Frame[] = [];
   #acks = new Map<string, number[]>();
 
-  constructor(readonly me: string) {}
+  /** `me`: this member's id (a `welcome` may name another: the token's `sub`). */
+  constructor(public me: string) {}
 
-  // -- requests from the application -------------------------------------------------------
+  // -- the connection -------------------------------------------------------------------------
+
+  /**
+   * The `hello` that opens a connection (the host sends it before any frame of `dataToSend()`).
+   * `resume` presents the session of the last `welcome`, if any (G7); then call `rejoinAll()`.
+   */
+  hello(resume = false, token?: string): Frame {
+    const hello: Frame = { type: "hello", protocol: PROTOCOL_VERSION, member: this.me };
+    if (token !== undefined) hello.token = token;
+    if (resume && this.session) hello.resume_session = this.session;
+    return hello;
+  }
+
+  /**
+   * After a (re)connect: queue a join of every group not left nor abandoned, with its resume
+   * point and its own `acceptFrom`, or afresh when it has none; a leave still waiting is sent
+   * again after it. `newReq` makes each join's req. Returns the joins queued, in order.
+   */
+  rejoinAll(newReq: () => string = () => this.requests.newReq("r")): Rejoin[] {
+    const q = this.requests;
+    const rejoins: Rejoin[] = [];
+    for (const [name, g] of [...this.groups]) {
+      if (g.phase === "left" || q.abandoned.has(name)) continue;
+      q.joinRetries.delete(name);
+      const req = newReq();
+      this.join(req, name, { resume: true, acceptFrom: g.acceptFrom });
+      rejoins.push({ req, group: name, resume: g.resuming });
+      const leave = q.leaves.get(name);
+      if (leave !== undefined) this.leave(leave, name); // asked while away, or lost with the link
+    }
+    return rejoins;
+  }
+
+  /**
+   * The connection is gone: every unanswered publish is sent again (same id) after the next
+   * `rejoinAll()`; a checkpoint under way fails (part of it may be lost).
+   */
+  connectionLost(): void {
+    const q = this.requests;
+    for (const p of q.publishes.values()) p.sent = false;
+    q.unsent = true;
+    for (const req of q.checkpoints) {
+      q.answer("checkpoint", req, null, new NotifyError("connection lost during the checkpoint", "lost"));
+    }
+    q.checkpoints.clear();
+  }
+
+  /** Frames queued for a connection that is gone (the rejoin replaces them): dropped. */
+  discardOutput(): void {
+    this.#acks.clear();
+    this.#out = [];
+  }
+
+  newReq(prefix = "r"): string {
+    return this.requests.newReq(prefix);
+  }
+
+  /**
+   * What the requests opened through the protocol came to since the last call: one `answer`
+   * per request that is over, and instructions for the host (`retry-join`, `joined-afresh`,
+   * `stray-error`). Drain it after every call that may answer one.
+   */
+  answers(): RequestOutput[] {
+    const out = this.requests.out;
+    this.requests.out = [];
+    return out;
+  }
+
+  /** Forget every request under way (the host fails what waits for them). */
+  close(): void {
+    this.requests.close();
+  }
+
+  // -- requests the application waits for ----------------------------------------------------
+
+  /**
+   * The application joins `group` and waits for the first install that has this member (an
+   * `answer` of kind `join`, or a `ServerRefused`). From now on the refusal policy applies to
+   * the group (`stateProvider`: a join afresh asks for state). Returns the join's req.
+   */
+  openJoin(
+    group: string,
+    o: { req?: string; acceptFrom?: string; wantState?: boolean; resumeFrom?: ResumePoint | null; stateProvider?: boolean } = {},
+  ): string {
+    const q = this.requests;
+    q.inUse = true;
+    q.abandoned.delete(group);
+    q.held.set(group, o.stateProvider ?? false);
+    q.joins.add(group);
+    q.joinRetries.delete(group);
+    const req = o.req ?? q.newReq("j");
+    this.join(req, group, { acceptFrom: o.acceptFrom ?? "members", wantState: o.wantState ?? false, resumeFrom: o.resumeFrom ?? null });
+    return req;
+  }
+
+  /**
+   * The application stopped waiting for its join of `group` and dropped it. `timedOut`: the
+   * join may still be installed; if it is, the protocol leaves at once.
+   */
+  giveUpJoin(group: string, o: { timedOut: boolean }): void {
+    const q = this.requests;
+    q.held.delete(group);
+    q.joins.delete(group);
+    if (o.timedOut) q.abandoned.add(group);
+  }
+
+  /** The application stopped waiting for its join (it leaves instead): no answer comes. */
+  forgetJoin(group: string): void {
+    this.requests.joins.delete(group);
+  }
+
+  /** The server refused a join of `group` that presented no resume point: the group is over. */
+  joinRefused(group: string): void {
+    const g = this.groups.get(group);
+    if (g !== undefined) g.phase = "left";
+  }
+
+  /** The application left `group` with nothing to send (never joined, or closed): over. */
+  forgetGroup(group: string): void {
+    this.joinRefused(group);
+  }
+
+  /**
+   * (After a `retry-join`'s delay.) Send the join `req` of `group` again, with its resume point,
+   * unless the group was installed, left or joined again since; returns whether it did.
+   */
+  retryJoin(group: string, req: string): boolean {
+    const g = this.groups.get(group);
+    if (g === undefined || g.phase !== "joining" || g.joinReq !== req) return false;
+    this.join(this.requests.newReq("r"), group, { resume: true, acceptFrom: g.acceptFrom });
+    return true;
+  }
+
+  /** Leave `group`; answered by the install without this member, or refused. Returns the req. */
+  openLeave(group: string, o: { req?: string } = {}): string {
+    const q = this.requests;
+    q.inUse = true;
+    const req = o.req ?? q.newReq("l");
+    q.leaves.set(group, req);
+    this.leave(req, group);
+    return req;
+  }
+
+  /** The application stopped waiting for the leave `req`. */
+  forgetLeave(group: string, req: string): void {
+    if (this.requests.leaves.get(group) === req) this.requests.leaves.delete(group);
+  }
+
+  /**
+   * Queue a publish: sent by `dataToSend()` once the group can send, and again (same id) after
+   * a lost connection or a `view_changing` refusal, until answered.
+   */
+  openPublish(
+    group: string,
+    id: string,
+    payload: unknown,
+    o: { order?: string; atomic?: boolean; sameView?: boolean; req?: string } = {},
+  ): PendingPublish {
+    const q = this.requests;
+    q.inUse = true;
+    const frame = this.publishFrame(o.req ?? q.newReq("p"), group, id, payload, o);
+    const p: PendingPublish = { group, frame, atomic: frame.atomic, sent: false, offset: 0 };
+    q.publishes.set(id, p);
+    q.unsent = true;
+    return p;
+  }
+
+  /** The application stopped waiting: never sent again; a reply that still comes is ignored. */
+  forgetPublish(id: string): void {
+    this.requests.publishes.delete(id);
+  }
+
+  /** Fail the publishes of `group` not sent yet (`sentToo`: all), answered with `error`. */
+  failPublishes(group: string, error: NotifyError, o: { sentToo?: boolean; sameViewOnly?: boolean } = {}): void {
+    this.requests.failPublishes(group, error, o);
+  }
+
+  publishFrame(
+    req: string,
+    group: string,
+    id: string,
+    payload: unknown,
+    o: { order?: string; atomic?: boolean; sameView?: boolean; view?: number } = {},
+  ): PublishFrame {
+    return {
+      type: "publish",
+      req,
+      group,
+      id,
+      view: o.view ?? this.groups.get(group)?.view ?? 0,
+      order: o.order ?? "fifo",
+      atomic: o.atomic ?? false,
+      same_view: o.sameView ?? false,
+      payload,
+    };
+  }
+
+  /**
+   * A checkpoint: an encoded snapshot that includes exactly the messages `position` covers;
+   * answered by `checkpoint_stored`. Returns the req.
+   */
+  openCheckpoint(group: string, chunks: readonly EncodedChunk[], position: ResumePoint, o: { req?: string } = {}): string {
+    const q = this.requests;
+    q.inUse = true;
+    const req = o.req ?? q.newReq("c");
+    q.checkpoints.add(req);
+    for (const c of chunks) {
+      const frame: Frame = { type: "checkpoint", req, group, index: c.index, last: c.last, data: c.data };
+      if (c.last) {
+        frame.sha256 = c.sha256;
+        frame.position = position;
+      }
+      this.#out.push(frame);
+    }
+    return req;
+  }
+
+  forgetCheckpoint(req: string): void {
+    this.requests.checkpoints.delete(req);
+  }
+
+  /**
+   * Present a new token; answered by `refreshed`, by a refusal, or by the next `welcome` (a
+   * reconnect's hello carries the new token). Returns its key.
+   */
+  openRefresh(token: string): string {
+    const q = this.requests;
+    q.inUse = true;
+    const key = q.newReq("t");
+    q.refreshes.push(key);
+    this.#out.push({ type: "refresh", token });
+    return key;
+  }
+
+  forgetRefresh(key: string): void {
+    const q = this.requests;
+    q.refreshes = q.refreshes.filter((k) => k !== key);
+  }
+
+  // -- frames for the application's requests (no answer awaited) ------------------------------
 
   /**
    * Queue a join. `resume` presents this group's own resume point; `resumeFrom` presents one
-   * saved earlier (`savedPoint()`, e.g. by the page before a reload).
+   * saved earlier (`savedPoint()`, e.g. by the page before a reload). `acceptFrom` defaults to
+   * the group's own with `resume`, "members" otherwise.
    */
   join(
     req: string,
@@ -239,16 +516,18 @@ export class ClientProtocol {
     opts: { wantState?: boolean; acceptFrom?: string; resume?: boolean; resumeFrom?: ResumePoint | null } = {},
   ): void {
     const wantState = opts.wantState ?? false;
+    let g = this.groups.get(group);
+    const acceptFrom = opts.acceptFrom ?? (opts.resume && g !== undefined ? g.acceptFrom : "members");
     const frame: Frame = {
       type: "join",
       req,
       group,
       want_state: wantState,
-      accept_from: opts.acceptFrom ?? "members",
+      accept_from: acceptFrom,
     };
-    let g = this.groups.get(group);
     if (opts.resumeFrom) {
       g = new GroupProtocol(group, wantState, req);
+      g.acceptFrom = acceptFrom;
       this.groups.set(group, g);
       g.restorePoint(opts.resumeFrom);
       frame.resume = g.resumePoint();
@@ -268,19 +547,22 @@ export class ClientProtocol {
       g.phase = "joining";
       g.joinReq = req;
     }
+    g.acceptFrom = acceptFrom;
     g.resuming = g.catchingUp = "resume" in frame;
     this.#out.push(frame);
   }
 
   /**
    * The server refused this group's resume point (`reason`, its error code): join without
-   * one. What is held back of the old stream is dropped (a log that no longer has it cannot
-   * confirm it), and the next install is preceded by a `reset`.
+   * one (`acceptFrom`: the group's own by default). What is held back of the old stream is
+   * dropped (a log that no longer has it cannot confirm it), and the next install is preceded
+   * by a `reset`; a second refusal before that install keeps the first reason.
    */
   joinAfresh(req: string, group: string, reason: string, opts: { wantState?: boolean; acceptFrom?: string } = {}): void {
     const g = this.groups.get(group);
     if (g === undefined) throw new Error(`joinAfresh: unknown group ${group}`);
     g.refusal ??= { reason, epoch: g.epoch, offset: Math.max(g.base, g.top) };
+    g.acceptFrom = opts.acceptFrom ?? g.acceptFrom;
     g.phase = "joining";
     g.joinReq = req;
     g.resuming = g.catchingUp = false;
@@ -298,7 +580,7 @@ export class ClientProtocol {
       req,
       group,
       want_state: g.wantState,
-      accept_from: opts.acceptFrom ?? "members",
+      accept_from: g.acceptFrom,
     });
   }
 
@@ -310,14 +592,40 @@ export class ClientProtocol {
     this.#out.push(frame);
   }
 
-  /** Frames to write, ACKs first (they must precede any flush_ok queued after them). */
+  /** Whether `dataToSend()` would return anything (waiting publishes aside: `requests.unsent`). */
+  hasOutput(): boolean {
+    return this.#acks.size > 0 || this.#out.length > 0;
+  }
+
+  /**
+   * Frames to write, ACKs first (they must precede any flush_ok queued after them), then the
+   * queued frames, then the waiting publishes whose group can send, in the order opened.
+   */
   dataToSend(): Frame[] {
+    if (this.requests.unsent) this.#queuePublishes();
     const frames: Frame[] = [];
     for (const [group, offsets] of this.#acks) frames.push({ type: "ack", group, offsets });
     this.#acks.clear();
     frames.push(...this.#out);
     this.#out = [];
     return frames;
+  }
+
+  #queuePublishes(): void {
+    const q = this.requests;
+    let held = false;
+    for (const p of q.publishes.values()) {
+      if (p.sent) continue;
+      const g = this.groups.get(p.group);
+      if (g === undefined || !g.canSend) {
+        held = true;
+        continue;
+      }
+      if (!p.frame.same_view && p.frame.view > g.view) p.frame.view = g.view; // a reset log
+      this.#out.push(p.frame);
+      p.sent = true;
+    }
+    q.unsent = held;
   }
 
   /** The group a join request (its `req`) was for. */
@@ -355,11 +663,13 @@ export class ClientProtocol {
       // snapshot's last chunk may all come, and what follows the install must wait.
       this.#route(raw, events);
       if (violation !== null) {
+        if (replies.length && this.requests.inUse) this.#matchReplies(replies, events);
         violation.events = events;
         violation.replies = replies;
         throw violation;
       }
     }
+    if (replies.length && this.requests.inUse) this.#matchReplies(replies, events);
     return { events, replies };
   }
 
@@ -437,7 +747,10 @@ export class ClientProtocol {
         if (g.phase === "joining") this.#reack(g); // our own resume: re-ACK what we hold
         g.phase = "active";
         g.proposed = null;
-        events.push({ type: "view-resumed", group: g.name, view: int(f, "view") });
+        const resumed: ViewResumedEvent = { type: "view-resumed", group: g.name, view: int(f, "view") };
+        events.push(resumed);
+        // A join is answered by the resume of its session too (a reload within suspect_timeout).
+        this.#answerJoin(resumed);
         return;
       }
       case "catchup_done": {
@@ -478,7 +791,8 @@ export class ClientProtocol {
         replies.push(f as unknown as Reply); // the frame is the reply (docs/protocol.md)
         return;
       case "welcome":
-        return; // a late duplicate; the client reads the first one itself
+        this.#welcome(f);
+        return;
       default:
         throw new ProtocolViolation(`unknown frame ${clip(f.type)}`);
     }
@@ -567,6 +881,7 @@ export class ClientProtocol {
       g.phase = "left";
       g.stateBuffer = null;
       events.push({ type: "removed", group: g.name, view, reason: null });
+      this.#removed(g.name);
       return;
     }
     if (g.phase === "joining" && g.wantState) {
@@ -587,6 +902,10 @@ export class ClientProtocol {
         newEpoch: epoch,
         newOffset: offset,
       });
+      if (r.epoch !== epoch) {
+        // The views their stamps name are gone with the old log: refused, never misapplied.
+        this.requests.failPublishes(g.name, new PublishRejected("log reset", "stale_view"), { sameViewOnly: true });
+      }
     }
     if (g.phase === "joining") {
       if (!g.epoch || g.epoch !== epoch || g.wantState) {
@@ -603,7 +922,9 @@ export class ClientProtocol {
     }
     g.phase = "active";
     g.members = members;
-    events.push({ type: "view", group: g.name, view, members, joined, left, offset });
+    const installed: ViewEvent = { type: "view", group: g.name, view, members, joined, left, offset };
+    events.push(installed);
+    if (this.requests.inUse) this.#installed(installed);
   }
 
   #stateChunk(f: Frame, events: ProtocolEvent[]): void {
@@ -660,6 +981,168 @@ export class ClientProtocol {
     if (acks) acks.push(...waiting);
     else this.#acks.set(g.name, waiting);
   }
+  // -- requests: what the server's frames answer ---------------------------------------------
+
+  /** A connection is open: its session is the one to resume, its member is `me`; the token its
+   * hello carried is in force, so every refresh waiting is answered. */
+  #welcome(f: Frame): void {
+    this.session = typeof f.session === "string" ? f.session : null;
+    if (typeof f.member === "string") this.me = f.member;
+    const q = this.requests;
+    for (const key of q.refreshes) q.answer("refresh", key, null);
+    q.refreshes = [];
+  }
+
+  #answerJoin(e: ViewEvent | ViewResumedEvent): void {
+    if (this.requests.joins.delete(e.group)) this.requests.answer("join", e.group, e);
+  }
+
+  #installed(e: ViewEvent): void {
+    const q = this.requests;
+    const name = e.group;
+    q.joinRetries.delete(name);
+    if (!e.members.includes(this.me)) return;
+    if (q.joins.has(name)) this.#answerJoin(e);
+    else if (q.abandoned.has(name) && !q.held.has(name)) {
+      // a join given up on (timed out) came through after all: undo it
+      this.leave(q.newReq("l"), name);
+    }
+  }
+
+  #removed(group: string): void {
+    const q = this.requests;
+    q.abandoned.delete(group);
+    q.joinRetries.delete(group);
+    const leave = q.leaves.get(group);
+    if (leave !== undefined) {
+      q.leaves.delete(group);
+      q.answer("leave", group, null);
+    }
+    q.failPublishes(group, new GroupLeftError(`no longer a member of ${group}`));
+  }
+
+  #matchReplies(replies: readonly Reply[], events: ProtocolEvent[]): void {
+    const q = this.requests;
+    for (const r of replies) {
+      switch (r.type) {
+        case "published": {
+          const p = q.publishes.get(r.id);
+          if (p === undefined) break;
+          p.offset = r.offset;
+          if (!p.atomic) {
+            q.publishes.delete(r.id);
+            q.answer("publish", r.id, { id: r.id, offset: r.offset });
+          }
+          break;
+        }
+        case "outcome": {
+          const p = q.publishes.get(r.id);
+          if (p === undefined) break;
+          q.publishes.delete(r.id);
+          q.answer("publish", r.id, { id: r.id, offset: p.offset || r.offset, committed: r.committed, reason: r.reason ?? null });
+          break;
+        }
+        case "rejected": {
+          const p = q.publishes.get(r.id);
+          if (p === undefined) break;
+          if (RESENT_PUBLISH_REFUSALS.has(r.code)) {
+            p.sent = false; // it crossed a view change: send it after the install
+            q.unsent = true;
+            break;
+          }
+          q.publishes.delete(r.id);
+          q.answer("publish", r.id, null, new PublishRejected(`${p.group}: rejected ${r.code}`, r.code));
+          break;
+        }
+        case "checkpoint_stored": {
+          const req = String(r.req);
+          if (q.checkpoints.delete(req)) q.answer("checkpoint", req, { offset: r.offset, bytes: r.bytes });
+          break;
+        }
+        case "refreshed": {
+          const key = q.refreshes.shift();
+          if (key !== undefined) q.answer("refresh", key, null);
+          break;
+        }
+        case "error":
+          this.#refused(r, events);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  /** An `error` frame: the refusal of a join, a checkpoint, a leave or a refresh, or of nothing
+   * this client waits for (`stray-error`). */
+  #refused(r: ErrorReply, events: ProtocolEvent[]): void {
+    const q = this.requests;
+    const g = this.groupOfJoin(r.req);
+    const error = new ServerRefused(`${r.code}: ${r.message}`, r.code);
+    if (g !== undefined && g.phase === "joining" && q.held.has(g.name)) {
+      this.#joinRefused(g, r, error, events);
+      return;
+    }
+    const req = r.req === null ? null : String(r.req);
+    if (req !== null && q.checkpoints.delete(req)) {
+      q.answer("checkpoint", req, null, error);
+      return;
+    }
+    if (g !== undefined && q.joins.delete(g.name)) {
+      q.answer("join", g.name, null, error);
+      return;
+    }
+    for (const [group, leave] of q.leaves) {
+      if (leave !== req) continue;
+      if (LEFT_LEAVE_REFUSALS.has(r.code)) {
+        // Already out (removed while away): the leave is done.
+        const pg = this.groups.get(group);
+        if (pg !== undefined) pg.phase = "left";
+        events.push({ type: "removed", group, view: pg?.view ?? 0, reason: r.code });
+        this.#removed(group);
+      } else {
+        q.leaves.delete(group);
+        q.answer("leave", group, null, error);
+      }
+      return;
+    }
+    const refresh = req === null && REFRESH_REFUSALS.has(r.code) ? q.refreshes.shift() : undefined;
+    if (refresh !== undefined) q.answer("refresh", refresh, null, error);
+    else q.out.push({ type: "stray-error", error: r });
+  }
+
+  /**
+   * The server refused the join under way of a group the application holds (never leave a
+   * group that looks joined but is not): "not now" → the same join again after a backoff delay
+   * (`retry-join`), a few times; a refused resume point → join afresh, with state transfer when
+   * the group has a state provider (`reset`, then the new view); a join without one → the
+   * waiting `join()` fails, or a joined group is over (`removed` with the code as its reason).
+   */
+  #joinRefused(g: GroupProtocol, r: ErrorReply, error: ServerRefused, events: ProtocolEvent[]): void {
+    const q = this.requests;
+    const name = g.name;
+    const retries = q.joinRetries.get(name) ?? 0;
+    if (RETRIED_JOIN_REFUSALS.has(r.code) && retries < JOIN_RETRIES) {
+      q.joinRetries.set(name, retries + 1);
+      q.out.push({ type: "retry-join", group: name, req: g.joinReq, attempt: retries + 1 });
+      return;
+    }
+    if (g.resuming) {
+      const wantState = q.held.get(name) ?? false;
+      this.joinAfresh(q.newReq("r"), name, r.code, { wantState });
+      q.out.push({ type: "joined-afresh", group: name, code: r.code, message: r.message, wantState });
+      return;
+    }
+    this.joinRefused(name);
+    if (q.joins.delete(name)) {
+      q.answer("join", name, null, error); // the application's join() fails
+      return;
+    }
+    q.failPublishes(name, new GroupLeftError(`${name}: rejoin refused (${r.code})`, r.code), { sentToo: true });
+    events.push({ type: "removed", group: name, view: g.view, reason: r.code });
+    this.#removed(name);
+  }
+
 }
 
 function message(g: GroupProtocol, f: Frame): Message {

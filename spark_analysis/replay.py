@@ -11,8 +11,9 @@ Theory of operation. `timeline()` turns what the logs recorded for one group int
 that do not depend on the timeout the run used (a `Step` per join, leave, drop, return; see its
 docstring for which recorded facts become which step). `replay()` builds a real `Hub` with the
 candidate's `Timeouts` and runs it with the runtime's `Driver` (notify/runtime, the one every
-host runs) with `ReplayHost` as its ports: storage finishes every write
-at once, and each member is a real `ClientProtocol` (the SDK's sans-I/O client) on a simulated
+host runs) with `ReplayHost` as its ports: storage (the memory log)
+finishes every write at once, and a group that leaves memory (idle, G14) comes back from it as
+on the server; each member is a real `ClientProtocol` (the SDK's sans-I/O client) on a simulated
 connection, so it answers `view_change` with `flush_ok`, resumes with its own resume point and
 rejoins like the SDK's `Connection.reconnect()`. Frames to a member arrive `flush_rtt` seconds
 after they leave (one flush round trip: the window in which concurrent requests merge and a
@@ -52,6 +53,7 @@ from notify.core import ClientFrame, CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Error, Rejected
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.frames import unbatch
+from notify.storage.memory import MemoryLog
 from notify.wire import parse
 
 Kind = Literal["join", "leave", "drop", "return", "publish"]
@@ -89,9 +91,7 @@ class Candidate:
 
     @classmethod
     def of(cls, suspect_timeout: float, flush_rtt: float = 0.0) -> Candidate:
-        # The replay has no storage to bring an evicted group back from, so it keeps every
-        # group in memory (the server reloads it: same views, same counts).
-        return cls(Timeouts(suspect_timeout=suspect_timeout, idle_group=math.inf), flush_rtt)
+        return cls(Timeouts(suspect_timeout=suspect_timeout), flush_rtt)
 
 
 @dataclass(slots=True)
@@ -239,6 +239,8 @@ class ReplayHost:
                        new_token=lambda: f"s{next(tokens)}", epoch=1)
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: self.now)
+        #: what the log holds, for a group that left memory (idle, G14) and comes back
+        self.log = MemoryLog()
         self.rtt = candidate.flush_rtt
         self._suspect_timeout = candidate.timeouts.suspect_timeout
         self.members: dict[str, _Member] = {}
@@ -272,10 +274,10 @@ class ReplayHost:
             m.conn = None
 
     def write(self, write: Write, done: Done) -> None:
-        done(None)
+        self.log.write(write, done)  # (no event loop here: answered at once)
 
     def fetch(self, group: str, answer: Fetched) -> None:
-        answer(None, None)  # a new group: the replay keeps it in memory (Candidate.of)
+        answer(self.log.load_group(group, self.hub.config.limits.retain_messages), None)
 
     def forget(self, group: str) -> None:
         pass

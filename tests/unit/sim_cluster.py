@@ -54,8 +54,8 @@ from client_sdk.events import Outcome, Published, Rejected, ServerError
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
 from notify.cluster.ownership import Lease
 from notify.cluster.routing import (
-    ClosedAt,
     CloseConns,
+    ClosedAt,
     Dispatch,
     EdgeRouter,
     Forward,
@@ -327,7 +327,7 @@ class SimNode:
 
     def remember_outcomes(self) -> None:
         for name, g in self.hub.groups.items():
-            for off, oc in g.topic._outcomes.items():  # noqa: SLF001
+            for off, oc in g.topic._outcomes.items():
                 if oc:  # an abort counts once stored (an unstored one dies with its owner)
                     self.sim.note_outcome(name, off, oc)
 
@@ -504,7 +504,8 @@ class ClusterSimulation:
             if n.dead:
                 continue
             if old is not None and old.node == n.name:
-                if self.rng.random() < self.cfg.p_late_notice:
+                if (new is None or new.node != n.name) and \
+                        self.rng.random() < self.cfg.p_late_notice:
                     n.late.append((shard, old, new))  # paused: it serves on until fenced
                     self.count("owner.late_notice")
                     continue

@@ -12,7 +12,8 @@ three questions for the server.
   the owner's hub knows the connection as a *remote connection* with the same session token
   (`Hub.hello(token=)`): a member that resumes through any edge is found by every owner. A
   shard with no owner at the moment (failover) keeps its frames, in order, until one appears
-  or `route_timeout` passes.
+  or `route_timeout` passes. These rules are the sans-I/O `EdgeRouter` (routing.py); this
+  node carries out its actions.
 - **Where does a frame for a connection go?** (`push`, `close`) Remote connections are numbered
   from the server's own counter; their frames leave over `Downlinks` to the edge that holds the
   socket, which pushes them to the member's outbox (G11 is kept where the socket is).
@@ -74,6 +75,14 @@ from notify.cluster.linkwire import (
     identity_of,
 )
 from notify.cluster.ownership import Acquired, Lost, NodeDown, OwnerChanged
+from notify.cluster.routing import (
+    CloseConns,
+    ClosedAt,
+    Dispatch,
+    EdgeRouter,
+    Forward,
+    RouteAction,
+)
 from notify.cluster.shards import SHARDS, shard_of
 from notify.core.auth import Identity
 from notify.core.errors import CloseCode
@@ -85,9 +94,6 @@ log = structlog.get_logger("notify.cluster")
 
 #: DATA entries that must not count against the member's outbound bound (a resume's replay)
 DATA_REPLAY = 3
-
-#: frames that may wait at an edge for one shard's owner (a failover)
-MAX_WAITING = 10_000
 
 
 @dataclass(frozen=True)
@@ -136,22 +142,15 @@ class ClusterNode:
         self._dedup = UplinkDedup()
         self._gaps = DownlinkGaps()
         self._failed: str | None = None
-        # -- edge side: the connections this node holds, and where their frames went
-        #: conn -> the owners it was opened at (OPEN sent)
-        self._opened: dict[int, set[str]] = {}
-        #: (owner, shard) -> the conns that sent frames there; conn -> its (owner, shard)s
-        self._routes: dict[tuple[str, int], set[int]] = {}
-        self._conn_routes: dict[int, set[tuple[str, int]]] = {}
-        #: shard -> frames waiting for an owner: (conn, raw frame, deadline)
-        self._pending: dict[int, list[tuple[int, bytes, float]]] = {}
-        self._flushing: set[int] = set()
+        # -- edge side: where the frames of this node's connections go, and those that wait
+        #: for an owner (the rules: notify/cluster/routing.py; this node does their I/O)
+        self.router = EdgeRouter(self.node, route_timeout=config.route_timeout)
         # -- owner side: connections other edges hold
         #: (edge, edge incarnation, edge conn) -> our number for it
         self._vconns: dict[tuple[str, str, int], int] = {}
         #: our number -> (edge, edge incarnation, edge conn)
         self._remote: dict[int, tuple[str, str, int]] = {}
         self._tick: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -199,8 +198,6 @@ class ClusterNode:
                 await self._tick
         for up in list(self._uplinks.values()):
             await up.close()
-        for t in list(self._tasks):
-            t.cancel()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._nc.drain(), 5)
@@ -222,47 +219,44 @@ class ClusterNode:
     async def _run_tick(self) -> None:
         while True:
             await asyncio.sleep(0.25)
-            self._expire_pending(time.monotonic())
+            self._apply(self.router.tick(time.monotonic()))
 
     # -- edge side: routing client frames ---------------------------------------------------------
 
     def owns(self, group: str) -> bool:
-        return self.leases is not None and shard_of(group) in self.leases.held()
+        return self.router.holds(shard_of(group))
 
     def route(self, conn: int, group: str, raw: str | bytes) -> bool:
         """Send a group frame to its owner; False if this node owns it (the server handles
         it). Frames for a shard without an owner wait (in order) for one."""
         if isinstance(raw, str):
             raw = raw.encode()
-        shard = shard_of(group)
-        if shard in self._pending:
-            waiting = self._pending[shard]
-            if len(waiting) >= MAX_WAITING:  # bounded (G14): this client tries again later
-                self._close_edge_conns({conn}, "too many frames wait for this group's node; "
-                                       "reconnect")
-                return True
-            waiting.append((conn, raw, time.monotonic() + self.config.route_timeout))
-            return True
-        if self.leases is not None and shard in self.leases.held():
-            return False
-        lease = self.leases.owner(shard) if self.leases is not None else None
-        if lease is None or lease.node == self.node:  # nobody, or ours but not yet acquired
-            self._pending[shard] = [(conn, raw, time.monotonic() + self.config.route_timeout)]
-            return True
-        self._send(conn, shard, lease.node, raw)
+        actions = self.router.frame(conn, shard_of(group), raw, time.monotonic())
+        if len(actions) == 1 and isinstance(actions[0], Dispatch):
+            return False  # this very frame, which the server has parsed already
+        self._apply(actions)
         return True
 
-    def _send(self, conn: int, shard: int, owner: str, raw: bytes) -> None:
-        up = self._uplink(owner)
-        opened = self._opened.setdefault(conn, set())
-        if owner not in opened:
-            opened.add(owner)
-            up.send(conn, OPEN, self._open_record(conn))
-        key = (owner, shard)
-        self._routes.setdefault(key, set()).add(conn)
-        self._conn_routes.setdefault(conn, set()).add(key)
-        up.send(conn, FRAME, raw)
-        self.stats.frames_routed += 1
+    def _apply(self, actions: list[RouteAction]) -> None:
+        """Carry out what the router decided, in order."""
+        assert self._server is not None
+        for a in actions:
+            if isinstance(a, Dispatch):
+                self._server.dispatch_raw(a.conn, a.raw)
+            elif isinstance(a, Forward):
+                up = self._uplink(a.owner)
+                if a.open_first:
+                    up.send(a.conn, OPEN, self._open_record(a.conn))
+                up.send(a.conn, FRAME, a.raw)
+                self.stats.frames_routed += 1
+            elif isinstance(a, CloseConns):
+                if a.shard is not None and a.reason != MOVED:
+                    log.warning("no_owner", shard=a.shard, conns=len(a.conns), why=a.reason)
+                self._close_edge_conns(a.conns, a.reason)
+            elif isinstance(a, ClosedAt):
+                link = self._uplinks.get(a.owner)
+                if link is not None:
+                    link.send(a.conn, CLOSED, orjson.dumps({"code": a.code, "reason": a.reason}))
 
     def refuse(self, conn: int, group: str, raw: bytes, *, remote: bool) -> bool:
         """A group frame that reached this node late: if the group is not ours (any more),
@@ -296,22 +290,13 @@ class ClusterNode:
 
     def closed(self, conn: int, code: int, reason: str) -> None:
         """The edge's connection `conn` closed: every owner it was opened at hears of it."""
-        for owner in self._opened.pop(conn, ()):
-            up = self._uplinks.get(owner)
-            if up is not None:
-                up.send(conn, CLOSED, orjson.dumps({"code": code, "reason": reason}))
-        for key in self._conn_routes.pop(conn, ()):
-            conns = self._routes.get(key)
-            if conns is not None:
-                conns.discard(conn)
-                if not conns:
-                    del self._routes[key]
+        self._apply(self.router.conn_closed(conn, code, reason))
 
     def refreshed(self, conn: int, identity: Identity) -> None:
-        for owner in self._opened.get(conn, ()):
+        for owner in sorted(self.router.opened_at(conn)):
             self._uplink(owner).send(conn, REFRESH, orjson.dumps(identity_json(identity)))
 
-    def _close_edge_conns(self, conns: set[int], reason: str) -> None:
+    def _close_edge_conns(self, conns: Sequence[int], reason: str) -> None:
         assert self._server is not None
         for conn in sorted(conns):
             self.stats.conns_moved += 1
@@ -319,55 +304,10 @@ class ClusterNode:
 
     def _gave_up(self, owner: str) -> None:
         self.stats.link_give_ups += 1
-        self._close_edge_conns({c for c, owners in self._opened.items() if owner in owners},
-                               "the node serving a group does not answer; reconnect")
-
-    def _flush_pending(self, shard: int) -> None:
-        if shard in self._flushing or shard not in self._pending:
-            return
-        self._flushing.add(shard)
-        task = asyncio.get_running_loop().create_task(self._drain_pending(shard))
-        self._tasks.add(task)
-        task.add_done_callback(self._drained)
-
-    def _drained(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # a bug of ours: the frames still waiting go when the shard's owner next changes,
-            # or their clients are told to reconnect when they time out (`_expire_pending`)
-            log.error("pending_flush_failed", error=repr(task.exception()))
-
-    async def _drain_pending(self, shard: int) -> None:
-        """The shard has an owner now: its waiting frames go, in order (new ones queue behind
-        them until the queue is empty)."""
-        assert self._server is not None and self.leases is not None
-        try:
-            queue = self._pending.get(shard, [])
-            while queue:
-                conn, raw, _deadline = queue.pop(0)
-                if shard in self.leases.held():
-                    self._server.dispatch_raw(conn, raw)
-                    continue
-                lease = self.leases.owner(shard)
-                if lease is None or lease.node == self.node:
-                    queue.insert(0, (conn, raw, _deadline))
-                    return  # the owner went again: keep waiting
-                if self._server.is_local(conn):
-                    self._send(conn, shard, lease.node, raw)
-            self._pending.pop(shard, None)
-        finally:
-            self._flushing.discard(shard)
-
-    def _expire_pending(self, now: float) -> None:
-        for shard, queue in list(self._pending.items()):
-            if shard in self._flushing or not queue or queue[0][2] > now:
-                continue
-            conns = {c for c, _raw, d in queue if d <= now}
-            self._pending[shard] = [e for e in queue if e[0] not in conns]
-            if not self._pending[shard]:
-                del self._pending[shard]
-            log.warning("no_owner", shard=shard, conns=len(conns))
-            self._close_edge_conns(conns, "no node serves this group right now; reconnect")
+        for a in self.router.link_lost(owner):
+            if isinstance(a, CloseConns):
+                self._close_edge_conns(
+                    a.conns, "the node serving a group does not answer; reconnect")
 
     # -- edge side: frames from owners ------------------------------------------------------------
 
@@ -383,12 +323,11 @@ class ClusterNode:
             # frames for our clients were lost on the way: they resume, and get them again
             self.stats.link_gaps += 1
             log.warning("owner_batch_gap", owner=owner, seq=seq)
-            self._close_edge_conns({c for c, owners in self._opened.items() if owner in owners},
-                                   "frames were lost between nodes; reconnect")
+            self._apply(self.router.link_lost(owner))
         server = self._server
         for kind, conns, data in entries:
             for conn in conns:
-                if owner not in self._opened.get(conn, ()):
+                if not self.router.is_opened(conn, owner):
                     continue  # not (or no longer) routed there: an old owner's frame
                 if kind == CLOSE:
                     c = orjson.loads(data)
@@ -503,12 +442,13 @@ class ClusterNode:
         for a in actions:
             if isinstance(a, Acquired):
                 acquired.append(a.shard)
-                self._flush_pending(a.shard)
+                self._apply(self.router.acquired(a.shard))
             elif isinstance(a, Lost):
                 lost.setdefault(a.why, []).append(a.shard)
+                self._apply(self.router.lost(a.shard))
                 self._lost(a.shard, a.why)
             elif isinstance(a, OwnerChanged):
-                self._owner_changed(a)
+                self._apply(self.router.owner_changed(a.shard, a.old, a.new))
             elif isinstance(a, NodeDown):
                 self._node_down(a.node)
         if acquired:
@@ -526,16 +466,6 @@ class ClusterNode:
         if groups:
             log.info("shard_groups_dropped", shard=shard, groups=len(groups), why=why)
             driver.drop_groups(groups, MOVED)
-
-    def _owner_changed(self, a: OwnerChanged) -> None:
-        old, new = a.old, a.new
-        if old is not None and old.node != self.node and (
-                new is None or (new.node, new.term) != (old.node, old.term)):
-            conns = self._routes.pop((old.node, a.shard), set())
-            if conns:
-                self._close_edge_conns(conns, MOVED)
-        if new is not None and new.node != self.node:
-            self._flush_pending(a.shard)
 
     def _node_down(self, node: str) -> None:
         """An edge died: its members' connections are closed in the hub now (they are

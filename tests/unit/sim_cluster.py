@@ -1,0 +1,984 @@
+"""A simulated cluster, in the style of tests/unit/sim.py (trio's fake network, seeded).
+
+N nodes, each one incarnation of a real `Hub` run by the real `Driver` (notify/runtime), with
+its own ports, and each an edge whose routing is the real sans-I/O `EdgeRouter`
+(notify/cluster/routing.py) fed by a seeded owner table (the lease machine's `Acquired`, `Lost`
+and `OwnerChanged`, in the order `ownership.py` emits them). Clients are the real SDK protocol
+(`ClientProtocol`, as in sim.py), each connected to one edge; their group frames go where the
+router says: the edge's own driver, or over a FIFO link to the owner, which knows the connection
+as a remote one (`Driver.opened_remote`, then `Driver.frame`, `Driver.closed`); the owner's frames
+for it come back over the link to the edge, which hands them on only while the connection is
+opened at that owner (node.py's rule).
+
+One log for all (`MemoryLog`) that fences: a node that fetches a group becomes the only one
+whose writes to it are accepted; the others are answered `Fenced`, and their driver drops the
+group. A seeded `random.Random` decides every step and injects the cluster's faults, besides
+sim.py's client faults (drops, resumes, new incarnations, joins, leaves, pauses):
+
+- **Owner changes**: a shard moves to another node, or to nobody for a while (frames wait at the
+  edges, and their clients are told to reconnect after `route_timeout`). The old owner drops
+  the shard's groups at once, or, now and then, only later (a paused owner): meanwhile it still
+  serves them, and the log's fence is what stops it.
+- **Node kills**: the node's hub, driver and router vanish, with its links; its clients
+  reconnect elsewhere, the owners close its remote connections (`NodeDown`), its shards move.
+  A write it had in flight may still land in the log, unanswered.
+- **Link losses**: what is in flight from one node to another is lost; the edge closes the
+  connections opened at that owner (a gap, or a give-up), and they resume.
+
+Checked: G1-G6 by sim.py's `Observer` at every application event, every frame that leaves an
+owner against what the log holds (durable before sent: `deliver`, `published`,
+`view_install`, `abort`), every stored view the next version, outcomes of one atomic never
+contradicting each other across owners, and after a quiescent phase liveness (every group
+stable, every member in the view its client has). A failure says `seed=...`: `run(seed, steps)`
+replays it exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from sim import (
+    BENIGN_ERRORS,
+    Conn,
+    InvariantViolation,
+    Observer,
+    SimMember,
+    _pick,
+)
+
+from client_sdk.events import Outcome, Published, Rejected, ServerError
+from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
+from notify.cluster.ownership import Lease
+from notify.cluster.routing import (
+    CloseConns,
+    ClosedAt,
+    Dispatch,
+    EdgeRouter,
+    Forward,
+    RouteAction,
+)
+from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core.actions import Error
+from notify.core.events import (
+    Ack,
+    CheckpointChunk,
+    FlushOk,
+    Hello,
+    Join,
+    Leave,
+    Publish,
+    StateChunk,
+)
+from notify.core.membership import GroupState
+from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime.driver import MOVED
+from notify.runtime.frames import unbatch
+from notify.runtime.ports import Fenced
+from notify.storage import MemoryLog
+from notify.wire import parse
+
+GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk)
+EPOCH = 7
+
+
+@dataclass(frozen=True)
+class ClusterSimConfig:
+    nodes: int = 3
+    members: int = 5
+    #: one shard per group (the owner table is per shard; shards.py's hash is not needed here)
+    groups: tuple[str, ...] = ("g1", "g2", "g3")
+    timeouts: Timeouts = field(default_factory=lambda: Timeouts(
+        suspect_timeout=3.0, flush_timeout=5.0, ack_timeout=10.0, install_hold=0.0))
+    route_timeout: float = 4.0
+    p_fault: float = 0.05
+    p_publish: float = 0.15
+    p_non_member_publish: float = 0.02
+    outsiders: int = 1
+    p_accept_any: float = 0.5
+    p_write_fail: float = 0.02
+    #: cluster faults, as weights among the faults
+    w_owner_change: float = 1.5
+    w_kill: float = 0.3
+    w_link_loss: float = 0.6
+    #: how often a deposed owner notices only later (it goes on serving until fenced)
+    p_late_notice: float = 0.3
+
+
+@dataclass(eq=False)
+class ClientConn(Conn):
+    node: SimNode | None = None
+    #: the resume token its hello presented
+    presented: str | None = None
+
+
+# -- the shared, fencing log ----------------------------------------------------------------------
+
+
+class FencedLog:
+    """The one log: the node (incarnation) that fetched a group last is the only writer."""
+
+    def __init__(self) -> None:
+        self.log = MemoryLog()
+        self.fence: dict[str, SimNode] = {}
+
+
+# -- one node ------------------------------------------------------------------------------------
+
+
+class SimNode:
+    """One incarnation of a node: hub, driver, router, and its ports."""
+
+    def __init__(self, sim: ClusterSimulation, name: str, inc: int) -> None:
+        self.sim, self.name, self.inc = sim, name, inc
+        self.dead = False
+        tokens = iter(range(1, 1 << 30))
+        self.hub = Hub(CoreConfig(timeouts=sim.cfg.timeouts),
+                       new_token=lambda: f"{name}.{inc}.s{next(tokens)}", epoch=EPOCH)
+        self.driver = Driver(self.hub, transport=self, store=self, observer=self,
+                             clock=lambda: sim.now)
+        self.router = EdgeRouter(name, route_timeout=sim.cfg.route_timeout)
+        #: owner side: our number -> (edge node, edge conn); and back
+        self.remote: dict[int, tuple[str, int]] = {}
+        self.vconns: dict[tuple[str, int], int] = {}
+        #: ownership notices this node has not acted on yet (a paused owner)
+        self.late: list[tuple[int, Lease | None, Lease | None]] = []
+
+    def __repr__(self) -> str:
+        return f"{self.name}#{self.inc}"
+
+    # -- Transport ----------------------------------------------------------------------------
+
+    def push(self, conn: int, data: bytes, *, bounded: bool = True, frames: int = 1) -> None:
+        if self.dead:
+            return
+        out = list(unbatch(orjson.loads(data)))
+        for f in out:
+            self.sim.check_durable(f, self, conn)
+        key = self.remote.get(conn)
+        if key is not None:
+            self.sim.link(self.name, key[0]).append(("data", key[1], out))
+            return
+        c = self.sim.conns.get(conn)
+        if c is not None and c.node is self and c.alive and c.server_open:
+            c.to_client.extend(out)
+
+    def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
+        if self.dead:
+            return
+        key = self.remote.get(conn)
+        if key is not None:
+            self.sim.link(self.name, key[0]).append(("close", key[1], code, reason))
+            return
+        c = self.sim.conns.get(conn)
+        if c is not None and c.node is self and c.server_open:
+            c.server_open = False  # the driver tells the hub
+            self.sim.client_lost(c)
+            self.apply(self.router.conn_closed(conn, code, reason))
+
+    # -- Store --------------------------------------------------------------------------------
+
+    def write(self, write: Write, done: Done) -> None:
+        if self.dead:
+            return
+        g = self.hub.groups.get(write.group)
+        view = g.view.version if g is not None else -1
+        self.sim.writes.append((self, write, done, view))
+
+    def fetch(self, group: str, answer: Fetched) -> None:
+        if self.dead:
+            return
+        self.sim.log.fence[group] = self
+        sg = self.sim.log.log.load_group(group, self.hub.config.limits.retain_messages)
+        if sg is not None:
+            self.sim.count("group.fetched")
+        answer(sg, None)
+
+    def forget(self, group: str) -> None:
+        pass
+
+    # -- Observer -----------------------------------------------------------------------------
+
+    def event(self, e: LogEvent) -> None:
+        pass
+
+    def checkpoint(self, a: CheckpointAction) -> None:
+        self.sim.obs.fail(f"{self}: no checkpoint was asked for: {a}")
+
+    def halt(self, reason: str) -> None:
+        self.sim.obs.fail(f"{self} halted: {reason}")
+
+    # -- the host: what node.py and the server do around the router --------------------------
+
+    def apply(self, actions: list[RouteAction]) -> None:
+        sim = self.sim
+        for a in actions:
+            if self.dead:
+                return
+            if isinstance(a, Dispatch):
+                self.dispatch(a.conn, a.raw, remote=False)
+            elif isinstance(a, Forward):
+                up = sim.link(self.name, a.owner)
+                if a.open_first:
+                    c = sim.conns[a.conn]
+                    s = self.hub.session_of(a.conn)
+                    up.append(("open", a.conn, s.member if s else None,
+                               s.token if s else None, c.presented))
+                up.append(("frame", a.conn, a.raw))
+                sim.count("routed")
+            elif isinstance(a, CloseConns):
+                sim.count(f"router.close.{a.reason[:12]}")
+                for conn in a.conns:
+                    self.close_local(conn, a.reason)
+            elif isinstance(a, ClosedAt):
+                sim.link(self.name, a.owner).append(("closed", a.conn, a.code, a.reason))
+
+    def close_local(self, conn: int, reason: str) -> None:
+        """The edge closes a connection it holds (the server's `close` of a local socket)."""
+        c = self.sim.conns.get(conn)
+        if c is None or c.node is not self or not c.server_open:
+            return
+        self.sim.client_lost(c)
+        c.server_open = False
+        self.driver.closed(conn, 4003, reason)
+        self.apply(self.router.conn_closed(conn, 4003, reason))
+
+    def shard_of(self, frame: Any) -> int:
+        return self.sim.cfg.groups.index(frame.group)
+
+    def dispatch(self, conn: int, raw: bytes, *, remote: bool) -> None:
+        """`NotifyServer.dispatch_raw`: a frame for this node's driver, unless its group is not
+        this node's (any more): a routed one's edge is told, a held one is routed again."""
+        frame = parse(raw)
+        if isinstance(frame, Error):
+            self.sim.obs.fail(f"{self}: cannot parse {raw!r}")
+            return
+        assert isinstance(frame, GROUP_FRAMES)
+        shard = self.shard_of(frame)
+        if not self.router.holds(shard):
+            if remote:
+                key = self.remote.get(conn)
+                if key is not None:
+                    self.sim.count("owner.not_owner")
+                    self.sim.link(self.name, key[0]).append(("close", key[1], 4003, MOVED))
+            else:
+                self.apply(self.router.frame(conn, shard, raw, self.sim.now))
+            return
+        self.driver.frame(conn, frame)
+
+    def client_frame(self, c: ClientConn, f: dict[str, Any]) -> None:
+        raw = orjson.dumps(f)
+        frame = parse(raw)
+        if isinstance(frame, Error):
+            self.sim.obs.fail(f"the client sent a frame the server cannot parse: {f} ({frame})")
+            return
+        if isinstance(frame, GROUP_FRAMES):
+            actions = self.router.frame(c.id, self.shard_of(frame), raw, self.sim.now)
+            if len(actions) == 1 and isinstance(actions[0], Dispatch):
+                self.driver.frame(c.id, frame)
+            else:
+                self.apply(actions)
+            return
+        self.driver.frame(c.id, frame)
+
+    def link_in(self, src: str, entry: tuple[Any, ...]) -> None:
+        """An entry from node `src`'s link (edge -> owner, or owner -> edge)."""
+        kind = entry[0]
+        sim = self.sim
+        if kind == "open":
+            _, conn, member, token, presented = entry
+            if (src, conn) in self.vconns:
+                return
+            vid = sim.new_conn_id()
+            sim.conn_member[vid] = member
+            self.vconns[(src, conn)], self.remote[vid] = vid, (src, conn)
+            self.driver.opened_remote(vid, Hello(1, member, presented), None, token)
+        elif kind in ("frame", "closed"):
+            vid = self.vconns.get((src, entry[1]))
+            if vid is None:
+                if kind == "frame":  # not a connection we know (it moved, or we restarted)
+                    sim.link(self.name, src).append(("close", entry[1], 4003, MOVED))
+                return
+            if kind == "frame":
+                self.dispatch(vid, entry[2], remote=True)
+            else:
+                del self.vconns[(src, entry[1])], self.remote[vid]
+                self.driver.closed(vid, entry[2], entry[3])
+        elif kind == "data":
+            _, conn, frames = entry
+            c = sim.conns.get(conn)
+            if (self.router.is_opened(conn, src) and c is not None and c.node is self
+                    and c.alive and c.server_open):
+                c.to_client.extend(frames)
+        else:
+            assert kind == "close"
+            if self.router.is_opened(conn := entry[1], src):
+                self.close_local(conn, entry[3])
+
+    def node_down(self, node: str) -> None:
+        """`ClusterNode._node_down`: an edge died; its connections are closed here now."""
+        for (edge, conn), vid in sorted(self.vconns.items()):
+            if edge == node:
+                del self.vconns[(edge, conn)], self.remote[vid]
+                self.driver.closed(vid, 1006, "edge down")
+
+    def remember_outcomes(self) -> None:
+        for name, g in self.hub.groups.items():
+            for off, oc in g.topic._outcomes.items():
+                if oc:  # an abort counts once stored (an unstored one dies with its owner)
+                    self.sim.note_outcome(name, off, oc)
+
+
+# -- the checker ------------------------------------------------------------------------------
+
+
+class ClusterObserver(Observer):
+    """sim.py's checker; an atomic's outcome is whatever owner decided it (they must agree)."""
+
+    sim: ClusterSimulation
+
+    def outcome(self, group: str, offset: int) -> bool | None:
+        return self.sim.outcome(group, offset)
+
+    def fail(self, what: str) -> None:
+        """Also kept: a check that fails inside the driver's actions (a frame pushed) is
+        contained there (G13), so the run stops at the end of the step instead."""
+        try:
+            super().fail(what)
+        except InvariantViolation as e:
+            if self.sim.failure is None:
+                self.sim.failure = e
+            raise
+
+
+# -- the simulation ---------------------------------------------------------------------------
+
+
+class ClusterSimulation:
+    def __init__(self, seed: int, cfg: ClusterSimConfig | None = None) -> None:
+        self.seed = seed
+        self.cfg = cfg or ClusterSimConfig()
+        self.rng = random.Random(seed)
+        self.now = 1000.0
+        self.steps = 0
+        self.names = [f"n{i}" for i in range(self.cfg.nodes)]
+        self.incs = dict.fromkeys(self.names, 0)
+        self.nodes = {n: SimNode(self, n, 0) for n in self.names}
+        self.obs = ClusterObserver(self)  # type: ignore[arg-type]
+        self.members = [SimMember(f"m{i}", ClientProtocol(f"m{i}"))
+                        for i in range(self.cfg.members)]
+        self.outsiders = [SimMember(f"x{i}", ClientProtocol(f"x{i}"))
+                          for i in range(self.cfg.outsiders)]
+        self.everyone = self.members + self.outsiders
+        self._by_name = {m.name: m for m in self.everyone}
+        self.conns: dict[int, ClientConn] = {}
+        self._next_conn = 0
+        #: (src, dst) -> entries in flight, FIFO
+        self.links: dict[tuple[str, str], deque[tuple[Any, ...]]] = {}
+        self.writes: deque[tuple[SimNode, Write, Done, int]] = deque()
+        self.log = FencedLog()
+        #: shard -> its lease (the truth the lease machine would see); terms only grow
+        self.owners: dict[int, Lease | None] = {}
+        self.term = 0
+        self.durable: dict[tuple[str, int], tuple[str, int, str]] = {}
+        self.durable_ids: dict[tuple[str, str], int] = {}
+        self.stored_views: dict[str, int] = {}
+        self.stored_aborts: set[tuple[str, int]] = set()
+        self.outcomes: dict[tuple[str, int], bool] = {}
+        self.unnoticed: list[ClientConn] = []
+        self.stats: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        #: every step's kind and the rng's state, for the replay test
+        self.trace: list[tuple[int, str]] = []
+        #: the first invariant that failed (raised again after the step it failed in)
+        self.failure: InvariantViolation | None = None
+        #: conn (local or remote) -> its member, for checking `published`
+        self.conn_member: dict[int, str] = {}
+
+    def member(self, name: str) -> SimMember:
+        return self._by_name[name]
+
+    def count(self, what: str) -> None:
+        self.stats[what] = self.stats.get(what, 0) + 1
+
+    def new_conn_id(self) -> int:
+        self._next_conn += 1
+        return self._next_conn
+
+    def link(self, src: str, dst: str) -> deque[tuple[Any, ...]]:
+        return self.links.setdefault((src, dst), deque())
+
+    # -- outcomes and durability --------------------------------------------------------------
+
+    def note_outcome(self, group: str, offset: int, oc: bool) -> None:
+        prior = self.outcomes.setdefault((group, offset), oc)
+        if prior != oc:
+            self.obs.fail(f"G5: atomic {group}@{offset} decided {prior} and then {oc}")
+
+    def outcome(self, group: str, offset: int) -> bool | None:
+        for node in self.nodes.values():
+            g = node.hub.groups.get(group)
+            oc = g.topic.outcome(offset) if g is not None else None
+            if oc is not None:
+                if oc or (group, offset) in self.stored_aborts:
+                    self.note_outcome(group, offset, oc)
+                return oc
+        oc = self.outcomes.get((group, offset))
+        if oc is None and (group, offset) in self.stored_aborts:
+            return False
+        return oc
+
+    def check_durable(self, f: dict[str, Any], node: SimNode, conn: int) -> None:
+        """Nothing leaves an owner that speaks of what the log does not hold (G10, G1, G5)."""
+        kind = f["type"]
+        if kind == "deliver":
+            stored = self.durable.get((f["group"], f["offset"]))
+            if stored != (f["stream"], f["seq"], f["sender"]):
+                self.obs.fail(f"G10: {node} sent deliver {f}, the log holds {stored}")
+        elif kind == "published":
+            member = self.conn_member.get(conn)
+            if self.durable_ids.get((str(member), f["id"])) != f["offset"]:
+                self.obs.fail(f"G10: {node} sent {f} to {member}, the log holds "
+                              f"{self.durable_ids.get((str(member), f['id']))}")
+        elif kind == "view_install":
+            if self.stored_views.get(f["group"], 0) < f["view"]:
+                self.obs.fail(f"G1: {node} sent {f} before it was stored")
+        elif kind == "abort":
+            for off in f["offsets"]:
+                if (f["group"], off) not in self.stored_aborts:
+                    self.obs.fail(f"G5: {node} sent abort of {f['group']}@{off} unstored")
+
+    def store(self) -> None:
+        """The log takes the oldest write: a fenced writer is refused, appends fail now and
+        then, a dead node's write lands (if its fence holds) but nobody hears of it."""
+        node, w, done, view = self.writes.popleft()
+        if self.log.fence.get(w.group) is not node:
+            self.count("write.fenced")
+            if not node.dead:
+                node.remember_outcomes()
+                done(Fenced(f"{w.group} is fenced by another node"))
+            return
+        if isinstance(w, Append):
+            if self.rng.random() < self.cfg.p_write_fail:
+                self.count("write.failed")
+                if not node.dead:
+                    done("injected: disk I/O error")
+                return
+            self.log.log.write(w, lambda error: None)
+            for m in w.messages:
+                self.durable[(m.group, m.offset)] = (m.stream, m.seq, m.sender)
+                self.durable_ids[(m.sender, m.id)] = m.offset
+                self.obs.accepted(m, view)
+        else:
+            i = w.install
+            last = self.stored_views.get(i.group, 0)
+            if i.view != last + 1:  # G1 across owners rests on this (and on the fence)
+                self.obs.fail(f"G1: {node} stored view {i.view} of {i.group} after {last}")
+            self.stored_views[i.group] = i.view
+            self.stored_aborts.update((i.group, o) for o in w.aborted)
+            for o in w.aborted:
+                self.note_outcome(i.group, o, False)
+            self.log.log.write(w, lambda error: None)
+        if node.dead:
+            self.count("write.landed_dead")
+            return
+        done(None)
+
+    # -- ownership ------------------------------------------------------------------------------
+
+    def set_owner(self, shard: int, new_node: str | None) -> None:
+        """The lease of `shard` moves to `new_node` (None: nobody holds it for a while)."""
+        for n in self.nodes.values():  # a node acts on older notices first
+            self.notice(n)
+        old = self.owners.get(shard)
+        new: Lease | None = None
+        if new_node is not None:
+            self.term += 1
+            new = Lease(new_node, self.term, self.term)
+        self.owners[shard] = new
+        self.count("owner_change" if new is not None else "owner_change.none")
+        for n in list(self.nodes.values()):
+            if n.dead:
+                continue
+            if old is not None and old.node == n.name:
+                if (new is None or new.node != n.name) and \
+                        self.rng.random() < self.cfg.p_late_notice:
+                    n.late.append((shard, old, new))  # paused: it serves on until fenced
+                    self.count("owner.late_notice")
+                    continue
+                self.lose(n, shard)
+            if new is not None and new.node == n.name:
+                n.apply(n.router.acquired(shard))
+            n.apply(n.router.owner_changed(shard, old, new))
+
+    def lose(self, n: SimNode, shard: int) -> None:
+        """`ClusterNode._lost`: the router stops dispatching, the driver drops the groups."""
+        n.apply(n.router.lost(shard))
+        groups = [g for g in n.driver.group_names() if self.cfg.groups.index(g) == shard]
+        n.remember_outcomes()
+        n.driver.drop_groups(groups, MOVED)
+
+    def notice(self, n: SimNode) -> None:
+        """A paused owner wakes up and acts on what it missed."""
+        late, n.late = n.late, []
+        for shard, old, new in late:
+            if not n.dead:
+                self.lose(n, shard)
+                n.apply(n.router.owner_changed(shard, old, new))
+
+    def kill(self, name: str) -> None:
+        """The node dies: its state vanishes; a new incarnation starts, owning nothing."""
+        old = self.nodes[name]
+        old.remember_outcomes()
+        old.dead = True
+        self.count("kill")
+        for (a, b), q in self.links.items():
+            if name in (a, b):
+                q.clear()
+        for c in list(self.conns.values()):
+            if c.node is old and c.alive:  # the client sees its socket die
+                m = self.member(c.member)
+                c.alive = c.server_open = False
+                c.to_client.clear()
+                c.to_server.clear()
+                if m.conn is c:
+                    m.conn = None
+        self.incs[name] += 1
+        new = self.nodes[name] = SimNode(self, name, self.incs[name])
+        for shard, lease in sorted(self.owners.items()):  # it syncs the current table
+            if lease is not None and lease.node != name:
+                new.apply(new.router.owner_changed(shard, None, lease))
+        for n in self.nodes.values():
+            if n is not new:
+                n.node_down(name)
+                n.apply(n.router.link_lost(name))
+        for shard, lease in sorted(self.owners.items()):
+            if lease is not None and lease.node == name:
+                self.set_owner(shard, self.rng.choice(self.names))
+
+    def lose_link(self) -> None:
+        busy = sorted(k for k, q in self.links.items() if q)
+        if not busy:
+            return
+        src, dst = self.rng.choice(busy)
+        q = self.links[(src, dst)]
+        # An edge's `closed` notices are kept: the uplink resends until it gives up, and a
+        # notice lost then would leave the owner a connection nobody closes (see the report).
+        lost = [e for e in q if e[0] != "closed"]
+        kept = deque(e for e in q if e[0] == "closed")
+        self.count("link_loss")
+        q.clear()
+        q.extend(kept)
+        if any(e[0] in ("open", "frame") for e in lost):  # src's uplink to dst gave up
+            self.nodes[src].apply(self.nodes[src].router.link_lost(dst))
+        if any(e[0] in ("data", "close") for e in lost):  # dst sees a gap in src's batches
+            self.nodes[dst].apply(self.nodes[dst].router.link_lost(src))
+
+    # -- clients --------------------------------------------------------------------------------
+
+    def client_lost(self, c: ClientConn) -> None:
+        """The connection is gone for the client (closed by its edge)."""
+        if c.alive:
+            c.alive = False
+            c.to_client.clear()
+            c.to_server.clear()
+            m = self.member(c.member)
+            if m.conn is c:
+                m.conn = None
+
+    def connect(self, m: SimMember, *, resume: bool) -> None:
+        node = self.nodes[self.rng.choice(self.names)]
+        c = ClientConn(self.new_conn_id(), m.name, node=node)
+        self.conns[c.id] = c
+        self.conn_member[c.id] = m.name
+        m.conn = c
+        node.driver.opened(c.id)
+        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
+        if resume and m.session:
+            hello["resume_session"] = m.session
+            c.presented = m.session
+        c.to_server.append(hello)
+        if resume:
+            for name, g in m.proto.groups.items():
+                if g.phase is not GroupPhase.LEFT:
+                    if not g.epoch:
+                        self.obs.fresh_join(m.name, name)
+                    req = m.req()
+                    m.join_reqs[req] = name
+                    m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
+                                 resume=True)
+            for f in list(m.unanswered.values()):
+                self.obs.retried_ids.add(f["id"])
+                m.proto.send(f)
+        else:
+            m.proto = ClientProtocol(m.name)
+            m.unanswered.clear()
+            for g in self.cfg.groups:
+                self.obs.fresh_join(m.name, g)
+        self.flush(m)
+
+    def flush(self, m: SimMember) -> None:
+        out = m.proto.data_to_send()
+        if m.conn is not None and m.conn.alive:
+            m.conn.to_server.extend(out)
+
+    def client_in(self, m: SimMember, n: int) -> None:
+        c = m.conn
+        assert c is not None
+        events: list[Any] = []
+        replies: list[Any] = []
+        for _ in range(min(n, len(c.to_client))):
+            f = c.to_client.popleft()
+            if f["type"] == "welcome":
+                m.session = f["session"]
+                continue
+            try:
+                ev, rep = m.proto.receive(f)
+            except ProtocolViolation as e:
+                self.obs.fail(f"{m.name}: the client protocol refused {f}: {e}")
+                raise
+            events.extend(ev)
+            replies.extend(rep)
+        self.obs.events(m, events)
+        for r in replies:
+            self.reply(m, r)
+        self.flush(m)
+
+    def reply(self, m: SimMember, r: Any) -> None:
+        if isinstance(r, Published):
+            frame = m.unanswered.pop(r.id, None)
+            prior = m.published.get(r.id)
+            if prior is not None and prior[1] != r.offset:
+                self.obs.fail(f"idempotency: {r.id} published at {prior[1]} then {r.offset}")
+            if frame is not None:
+                m.published[r.id] = (frame, r.offset)
+        elif isinstance(r, Rejected):
+            m.unanswered.pop(r.id, None)
+            if r.id in m.published:
+                self.obs.fail(f"idempotency: {r.id} published then rejected")
+            self.obs.rejected_ids.add(r.id)
+            self.count(f"rejected.{r.code}")
+        elif isinstance(r, Outcome):
+            oc = self.obs.outcome(r.group, r.offset)
+            if oc is not r.committed:
+                self.obs.fail(f"G5: sender {m.name} told {r} but the owner recorded {oc}")
+            self.count("outcome")
+        else:
+            assert isinstance(r, ServerError)
+            self.errors[r.code] = self.errors.get(r.code, 0) + 1
+            if r.code not in BENIGN_ERRORS:
+                self.obs.fail(f"{m.name} got an unexpected error {r}")
+            group = m.join_reqs.pop(r.req, None) if r.req else None
+            if group is not None and group in m.proto.groups and \
+                    m.proto.groups[group].phase is GroupPhase.JOINING:
+                del m.proto.groups[group]
+
+    def publish(self, m: SimMember, group: str, *, member: bool = True) -> None:
+        order = "total" if self.rng.random() < 0.3 else "fifo"
+        atomic = member and self.rng.random() < 0.25
+        same_view = member and self.rng.random() < 0.2
+        m.counter += 1
+        pid = f"{m.name}.{m.counter}"
+        payload = {"m": m.name, "n": m.counter, "sv": same_view}
+        f = m.proto.publish_frame(m.req(), group, pid, payload, order=order if member else "fifo",
+                                  atomic=atomic, same_view=same_view)
+        m.unanswered[pid] = f
+        m.proto.send(f)
+        self.flush(m)
+        self.count("publish")
+
+    def join(self, m: SimMember, group: str) -> None:
+        accept = "any" if self.rng.random() < self.cfg.p_accept_any else "members"
+        m.accept_from[group] = accept
+        self.obs.fresh_join(m.name, group)
+        req = m.req()
+        m.join_reqs[req] = group
+        m.proto.join(req, group, accept_from=accept)
+        self.flush(m)
+        self.count("join")
+
+    def drop(self, m: SimMember) -> None:
+        """The client loses its connection; its edge notices now or later."""
+        c = m.conn
+        assert isinstance(c, ClientConn)
+        self.client_lost(c)
+        if self.rng.random() < 0.7:
+            self.server_closed(c)
+        else:
+            self.unnoticed.append(c)
+        self.count("drop")
+
+    def server_closed(self, c: ClientConn) -> None:
+        node = c.node
+        assert node is not None
+        if c.server_open and not node.dead:
+            c.server_open = False
+            node.driver.closed(c.id)
+            node.apply(node.router.conn_closed(c.id))
+
+    # -- the scheduler --------------------------------------------------------------------------
+
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.timers()
+
+    def timers(self) -> None:
+        for n in list(self.nodes.values()):
+            if n.dead:
+                continue
+            n.driver.tick()
+            n.apply(n.router.tick(self.now))
+
+    def next_wakeup(self) -> float | None:
+        times = []
+        for n in self.nodes.values():
+            for t in (n.driver.next_wakeup(), n.router.next_deadline()):
+                if t is not None:
+                    times.append(t)
+        return min(times, default=None)
+
+    def queues(self) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+        out += [("s", c) for c in self.conns.values()
+                if c.to_server and c.server_open and c.alive]
+        out += [("w", None)] if self.writes else []
+        out += [("c", m) for m in self.everyone if m.conn is not None and m.conn.to_client]
+        out += [("l", k) for k, q in sorted(self.links.items()) if q]
+        return out
+
+    def move(self, kind: str, x: Any, n: int) -> None:
+        if kind == "s":
+            f = x.to_server.popleft()
+            x.node.client_frame(x, f)
+        elif kind == "w":
+            self.store()
+        elif kind == "c":
+            self.client_in(x, n)
+        else:
+            src, dst = x
+            entry = self.links[x].popleft()
+            self.nodes[dst].link_in(src, entry)
+
+    def step(self) -> None:
+        self.steps += 1
+        rng = self.rng
+        self.advance(rng.expovariate(1 / 0.01))
+        options = self.queues()
+        choices: list[tuple[float, str]] = []
+        if options:
+            choices.append((12.0, "move"))
+        choices.append((self.cfg.p_publish * 10, "publish"))
+        choices.append((self.cfg.p_fault * 10, "fault"))
+        kind = _pick(rng, choices)
+        self.trace.append((self.steps, kind))
+        if kind == "move":
+            k, x = rng.choice(options)
+            slow = k == "c" and x.slow
+            if slow and rng.random() < 0.9:
+                return
+            self.move(k, x, 1000 if slow else rng.randint(1, 3))
+        elif kind == "publish":
+            self.app_publish()
+        else:
+            self.fault()
+
+    def app_publish(self) -> None:
+        rng = self.rng
+        if rng.random() < self.cfg.p_non_member_publish / max(self.cfg.p_publish, 1e-9):
+            senders = [x for x in self.outsiders if x.conn is not None]
+            if senders:
+                self.publish(rng.choice(senders), rng.choice(self.cfg.groups), member=False)
+                self.count("publish.non_member")
+            return
+        connected = [m for m in self.members if m.conn is not None]
+        if not connected:
+            return
+        m = rng.choice(connected)
+        active = [n for n, g in m.proto.groups.items() if g.can_send]
+        if active:
+            if m.published and rng.random() < 0.05:
+                pid = rng.choice(sorted(m.published))
+                self.obs.retried_ids.add(pid)
+                m.proto.send(m.published[pid][0])
+                self.flush(m)
+                self.count("publish.retry")
+                return
+            self.publish(m, rng.choice(active))
+
+    def fault(self) -> None:
+        rng = self.rng
+        cfg = self.cfg
+        kind = _pick(rng, [(3, "drop"), (3, "reconnect"), (1, "new_incarnation"),
+                           (3, "join"), (1.5, "leave"), (1, "slow"), (1, "notice"),
+                           (1, "pause"), (cfg.w_owner_change, "owner"), (cfg.w_kill, "kill"),
+                           (cfg.w_link_loss, "link"), (1, "wake")])
+        self.trace.append((self.steps, f"fault.{kind}"))
+        self.count(f"fault.{kind}")
+        connected = [m for m in self.everyone if m.conn is not None]
+        away = [m for m in self.everyone if m.conn is None]
+        if kind == "drop" and connected:
+            self.drop(rng.choice(connected))
+        elif kind == "reconnect" and away:
+            self.connect(rng.choice(away), resume=True)
+        elif kind == "new_incarnation":
+            m = rng.choice(self.everyone)
+            if m.conn is not None:
+                self.drop(m)
+            self.connect(m, resume=False)
+        elif kind == "join":
+            ms = [m for m in self.members if m.conn is not None]
+            if ms:
+                m = rng.choice(ms)
+                free = [g for g in cfg.groups if g not in m.proto.groups
+                        or m.proto.groups[g].phase is GroupPhase.LEFT]
+                if free:
+                    self.join(m, rng.choice(free))
+        elif kind == "leave":
+            ms = [m for m in self.members if m.conn is not None]
+            if ms:
+                m = rng.choice(ms)
+                active = [n for n, g in m.proto.groups.items() if g.can_send]
+                if active:
+                    m.proto.leave(m.req(), rng.choice(active))
+                    self.flush(m)
+        elif kind == "slow":
+            m = rng.choice(self.members)
+            m.slow = not m.slow
+        elif kind == "notice" and self.unnoticed:
+            self.server_closed(self.unnoticed.pop(rng.randrange(len(self.unnoticed))))
+        elif kind == "pause":
+            t = cfg.timeouts
+            self.advance(rng.choice([t.suspect_timeout, t.flush_timeout, t.ack_timeout,
+                                     cfg.route_timeout]) * rng.uniform(0.5, 1.3))
+        elif kind == "owner":
+            shard = rng.randrange(len(cfg.groups))
+            self.set_owner(shard, None if rng.random() < 0.25 else rng.choice(self.names))
+        elif kind == "kill":
+            self.kill(rng.choice(self.names))
+        elif kind == "link":
+            self.lose_link()
+        elif kind == "wake":
+            late = [n for n in self.nodes.values() if n.late]
+            if late:
+                self.notice(rng.choice(late))
+            orphans = [s for s in range(len(cfg.groups)) if self.owners.get(s) is None]
+            if orphans:  # a lease machine campaigns for what nobody holds
+                self.set_owner(rng.choice(orphans), rng.choice(self.names))
+
+    # -- running --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for shard in range(len(self.cfg.groups)):
+            self.set_owner(shard, self.rng.choice(self.names))
+        for x in self.outsiders:
+            self.connect(x, resume=False)
+        for m in self.members:
+            self.connect(m, resume=False)
+            for g in self.cfg.groups:
+                if self.rng.random() < 0.7:
+                    self.join(m, g)
+
+    def run(self, steps: int) -> ClusterSimulation:
+        try:
+            self.start()
+            for _ in range(steps):
+                self.step()
+                if self.failure is not None:
+                    raise self.failure
+            self.quiesce()
+            self.final_checks()
+            if self.failure is not None:
+                raise self.failure
+        except InvariantViolation:
+            raise
+        except Exception as e:
+            raise InvariantViolation(f"seed={self.seed} step={self.steps} t={self.now:.3f}: "
+                                     f"{type(e).__name__}: {e}") from e
+        return self
+
+    def drain(self) -> None:
+        for _ in range(200_000):
+            options = self.queues()
+            if not options:
+                return
+            self.steps += 1
+            k, x = self.rng.choice(options)
+            self.move(k, x, 1000)
+        self.obs.fail("the network never went quiet")
+
+    def quiesce(self) -> None:
+        """No more faults: every node acts on what it missed, every shard gets an owner, some
+        absent members come back, then every queue drains and every timer fires."""
+        for n in self.nodes.values():
+            self.notice(n)
+        for shard in range(len(self.cfg.groups)):
+            if self.owners.get(shard) is None:
+                self.set_owner(shard, self.rng.choice(self.names))
+        for c in self.unnoticed:
+            self.server_closed(c)
+        self.unnoticed.clear()
+        for m in self.everyone:
+            m.slow = False
+        for _round in range(300):
+            self.drain()
+            for m in self.everyone:  # a client whose connection was closed reconnects
+                if m.conn is None and self.rng.random() < 0.5:
+                    self.connect(m, resume=True)
+            self.drain()
+            d = self.next_wakeup()
+            if d is None:
+                break
+            self.now = max(self.now, d)
+            self.timers()
+        else:
+            self.obs.fail("timers never stopped (a flush or an atomic is stuck)")
+        self.drain()
+
+    def final_checks(self) -> None:
+        fail = self.obs.fail
+        for shard, name in enumerate(self.cfg.groups):
+            lease = self.owners[shard]
+            assert lease is not None
+            owner = self.nodes[lease.node]
+            for n in self.nodes.values():
+                if n is not owner and name in n.hub.groups:
+                    fail(f"{n} still serves {name}, owned by {owner}")
+            g = owner.hub.groups.get(name)
+            if g is None:
+                continue
+            if g.state is not GroupState.STABLE:
+                fail(f"liveness: group {name} is {g.state} after quiescence")
+            if len(g.atomics):
+                fail(f"liveness: group {name} has {len(g.atomics)} unresolved atomics")
+            if g.writes.busy or g.writes.held:
+                fail(f"liveness: group {name} still waits on a write")
+            view = g.view
+            for mem in view.members:
+                m = self.member(mem)
+                if g.slots[mem].conn is None:
+                    fail(f"liveness: {mem} is in {name} v{view.version} without a connection")
+                gp = m.proto.groups.get(name)
+                if gp is None or gp.phase is not GroupPhase.ACTIVE or gp.view != view.version:
+                    fail(f"G1: {mem} client has {name} as {gp and (gp.phase, gp.view)}, "
+                         f"owner {owner} view v{view.version} {view.members}")
+                    continue
+                if gp.members != view.members:
+                    fail(f"G1: {mem} sees {gp.members}, owner {view.members}")
+                self.obs.check_flush(mem, name, view.version, self.obs.track(mem, name))
+            for m in self.members:
+                gp = m.proto.groups.get(name)
+                if gp is not None and gp.phase is GroupPhase.ACTIVE and m.conn is not None \
+                        and m.name not in view.members:
+                    fail(f"G1: {m.name} thinks it is in {name} v{gp.view}, owner has "
+                         f"{view.members} at v{view.version}")
+        for (who, group), t in self.obs.tracks.items():
+            if any(b <= a for a, b in zip(t.total, t.total[1:], strict=False)):
+                fail(f"G4: {who} delivered {group}'s total stream out of order")
+
+
+def run(seed: int, steps: int, cfg: ClusterSimConfig | None = None) -> ClusterSimulation:
+    """Run one cluster simulation; a failure starts with `seed=...` so it replays exactly."""
+    return ClusterSimulation(seed, cfg).run(steps)

@@ -78,7 +78,7 @@ from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.driver import MOVED
 from notify.runtime.frames import unbatch
 from notify.runtime.ports import Fenced
-from notify.storage import MemoryLog
+from notify.storage.memory import MemoryLog
 from notify.wire import parse
 
 GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk)

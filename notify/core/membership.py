@@ -73,6 +73,13 @@ class IllegalTransition(Exception):
     """A programming error: the group was asked to do what its state forbids."""
 
 
+def _stronger(new: Reason, old: Reason | None) -> bool:
+    """Does `new` replace a removal already requested for `old`? Only a removal a resume could
+    call off (the member went quiet) by one it cannot (a new incarnation, a leave): the member
+    is leaving either way, but nothing may resume it any more."""
+    return old is not None and old.cancellable and not new.cancellable
+
+
 def step(state: GroupState, event: GroupEvent) -> GroupState:
     try:
         return GROUP_TRANSITIONS[state][event]
@@ -147,6 +154,10 @@ class Membership:
             del self.joins[member]
             return False
         p = self.proposal
+        if p is not None and _stronger(reason, p.leaving.get(member)):
+            p.leaving[member] = reason  # no flush to restart: it was leaving already
+        if _stronger(reason, self.leaves.get(member)):
+            self.leaves[member] = reason
         if p is not None:
             if member in p.joining:
                 del p.joining[member]

@@ -345,3 +345,29 @@ def test_G1_a_resume_across_more_installs_than_remembered_is_refused_not_skipped
     (err,) = net.take(b2, "error")
     assert err["code"] == "offset_unavailable" and "no longer remembered" in err["message"]
     assert net.take(b2, "view_resume", "view_install") == []
+
+
+def test_G8_a_new_incarnation_that_resumes_after_its_old_one_timed_out_joins_afresh() -> None:
+    """The old incarnation went quiet and its removal was requested (a resume could still
+    cancel that); then the member came back as a new incarnation (which removes the old one
+    for good) and joined with a saved resume point (G8). It must be let in by a fresh join
+    with catch-up, not resumed into the membership being removed (found by the cluster
+    simulator, seed 104: the join was answered `internal`)."""
+    from notify.core.events import Join, ResumePoint
+    from tests.unit.drive import G, Net, form
+
+    net = Net(suspect_timeout=1.0)
+    a, b = form(net, "ana", "bob")
+    net.publish(b, "p1")
+    head = net.hub.groups[G].topic.head
+    net.drop(a)
+    net.advance(1.5)                       # ana timed out: its removal is proposed
+    assert net.inbox[b][-1]["type"] == "view_change"  # (bob does not flush yet)
+    c = net.connect("ana")                 # a new incarnation: the old one is gone for good
+    net.send(c, Join("j2", G, resume=ResumePoint(1, head, {"fifo:bob": 1})))
+    assert not [f for f in net.take(c, "error") if f["code"] == "internal"]
+    for _ in range(3):                     # bob flushes whatever is proposed, until settled
+        net.flush(b)
+        net.take(b)
+    installs = net.take(c, "view_install")
+    assert installs and "ana" in installs[-1]["members"]

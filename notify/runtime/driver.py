@@ -20,7 +20,9 @@ I/O and never a rule, and the simulator and the replay run exactly what the serv
   to `fetch` it, and the driver holds that group's frames, and every later frame of their
   connections (a connection's frames are handled in the order it sent them), until the store
   answers or the load deadline passes (`write_timeout`: then they are refused `unavailable`,
-  as when the log cannot be read, and a late answer is ignored).
+  as when the log cannot be read, and a late answer is ignored). At most `MAX_HELD` frames
+  wait for one load (G14): a connection that sends more is closed (it resumes, and resends).
+  A host that can pause reading (the server) stops reading a connection while `holds(conn)`.
 - **Fences.** A write refused as `Fenced` means another node owns the group now: the group
   is dropped here (its members are told to reconnect, and resume at the owner) and the store
   forgets it, instead of failing the write. `drop_groups` does the same for a shard this node
@@ -53,6 +55,9 @@ log = structlog.get_logger("notify.runtime")
 
 #: what members of a group that left this node are told (they reconnect, and resume there)
 MOVED = "the group moved to another node; reconnect"
+
+#: frames that may wait for one group's load from the log
+MAX_HELD = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +113,7 @@ class Driver:
         """A client frame, parsed (notify/wire.py), for this node's hub."""
         group = self._waiting.get(conn)
         if group is not None:
-            self._loads[group].waiting.append((conn, frame))
+            self._hold(self._loads[group], conn, frame)
         elif isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
             self._fault_in(conn, frame)
         else:
@@ -186,6 +191,10 @@ class Driver:
         """Groups being fetched now (bounded by the groups frames name)."""
         return len(self._loads)
 
+    def holds(self, conn: int) -> bool:
+        """Do `conn`'s frames wait for a load? (A host may stop reading it meanwhile.)"""
+        return conn in self._waiting
+
     # -- frames and loads --------------------------------------------------------------------------
 
     def _handle(self, conn: int, frame: ClientFrame) -> None:
@@ -212,11 +221,23 @@ class Driver:
         if load is None:
             load = self._loads[frame.group] = _Load(
                 frame.group, self._clock() + self.hub.config.timeouts.write_timeout)
-        load.waiting.append((conn, frame))
-        self._waiting[conn] = frame.group
+        self._hold(load, conn, frame)
         if fetch:  # (the store may answer at once, inside `fetch`)
             self._store.fetch(frame.group, lambda stored, error: self._answered(
                 load, stored, error))
+
+    def _hold(self, load: _Load, conn: int, item: ClientFrame | _Closed) -> None:
+        if len(load.waiting) < MAX_HELD:
+            load.waiting.append((conn, item))
+            self._waiting[conn] = load.group
+            return
+        # bounded (G14): this connection goes, with what it had waiting; its client resumes
+        # and sends again (publishes are idempotent by id)
+        load.waiting = [(c, i) for c, i in load.waiting if c != conn]
+        self._waiting.pop(conn, None)
+        log.warning("too_many_held", group=load.group, conn=conn)
+        self.run([Close(conn, CloseCode.SHUTDOWN, f"too many frames wait for group "
+                                                  f"{load.group!r}; reconnect")])
 
     def _answered(self, load: _Load, stored: Restorable | None, error: str | None) -> None:
         """The store's answer to `load` (once; a late one, after the deadline, is ignored)."""
@@ -237,7 +258,7 @@ class Driver:
             log.error("load_group_failed", group=load.group, error=error)
         for conn, item in load.waiting:
             if conn in self._waiting:  # held again, by a later frame's load: keep the order
-                self._loads[self._waiting[conn]].waiting.append((conn, item))
+                self._hold(self._loads[self._waiting[conn]], conn, item)
             elif isinstance(item, _Closed):
                 self.closed(conn, item.code, item.reason)
             elif not isinstance(item, Join | Publish) or item.group != load.group:

@@ -120,6 +120,9 @@ class NotifyServer:
         self._edge: dict[int, tuple[str | None, Identity | None]] = {}
         #: reads of groups the driver asked for (`fetch`); each leaves when it ends
         self._fetches: set[asyncio.Task[StoredGroup | None]] = set()
+        #: set (and replaced) when a load ended or a connection closed: connections whose
+        #: reading waits for a load look again (`_while_held`)
+        self._loads_moved = asyncio.Event()
         self._pruning: asyncio.Task[int] | None = None
         self._timer: asyncio.Task[None] | None = None
 
@@ -154,8 +157,21 @@ class NotifyServer:
                 answer(None, repr(error))
             else:
                 answer(t.result(), None)
+            self._pulse()
 
         task.add_done_callback(done)
+
+    def _pulse(self) -> None:
+        moved, self._loads_moved = self._loads_moved, asyncio.Event()
+        moved.set()
+
+    async def _while_held(self, conn: int) -> None:
+        """Reading `conn` pauses while its frames wait for a group's load (the driver holds
+        them): the socket's backpressure bounds what a client can queue meanwhile, as one
+        frame at a time did before the driver held frames. Every wait ends: the load is
+        answered or given up at its deadline, or the connection is closed."""
+        while self.driver.holds(conn):
+            await self._loads_moved.wait()
 
     def forget(self, group: str) -> None:
         self.store.forget(group)
@@ -319,6 +335,8 @@ class NotifyServer:
                 if isinstance(frame, Authenticate):
                     self._edge[conn] = (frame.hello.resume_session, None)
                 self._dispatch(conn, frame)
+                if self.driver.holds(conn):
+                    await self._while_held(conn)
         except ConnectionClosed:
             pass
         finally:
@@ -434,6 +452,8 @@ class NotifyServer:
         if outbox is not None:
             # with `drain`, the frames queued before (the `error` that says why) go out first
             outbox.close(code, reason, drain=drain)
+            if self.driver.loading:  # a reader paused for a load stops pausing
+                self._pulse()
         else:
             self.placement.close(conn, code, reason, drain=drain)
 
@@ -522,7 +542,10 @@ class NotifyServer:
                 self._pruning = asyncio.get_running_loop().create_task(
                     asyncio.to_thread(self.store.prune, now))
                 self._pruning.add_done_callback(_log_prune)
+            loading = self.driver.loading
             self.driver.tick()
+            if self.driver.loading < loading:  # loads given up: their readers look again
+                self._pulse()
             wakeup = self.driver.next_wakeup()
             delay = MAX_SLEEP if wakeup is None else wakeup - self._clock()
             await asyncio.sleep(min(max(delay, MIN_SLEEP), MAX_SLEEP))

@@ -182,3 +182,23 @@ def test_a_connection_that_never_says_hello_is_a_deadline_of_the_driver() -> Non
     host.now = 110.0
     driver.tick()
     assert driver.stats.closes == {int(CloseCode.HELLO_TIMEOUT): 1}
+
+
+def test_frames_held_for_a_load_are_bounded_and_the_flooding_connection_goes(
+        monkeypatch: Any) -> None:
+    """G14: what waits for a load is bounded; the connection that would pass the bound is
+    closed (its client resumes and sends again), the others' frames still go."""
+    from notify.runtime import driver as driver_module
+    monkeypatch.setattr(driver_module, "MAX_HELD", 3)
+    driver, host = _driver()
+    _hello(driver, host, 1, "ana")
+    _hello(driver, host, 2, "bob")
+    driver.frame(1, Join("j1", G))
+    driver.frame(2, Join("j2", G))
+    driver.frame(1, Leave("l1", G))            # three held: the bound
+    assert driver.holds(1) and driver.holds(2)
+    driver.frame(1, Leave("l2", G))            # one more from ana: ana goes, with its frames
+    assert not driver.holds(1) and driver.hub.session_of(1) is None
+    assert driver.stats.closes == {int(CloseCode.SHUTDOWN): 1}
+    host.answer()
+    assert driver.hub.groups[G].view.members == ("bob",) and driver.loading == 0

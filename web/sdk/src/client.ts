@@ -767,10 +767,7 @@ export class Client implements GroupHost {
     }
     const req = this.protocol.openLeave(name);
     // (timed out: not rejoined after a reconnect; left again if the server installs it)
-    const done = this.#request("leave", name, `leave ${name}`, () => {
-      this.protocol.forgetLeave(name, req);
-      this.protocol.giveUpJoin(name, { timedOut: true });
-    });
+    const done = this.#request("leave", name, `leave ${name}`, () => this.protocol.forgetLeave(name, req));
     this.#answer(this.protocol.answers());
     this.#flush();
     return done.then(() => undefined);

@@ -84,6 +84,7 @@ from client_sdk.events import (
     ServerError,
     StateRequested,
     ViewInstalled,
+    ViewResumed,
 )
 from client_sdk.group import _END, Group, _Failed
 from client_sdk.handshake import handshake, server_urls
@@ -181,7 +182,7 @@ class Client:
         self._publishes: dict[str, asyncio.Future[PublishResult]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: joins and leaves, by group
-        self._joins: dict[str, asyncio.Future[ViewInstalled]] = {}
+        self._joins: dict[str, asyncio.Future[ViewInstalled | ViewResumed]] = {}
         self._leaves: dict[str, asyncio.Future[None]] = {}
         #: checkpoint uploads by req, token refreshes by key
         self._checkpoints: dict[str, asyncio.Future[CheckpointStored]] = {}
@@ -344,7 +345,8 @@ class Client:
                      self.url)
         self._at, self.url = i, self.urls[i]
         self._ws = ws
-        self.protocol.receive(welcome)  # its session, for the next resume
+        self.protocol.receive(welcome)  # its session, for the next resume; its member
+        self.member = self.protocol.me  # (with authentication, the token's `sub`)
         self._limits = dict(welcome.get("limits") or {})
         return bool(welcome.get("resumed"))
 
@@ -639,7 +641,8 @@ class Client:
         group = Group(self, name, accept_from, state)
         group._awaiting_state = want_state
         self._groups[name] = group
-        fut: asyncio.Future[ViewInstalled] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[ViewInstalled | ViewResumed] = (
+            asyncio.get_running_loop().create_future())
         self._joins[name] = fut
         self.protocol.open_join(name, accept_from=accept_from, resume_from=resume_from,
                                 want_state=want_state, state_provider=state is not None)
@@ -656,7 +659,11 @@ class Client:
             self.protocol.give_up_join(name, timed_out=isinstance(e, RequestTimeout))
             group._room.set()
             raise
-        group.view = View(installed.view, installed.members)
+        # (a join with a resume point may be answered by the resume of this member's session:
+        # the view goes on, its members as this protocol last knew them)
+        members = installed.members if isinstance(installed, ViewInstalled) else (
+            self.protocol.groups[name].members)
+        group.view = View(installed.view, members)
         return group
 
     async def refresh_token(self, token: str) -> None:

@@ -52,6 +52,7 @@ from client_sdk.events import (
 from client_sdk.options import PublishResult
 from client_sdk.requests import (
     JOIN_RETRIES,
+    LEFT_LEAVE_REFUSALS,
     REFRESH_REFUSALS,
     RESENT_PUBLISH_REFUSALS,
     RETRIED_JOIN_REFUSALS,
@@ -233,9 +234,15 @@ class ClientProtocol:
     def rejoin_all(self, new_req: Callable[[], str] | None = None) -> list[Rejoin]:
         """After a reconnect: queue a join of every group not left (nor abandoned), with its
         resume point and its own `accept_from`, or afresh when it has no resume point (never
-        installed, or refused). `new_req` makes each join's req (default: `new_req("r")`).
-        Returns the joins queued, in order."""
+        installed, or refused); a leave still waiting (asked while away, or lost with the
+        connection) is sent again after its group's join. What was queued before is dropped:
+        it was for the old connection, and the rejoin replaces it (ACKs are sent again at the
+        install or resume), except the frames of a checkpoint still waiting, queued after the
+        joins. `new_req` makes each join's req (default: `new_req("r")`). Returns the joins
+        queued, in order."""
         q = self.requests
+        kept = [f for f in self._out if f["type"] == "checkpoint" and f["req"] in q.checkpoints]
+        self._out, self._acks = [], {}
         rejoins: list[Rejoin] = []
         for name, g in list(self.groups.items()):
             if g.phase is GroupPhase.LEFT or name in q.abandoned:
@@ -244,6 +251,10 @@ class ClientProtocol:
             req = new_req() if new_req is not None else q.new_req("r")
             self.join(req, name, resume=True, accept_from=g.accept_from)
             rejoins.append(Rejoin(req, name, g.resuming))
+            leave = q.leaves.get(name)
+            if leave is not None:
+                self.leave(leave, name)
+        self._out.extend(kept)
         return rejoins
 
     def connection_lost(self) -> None:
@@ -332,9 +343,12 @@ class ClientProtocol:
         return req
 
     def forget_leave(self, group: str, req: str) -> None:
-        """The application stopped waiting for the leave `req`."""
+        """The application stopped waiting for the leave `req` (its deadline passed): the group
+        is given up, as a join that timed out is (`give_up_join`): not rejoined after a
+        reconnect, and left again if the server installs it with this member."""
         if self.requests.leaves.get(group) == req:
             del self.requests.leaves[group]
+            self.give_up_join(group, timed_out=True)
 
     def open_publish(self, group: str, publish_id: str, payload: Any, *, order: str = "fifo",
                      atomic: bool = False, same_view: bool = False,
@@ -593,7 +607,12 @@ class ClientProtocol:
                 if g.phase is GroupPhase.JOINING:  # our own resume: re-ACK what we hold
                     self._reack(g)
                 g.phase, g.proposed = GroupPhase.ACTIVE, None
-                events.append(ViewResumed(g.name, f["view"]))
+                resumed = ViewResumed(g.name, f["view"])
+                events.append(resumed)
+                q = self.requests
+                if g.name in q.joins:  # a join with a resume point, answered by its session's
+                    q.joins.discard(g.name)
+                    q.out.append(Answer(RequestKind.JOIN, g.name, resumed))
         elif t == "catchup_done":
             g = self.groups.get(f["group"])
             if g is not None:
@@ -796,9 +815,12 @@ class ClientProtocol:
     # -- requests: what the server's frames answer ----------------------------------------------
 
     def _welcome(self, f: Frame) -> None:
-        """A connection is open: its session is the one to resume; the token its hello carried
-        is in force, so every refresh waiting is answered."""
+        """A connection is open: its session is the one to resume, its member is `me` (with
+        authentication, the token's `sub`); the token its hello carried is in force, so every
+        refresh waiting is answered."""
         self.session = f["session"]
+        if isinstance(f.get("member"), str):
+            self.me = f["member"]
         q = self.requests
         while q.refreshes:
             q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))
@@ -876,14 +898,24 @@ class ClientProtocol:
             q.out.append(Answer(RequestKind.JOIN, g.name, error=ServerRefused(r.code, r.message)))
             return
         for group, req in q.leaves.items():
-            if r.req == req:
+            if r.req != req:
+                continue
+            if r.code in LEFT_LEAVE_REFUSALS:
+                # Already out (removed while away, or the group is gone): the leave is done.
+                left = self.groups.get(group)
+                if left is not None:
+                    left.phase = GroupPhase.LEFT
+                events.append(Removed(group, left.view if left is not None else 0, r.code))
+                self._removed(group)
+            else:
                 del q.leaves[group]
                 q.out.append(Answer(RequestKind.LEAVE, group,
                                     error=ServerRefused(r.code, r.message)))
-                return
+            return
         if r.req is None and r.code in REFRESH_REFUSALS and q.refreshes:
             q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft(),
                                 error=ServerRefused(r.code, r.message)))
+            return
         q.out.append(StrayError(r))
 
     def _join_refused(self, g: GroupProtocol, r: ServerError,

@@ -21,7 +21,10 @@ Theory of operation (DESIGN §3; issue 16):
   waiting `join()` fails with `ServerRefused`, or a group already joined is over (`Removed`
   with the code as its reason).
 - A join the application gave up on (its deadline passed) is *abandoned*: if the server
-  installs it after all, the protocol leaves at once.
+  installs it after all, the protocol leaves at once. So is a leave it gave up on: the group is
+  not rejoined after a reconnect.
+- A leave refused `not_member`/`no_group` (`LEFT_LEAVE_REFUSALS`) is done: the member is out.
+  A leave still waiting at a reconnect is sent again after its group's rejoin.
 - Every table is emptied by what answers it, by `forget_*` (the host's deadline passed) or by
   `close()` (G14: nothing waits forever).
 """
@@ -39,6 +42,7 @@ from client_sdk.events import ServerError
 
 __all__ = [
     "JOIN_RETRIES",
+    "LEFT_LEAVE_REFUSALS",
     "REFRESH_REFUSALS",
     "RESENT_PUBLISH_REFUSALS",
     "RETRIED_JOIN_REFUSALS",
@@ -63,6 +67,9 @@ JOIN_RETRIES = 10
 RESENT_PUBLISH_REFUSALS = frozenset({"view_changing"})
 #: `error` codes without `req` that answer a `refresh` (the oldest waiting)
 REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "member_mismatch"})
+#: refusals of a leave that mean "already out" (removed while away, or the group is gone): the
+#: leave is done, and the group is over (`Removed` with the code as its reason)
+LEFT_LEAVE_REFUSALS = frozenset({"not_member", "no_group"})
 
 
 class RequestKind(StrEnum):

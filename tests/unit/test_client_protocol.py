@@ -212,3 +212,23 @@ def test_snapshot_point_stops_before_messages_still_held_back(proto: ClientProto
     assert point["streams"] == {"total": 1} and point["epoch"] == 1
     proto.receive({"type": "confirm", "group": "g", "offsets": [6]})
     assert g.snapshot_point(8, {"total": 1, "fifo:b": 2})["offset"] == 8  # nothing held now
+
+
+def test_rejoin_all_replaces_what_was_queued_for_the_old_connection(
+        proto: ClientProtocol) -> None:
+    """After a reconnect the rejoin replaces the frames queued for the old connection (an ACK,
+    a flush_ok, a refresh the hello carries): the joins go first, then a checkpoint still
+    waiting (asked while away), whose frames are kept; one failed by the loss is not sent."""
+    proto.receive(deliver(6, 1, atomic=True))  # an ACK queued
+    proto.open_checkpoint("g", encode(b"lost"), {"epoch": 1, "offset": 5}, req="c1")
+    proto.connection_lost()
+    assert [a.key for a in proto.answers()] == ["c1"]  # failed: part of it may be lost
+    proto.receive({"type": "view_change", "group": "g", "proposed": 2, "members": ["a", "b"],
+                   "joining": [], "leaving": [], "reason": "join"})  # a flush_ok queued
+    proto.open_refresh("t-2")
+    proto.open_checkpoint("g", encode(b"state"), {"epoch": 1, "offset": 5}, req="c2")
+    proto.rejoin_all(lambda: "r1")
+    frames = proto.data_to_send()
+    assert [(f["type"], f.get("req")) for f in frames] == [("join", "r1"), ("checkpoint", "c2")]
+    proto.receive({"type": "view_resume", "group": "g", "view": 1})
+    assert proto.data_to_send() == [{"type": "ack", "group": "g", "offsets": [6]}]  # again

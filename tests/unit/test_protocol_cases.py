@@ -105,6 +105,14 @@ def _connection_lost(p: ClientProtocol, s: dict[str, Any]) -> None:
     p.connection_lost()
 
 
+def _refresh(p: ClientProtocol, s: dict[str, Any]) -> None:
+    p.open_refresh(s["token"])
+
+
+def _forget_leave(p: ClientProtocol, s: dict[str, Any]) -> None:
+    p.forget_leave(s["group"], s["req"])
+
+
 CALLS: dict[str, Callable[[ClientProtocol, dict[str, Any]], Frame | None]] = {
     "hello": _hello,
     "join": _join,
@@ -112,6 +120,8 @@ CALLS: dict[str, Callable[[ClientProtocol, dict[str, Any]], Frame | None]] = {
     "publish": _publish,
     "rejoin_all": _rejoin_all,
     "connection_lost": _connection_lost,
+    "refresh": _refresh,
+    "forget_leave": _forget_leave,
 }
 
 

@@ -3,16 +3,21 @@
 // loaded on the first state transfer or checkpoint. `node scripts/size.mjs` prints the sizes
 // and exits 1 over budget; test/size.test.ts runs the same check with the other unit tests.
 //
-// The issue asked for 10 kB; the entry is 11.2 kB today (docs/web.md, "Size"). The budget
-// holds the line there, with a little headroom, until the 10 kB is reached.
+// The issue asked for 10 kB; the entry is 12.5 kB today (docs/web.md, "Size"). The budget
+// holds the line there until the 10 kB is reached.
 import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { fileURLToPath } from "node:url";
 
-// 12.4 kB since the request table, the reply matching and the refusal policy moved into the
+// 12.5 kB since the request table, the reply matching and the refusal policy moved into the
 // sans-I/O protocol (requests.ts), the shape the Python SDK has, so that both replay one fixture
-// (tests/fixtures/protocol_cases.json): the budget moved with it, with the same headroom.
-export const BUDGET = 12_700; // bytes, min+gzip, entry chunk
+// (tests/fixtures/protocol_cases.json). Trimming it back to 11.5 kB was tried: merging the
+// client's duplicated helpers saved 1 B and folding lists into tables cost bytes (gzip already
+// shares the repeats), so what grew is protocol logic, not duplication, and getting back means
+// dropping behaviour. The budget is the measured entry (12,493 B: 12,446 B at the merge,
+// +47 B for the parity fixes of tests/fixtures' leave and rejoin cases) with no headroom: the next
+// growth has to pay for itself.
+export const BUDGET = 12_500; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

@@ -633,18 +633,12 @@ export class Client implements GroupHost {
       if (this.state === "closed") return;
       switch (a.type) {
         case "answer":
-          if (a.error === null) {
-            this.#settle(a.kind, a.key, a.value);
-            break;
-          }
+          this.#settle(a.kind, a.key, a.value, a.error);
           if (a.kind === "join" && a.error instanceof ServerRefused) {
             // The application's join() fails, and the handle says so.
-            this.#fail("join", a.key, a.error);
             const g = this.protocol.groups.get(a.key);
             this.#groups.get(a.key)?.dispatch({ type: "removed", group: a.key, view: g?.view ?? 0, reason: a.error.code });
-            break;
           }
-          this.#fail(a.kind, a.key, a.error);
           break;
         case "retry-join": {
           const { group, req, attempt } = a;
@@ -767,10 +761,7 @@ export class Client implements GroupHost {
     }
     const req = this.protocol.openLeave(name);
     // (timed out: not rejoined after a reconnect; left again if the server installs it)
-    const done = this.#request("leave", name, `leave ${name}`, () => {
-      this.protocol.forgetLeave(name, req);
-      this.protocol.giveUpJoin(name, { timedOut: true });
-    });
+    const done = this.#request("leave", name, `leave ${name}`, () => this.protocol.forgetLeave(name, req));
     this.#answer(this.protocol.answers());
     this.#flush();
     return done.then(() => undefined);
@@ -902,22 +893,19 @@ export class Client implements GroupHost {
     });
   }
 
-  #settle(kind: RequestKind, key: string, value: unknown): void {
+  /** The request `kind`/`key` is over: resolved with `value`, or rejected with `error`. */
+  #settle(kind: RequestKind, key: string, value: unknown, error: Error | null = null): void {
     const table = this.#waiting[kind] as Map<string, Request<unknown>>;
     const r = table.get(key);
     if (r === undefined) return;
     table.delete(key);
     clearTimeout(r.timer);
-    r.resolve(value);
+    if (error === null) r.resolve(value);
+    else r.reject(error);
   }
 
   #fail(kind: RequestKind, key: string, error: Error): void {
-    const table = this.#waiting[kind] as Map<string, Request<unknown>>;
-    const r = table.get(key);
-    if (r === undefined) return;
-    table.delete(key);
-    clearTimeout(r.timer);
-    r.reject(error);
+    this.#settle(kind, key, null, error);
   }
 
   #chain(r: Request<null | void>, resolve: () => void): void {

@@ -280,10 +280,14 @@ export class ClientProtocol {
   /**
    * After a (re)connect: queue a join of every group not left nor abandoned, with its resume
    * point and its own `acceptFrom`, or afresh when it has none; a leave still waiting is sent
-   * again after it. `newReq` makes each join's req. Returns the joins queued, in order.
+   * again after it. What was queued before is dropped (`discardOutput`). `newReq` makes each
+   * join's req. Returns the joins queued, in order.
    */
   rejoinAll(newReq: () => string = () => this.requests.newReq("r")): Rejoin[] {
     const q = this.requests;
+    this.discardOutput();
+    const kept = this.#out;
+    this.#out = [];
     const rejoins: Rejoin[] = [];
     for (const [name, g] of [...this.groups]) {
       if (g.phase === "left" || q.abandoned.has(name)) continue;
@@ -294,6 +298,7 @@ export class ClientProtocol {
       const leave = q.leaves.get(name);
       if (leave !== undefined) this.leave(leave, name); // asked while away, or lost with the link
     }
+    this.#out.push(...kept);
     return rejoins;
   }
 
@@ -311,10 +316,14 @@ export class ClientProtocol {
     q.checkpoints.clear();
   }
 
-  /** Frames queued for a connection that is gone (the rejoin replaces them): dropped. */
+  /**
+   * Frames queued for a connection that is gone (the rejoin replaces them; ACKs go again at the
+   * install or resume): dropped, but for those of a checkpoint still waiting (`rejoinAll` puts
+   * them after its joins).
+   */
   discardOutput(): void {
     this.#acks.clear();
-    this.#out = [];
+    this.#out = this.#out.filter((f) => f.type === "checkpoint" && this.requests.checkpoints.has(f.req as string));
   }
 
   newReq(prefix = "r"): string {
@@ -407,9 +416,14 @@ export class ClientProtocol {
     return req;
   }
 
-  /** The application stopped waiting for the leave `req`. */
+  /**
+   * The application stopped waiting for the leave `req` (its deadline passed): the group is given
+   * up, as a join that timed out is: not rejoined after a reconnect, left again if installed.
+   */
   forgetLeave(group: string, req: string): void {
-    if (this.requests.leaves.get(group) === req) this.requests.leaves.delete(group);
+    if (this.requests.leaves.get(group) !== req) return;
+    this.requests.leaves.delete(group);
+    this.giveUpJoin(group, { timedOut: true });
   }
 
   /**

@@ -139,6 +139,10 @@ const CALLS: Record<string, (p: ClientProtocol, s: Step) => Frame | void> = {
     p.rejoinAll(reqs === null ? undefined : () => reqs.shift()!);
   },
   connection_lost: (p) => p.connectionLost(),
+  refresh: (p, s) => {
+    p.openRefresh(str(s, "token"));
+  },
+  forget_leave: (p, s) => p.forgetLeave(str(s, "group"), str(s, "req")),
 };
 
 function matches(got: unknown, want: Json): boolean {

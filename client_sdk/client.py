@@ -313,12 +313,28 @@ async def handshake(url: str, member: str, *, options: ClientOptions,
         await ws.send(orjson.dumps(hello), text=True)
         welcome = orjson.loads(await asyncio.wait_for(ws.recv(), o.connect_timeout))
     except (ConnectionClosed, TimeoutError, OSError) as e:
-        await ws.close()
+        await close_ws(ws)
         raise ConnectError(f"no welcome from {url}: {e}") from e
+    except BaseException:
+        # cancelled (`close()` while reconnecting) or a garbled welcome: nobody else holds
+        # `ws`, so close it here, or it stays open until the garbage collector complains
+        ws.transport.abort()
+        raise
     if welcome.get("type") != "welcome":
-        await ws.close()
+        await close_ws(ws)
         raise ServerRefused(str(welcome.get("code", "?")), str(welcome.get("message", welcome)))
     return ws, welcome
+
+
+async def close_ws(ws: ClientConnection, code: int = 1000, reason: str = "") -> None:
+    """Close `ws` with the closing handshake if it completes within 5 s, and leave no socket
+    open in any case: a close cut short (a stalled peer, the bound, a cancelled `close()`)
+    aborts the transport instead of leaving it registered with the loop, unclosed."""
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code, reason), 5)
+    finally:
+        ws.transport.abort()  # nothing left to do once the handshake has closed it
 
 
 def server_urls(url: str | Sequence[str]) -> tuple[str, ...]:
@@ -441,21 +457,23 @@ class Client:
         self._closing = True
         ws, self._ws = self._ws, None
         if ws is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(1011, "client error"), 5)
+            await close_ws(ws, 1011, "client error")
         self._finish(error)
 
     async def close(self) -> None:
         """Leave nothing running. Groups are not left: the server removes this member after
         `suspect_timeout` (call `Group.leave()` first for a clean exit)."""
         self._closing = True
-        ws = self._ws
-        if ws is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 5)
-        main = self._main
-        if main is not None and main is not asyncio.current_task():
-            main.cancel()
+        ws, main = self._ws, self._main
+        if main is asyncio.current_task():
+            main = None
+        try:
+            if ws is not None:
+                await close_ws(ws)
+        finally:  # even when the application's own timeout cuts this close short
+            if main is not None:
+                main.cancel()
+        if main is not None:
             await asyncio.gather(main, return_exceptions=True)
         if self.state is not ConnectionState.CLOSED:
             self._finish(NotifyError("client closed"), by_app=True)
@@ -559,8 +577,7 @@ class Client:
             return f"closed {ws.close_code}" if ws.close_code else "connection lost"
         except ProtocolViolation as e:
             self._violation(e)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(1002, "protocol violation"), 5)
+            await close_ws(ws, 1002, "protocol violation")
             return f"protocol violation: {e}"
 
     def _violation(self, e: ProtocolViolation) -> None:

@@ -644,6 +644,11 @@ class Client:
                     self._finish(ConnectError(f"gave up after {attempt} attempts"))
                     return False
                 continue
+            if self._closing and self._ws is not None:
+                # close() came as the handshake ended, and Python 3.11's wait_for() can return
+                # the result instead of the cancellation: close() no longer sees this connection
+                await close_ws(self._ws)
+                return False
             gap_ms = 0.0 if self._lost_at is None else (time.time() - self._lost_at) * 1000
             self._log("client.reconnect", gap_ms=round(gap_ms, 3), resumed=resumed)
             while self._refreshes:  # the hello carried the new token: it is in force

@@ -87,7 +87,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from client_sdk.group import _END, Group, _Failed
-from client_sdk.handshake import handshake, server_urls
+from client_sdk.handshake import close_ws, handshake, server_urls
 from client_sdk.options import (
     Backoff,
     ClientOptions,
@@ -263,21 +263,23 @@ class Client:
         self._closing = True
         ws, self._ws = self._ws, None
         if ws is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(1011, "client error"), 5)
+            await close_ws(ws, 1011, "client error")
         self._finish(error)
 
     async def close(self) -> None:
         """Leave nothing running. Groups are not left: the server removes this member after
         `suspect_timeout` (call `Group.leave()` first for a clean exit)."""
         self._closing = True
-        ws = self._ws
-        if ws is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(), 5)
-        main = self._main
-        if main is not None and main is not asyncio.current_task():
-            main.cancel()
+        ws, main = self._ws, self._main
+        if main is asyncio.current_task():
+            main = None
+        try:
+            if ws is not None:
+                await close_ws(ws)
+        finally:  # even when the application's own timeout cuts this close short
+            if main is not None:
+                main.cancel()
+        if main is not None:
             await asyncio.gather(main, return_exceptions=True)
         if self.state is not ConnectionState.CLOSED:
             self._finish(NotifyError("client closed"), by_app=True)
@@ -378,8 +380,7 @@ class Client:
             return f"closed {ws.close_code}" if ws.close_code else "connection lost"
         except ProtocolViolation as e:
             self._violation(e)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(ws.close(1002, "protocol violation"), 5)
+            await close_ws(ws, 1002, "protocol violation")
             return f"protocol violation: {e}"
 
     def _violation(self, e: ProtocolViolation) -> None:
@@ -442,6 +443,11 @@ class Client:
                     self._finish(ConnectError(f"gave up after {attempt} attempts"))
                     return False
                 continue
+            if self._closing and self._ws is not None:
+                # close() came as the handshake ended, and Python 3.11's wait_for() can return
+                # the result instead of the cancellation: close() no longer sees this connection
+                await close_ws(self._ws)
+                return False
             gap_ms = 0.0 if self._lost_at is None else (time.time() - self._lost_at) * 1000
             self._log("client.reconnect", gap_ms=round(gap_ms, 3), resumed=resumed)
             # the welcome answered the refreshes waiting (the hello carried the new token)

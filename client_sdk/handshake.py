@@ -1,9 +1,11 @@
-"""Opening a connection: the WebSocket handshake and `hello` → `welcome` (`handshake`), and the
-check of the URLs a client is given (`server_urls`)."""
+"""Opening a connection: the WebSocket handshake and `hello` → `welcome` (`handshake`), closing
+one without leaving its socket open (`close_ws`), and the check of the URLs a client is given
+(`server_urls`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,7 +19,7 @@ from client_sdk.errors import ConnectError, ServerRefused
 from client_sdk.options import ClientOptions
 from client_sdk.protocol import Frame, hello_frame
 
-__all__ = ["handshake", "server_urls"]
+__all__ = ["close_ws", "handshake", "server_urls"]
 
 
 async def handshake(url: str, member: str, *, options: ClientOptions,
@@ -45,12 +47,28 @@ async def handshake(url: str, member: str, *, options: ClientOptions,
         await ws.send(orjson.dumps(hello), text=True)
         welcome = orjson.loads(await asyncio.wait_for(ws.recv(), o.connect_timeout))
     except (ConnectionClosed, TimeoutError, OSError) as e:
-        await ws.close()
+        await close_ws(ws)
         raise ConnectError(f"no welcome from {url}: {e}") from e
+    except BaseException:
+        # cancelled (`close()` while reconnecting) or a garbled welcome: nobody else holds
+        # `ws`, so close it here, or it stays open until the garbage collector complains
+        ws.transport.abort()
+        raise
     if welcome.get("type") != "welcome":
-        await ws.close()
+        await close_ws(ws)
         raise ServerRefused(str(welcome.get("code", "?")), str(welcome.get("message", welcome)))
     return ws, welcome
+
+
+async def close_ws(ws: ClientConnection, code: int = 1000, reason: str = "") -> None:
+    """Close `ws` with the closing handshake if it completes within 5 s, and leave no socket
+    open in any case: a close cut short (a stalled peer, the bound, a cancelled `close()`)
+    aborts the transport instead of leaving it registered with the loop, unclosed."""
+    try:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(code, reason), 5)
+    finally:
+        ws.transport.abort()  # nothing left to do once the handshake has closed it
 
 
 def server_urls(url: str | Sequence[str]) -> tuple[str, ...]:

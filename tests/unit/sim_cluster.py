@@ -25,7 +25,11 @@ sim.py's client faults (drops, resumes, new incarnations, joins, leaves, pauses)
 - **Link losses**: what is in flight from one node to another is lost; the edge closes the
   connections opened at that owner (a gap, or a give-up), and they resume.
 
-Checked: G1-G6 by sim.py's `Observer` at every application event, every frame that leaves an
+The clients (the SDK protocol, the application, the client faults and the checks of what clients
+are told) are tests/unit/sim_clients.py's `ClientSim`, shared with sim.py; this file is the
+cluster around them.
+
+Checked: G1-G6 by sim_clients.py's `Observer` at every application event, every frame that leaves an
 owner against what the log holds (durable before sent: `deliver`, `published`,
 `view_install`, `abort`), every stored view the next version, outcomes of one atomic never
 contradicting each other across owners, and after a quiescent phase liveness (every group
@@ -35,23 +39,14 @@ replays it exactly.
 
 from __future__ import annotations
 
-import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sim import (
-    BENIGN_ERRORS,
-    Conn,
-    InvariantViolation,
-    Observer,
-    SimMember,
-    _pick,
-)
+from sim_clients import ClientSim, Conn, SimMember, _pick
 
-from client_sdk.events import Outcome, Published, Rejected, ServerError
-from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
+from client_sdk.protocol import GroupPhase
 from notify.cluster.ownership import Lease
 from notify.cluster.routing import (
     CloseConns,
@@ -73,7 +68,6 @@ from notify.core.events import (
     Publish,
     StateChunk,
 )
-from notify.core.membership import GroupState
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.driver import MOVED
 from notify.runtime.frames import unbatch
@@ -157,7 +151,7 @@ class SimNode:
             return
         out = list(unbatch(orjson.loads(data)))
         for f in out:
-            self.sim.check_durable(f, self, conn)
+            self.sim.check_durable(f, self.sim.conn_member.get(conn), f"{self} ")
         key = self.remote.get(conn)
         if key is not None:
             self.sim.link(self.name, key[0]).append(("data", key[1], out))
@@ -332,50 +326,21 @@ class SimNode:
                     self.sim.note_outcome(name, off, oc)
 
 
-# -- the checker ------------------------------------------------------------------------------
-
-
-class ClusterObserver(Observer):
-    """sim.py's checker; an atomic's outcome is whatever owner decided it (they must agree)."""
-
-    sim: ClusterSimulation
-
-    def outcome(self, group: str, offset: int) -> bool | None:
-        return self.sim.outcome(group, offset)
-
-    def fail(self, what: str) -> None:
-        """Also kept: a check that fails inside the driver's actions (a frame pushed) is
-        contained there (G13), so the run stops at the end of the step instead."""
-        try:
-            super().fail(what)
-        except InvariantViolation as e:
-            if self.sim.failure is None:
-                self.sim.failure = e
-            raise
-
-
 # -- the simulation ---------------------------------------------------------------------------
 
 
-class ClusterSimulation:
+class ClusterSimulation(ClientSim):
+    """The nodes, the links between them, the owner table and the log; through `ClientSim`, the
+    clients at the edges."""
+
+    cfg: ClusterSimConfig
+    conns: dict[int, ClientConn]  # type: ignore[assignment]
+
     def __init__(self, seed: int, cfg: ClusterSimConfig | None = None) -> None:
-        self.seed = seed
-        self.cfg = cfg or ClusterSimConfig()
-        self.rng = random.Random(seed)
-        self.now = 1000.0
-        self.steps = 0
+        super().__init__(seed, cfg or ClusterSimConfig())
         self.names = [f"n{i}" for i in range(self.cfg.nodes)]
         self.incs = dict.fromkeys(self.names, 0)
         self.nodes = {n: SimNode(self, n, 0) for n in self.names}
-        self.obs = ClusterObserver(self)  # type: ignore[arg-type]
-        self.members = [SimMember(f"m{i}", ClientProtocol(f"m{i}"))
-                        for i in range(self.cfg.members)]
-        self.outsiders = [SimMember(f"x{i}", ClientProtocol(f"x{i}"))
-                          for i in range(self.cfg.outsiders)]
-        self.everyone = self.members + self.outsiders
-        self._by_name = {m.name: m for m in self.everyone}
-        self.conns: dict[int, ClientConn] = {}
-        self._next_conn = 0
         #: (src, dst) -> entries in flight, FIFO
         self.links: dict[tuple[str, str], deque[tuple[Any, ...]]] = {}
         self.writes: deque[tuple[SimNode, Write, Done, int]] = deque()
@@ -383,30 +348,9 @@ class ClusterSimulation:
         #: shard -> its lease (the truth the lease machine would see); terms only grow
         self.owners: dict[int, Lease | None] = {}
         self.term = 0
-        self.durable: dict[tuple[str, int], tuple[str, int, str]] = {}
-        self.durable_ids: dict[tuple[str, str], int] = {}
-        self.stored_views: dict[str, int] = {}
-        self.stored_aborts: set[tuple[str, int]] = set()
         self.outcomes: dict[tuple[str, int], bool] = {}
-        self.unnoticed: list[ClientConn] = []
-        self.stats: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
-        #: every step's kind and the rng's state, for the replay test
-        self.trace: list[tuple[int, str]] = []
-        #: the first invariant that failed (raised again after the step it failed in)
-        self.failure: InvariantViolation | None = None
         #: conn (local or remote) -> its member, for checking `published`
         self.conn_member: dict[int, str] = {}
-
-    def member(self, name: str) -> SimMember:
-        return self._by_name[name]
-
-    def count(self, what: str) -> None:
-        self.stats[what] = self.stats.get(what, 0) + 1
-
-    def new_conn_id(self) -> int:
-        self._next_conn += 1
-        return self._next_conn
 
     def link(self, src: str, dst: str) -> deque[tuple[Any, ...]]:
         return self.links.setdefault((src, dst), deque())
@@ -431,26 +375,6 @@ class ClusterSimulation:
             return False
         return oc
 
-    def check_durable(self, f: dict[str, Any], node: SimNode, conn: int) -> None:
-        """Nothing leaves an owner that speaks of what the log does not hold (G10, G1, G5)."""
-        kind = f["type"]
-        if kind == "deliver":
-            stored = self.durable.get((f["group"], f["offset"]))
-            if stored != (f["stream"], f["seq"], f["sender"]):
-                self.obs.fail(f"G10: {node} sent deliver {f}, the log holds {stored}")
-        elif kind == "published":
-            member = self.conn_member.get(conn)
-            if self.durable_ids.get((str(member), f["id"])) != f["offset"]:
-                self.obs.fail(f"G10: {node} sent {f} to {member}, the log holds "
-                              f"{self.durable_ids.get((str(member), f['id']))}")
-        elif kind == "view_install":
-            if self.stored_views.get(f["group"], 0) < f["view"]:
-                self.obs.fail(f"G1: {node} sent {f} before it was stored")
-        elif kind == "abort":
-            for off in f["offsets"]:
-                if (f["group"], off) not in self.stored_aborts:
-                    self.obs.fail(f"G5: {node} sent abort of {f['group']}@{off} unstored")
-
     def store(self) -> None:
         """The log takes the oldest write: a fenced writer is refused, appends fail now and
         then, a dead node's write lands (if its fence holds) but nobody hears of it."""
@@ -461,27 +385,16 @@ class ClusterSimulation:
                 node.remember_outcomes()
                 done(Fenced(f"{w.group} is fenced by another node"))
             return
-        if isinstance(w, Append):
-            if self.rng.random() < self.cfg.p_write_fail:
-                self.count("write.failed")
-                if not node.dead:
-                    done("injected: disk I/O error")
-                return
-            self.log.log.write(w, lambda error: None)
-            for m in w.messages:
-                self.durable[(m.group, m.offset)] = (m.stream, m.seq, m.sender)
-                self.durable_ids[(m.sender, m.id)] = m.offset
-                self.obs.accepted(m, view)
-        else:
-            i = w.install
-            last = self.stored_views.get(i.group, 0)
-            if i.view != last + 1:  # G1 across owners rests on this (and on the fence)
-                self.obs.fail(f"G1: {node} stored view {i.view} of {i.group} after {last}")
-            self.stored_views[i.group] = i.view
-            self.stored_aborts.update((i.group, o) for o in w.aborted)
+        if isinstance(w, Append) and self.rng.random() < self.cfg.p_write_fail:
+            self.count("write.failed")
+            if not node.dead:
+                done("injected: disk I/O error")
+            return
+        self.log.log.write(w, lambda error: None)
+        self.stored(w, view, f"{node} ")  # G1 across owners rests on it (and on the fence)
+        if not isinstance(w, Append):
             for o in w.aborted:
-                self.note_outcome(i.group, o, False)
-            self.log.log.write(w, lambda error: None)
+                self.note_outcome(w.group, o, False)
         if node.dead:
             self.count("write.landed_dead")
             return
@@ -540,12 +453,8 @@ class ClusterSimulation:
                 q.clear()
         for c in list(self.conns.values()):
             if c.node is old and c.alive:  # the client sees its socket die
-                m = self.member(c.member)
-                c.alive = c.server_open = False
-                c.to_client.clear()
-                c.to_server.clear()
-                if m.conn is c:
-                    m.conn = None
+                c.server_open = False
+                self.client_lost(c)
         self.incs[name] += 1
         new = self.nodes[name] = SimNode(self, name, self.incs[name])
         for shard, lease in sorted(self.owners.items()):  # it syncs the current table
@@ -577,141 +486,19 @@ class ClusterSimulation:
         if any(e[0] in ("data", "close") for e in lost):  # dst sees a gap in src's batches
             self.nodes[dst].apply(self.nodes[dst].router.link_lost(src))
 
-    # -- clients --------------------------------------------------------------------------------
+    # -- the server side of the clients (sim_clients.ClientSim's hooks) -------------------------
 
-    def client_lost(self, c: ClientConn) -> None:
-        """The connection is gone for the client (closed by its edge)."""
-        if c.alive:
-            c.alive = False
-            c.to_client.clear()
-            c.to_server.clear()
-            m = self.member(c.member)
-            if m.conn is c:
-                m.conn = None
-
-    def connect(self, m: SimMember, *, resume: bool) -> None:
+    def open_conn(self, m: SimMember, hello: dict[str, Any]) -> Conn:
+        """At an edge the rng picks."""
         node = self.nodes[self.rng.choice(self.names)]
-        c = ClientConn(self.new_conn_id(), m.name, node=node)
+        c = ClientConn(self.new_conn_id(), m.name, node=node, presented=hello.get("resume_session"))
         self.conns[c.id] = c
         self.conn_member[c.id] = m.name
-        m.conn = c
         node.driver.opened(c.id)
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
-        if resume and m.session:
-            hello["resume_session"] = m.session
-            c.presented = m.session
-        c.to_server.append(hello)
-        if resume:
-            for name, g in m.proto.groups.items():
-                if g.phase is not GroupPhase.LEFT:
-                    if not g.epoch:
-                        self.obs.fresh_join(m.name, name)
-                    req = m.req()
-                    m.join_reqs[req] = name
-                    m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
-                                 resume=True)
-            for f in list(m.unanswered.values()):
-                self.obs.retried_ids.add(f["id"])
-                m.proto.send(f)
-        else:
-            m.proto = ClientProtocol(m.name)
-            m.unanswered.clear()
-            for g in self.cfg.groups:
-                self.obs.fresh_join(m.name, g)
-        self.flush(m)
+        return c
 
-    def flush(self, m: SimMember) -> None:
-        out = m.proto.data_to_send()
-        if m.conn is not None and m.conn.alive:
-            m.conn.to_server.extend(out)
-
-    def client_in(self, m: SimMember, n: int) -> None:
-        c = m.conn
-        assert c is not None
-        events: list[Any] = []
-        replies: list[Any] = []
-        for _ in range(min(n, len(c.to_client))):
-            f = c.to_client.popleft()
-            if f["type"] == "welcome":
-                m.session = f["session"]
-                continue
-            try:
-                ev, rep = m.proto.receive(f)
-            except ProtocolViolation as e:
-                self.obs.fail(f"{m.name}: the client protocol refused {f}: {e}")
-                raise
-            events.extend(ev)
-            replies.extend(rep)
-        self.obs.events(m, events)
-        for r in replies:
-            self.reply(m, r)
-        self.flush(m)
-
-    def reply(self, m: SimMember, r: Any) -> None:
-        if isinstance(r, Published):
-            frame = m.unanswered.pop(r.id, None)
-            prior = m.published.get(r.id)
-            if prior is not None and prior[1] != r.offset:
-                self.obs.fail(f"idempotency: {r.id} published at {prior[1]} then {r.offset}")
-            if frame is not None:
-                m.published[r.id] = (frame, r.offset)
-        elif isinstance(r, Rejected):
-            m.unanswered.pop(r.id, None)
-            if r.id in m.published:
-                self.obs.fail(f"idempotency: {r.id} published then rejected")
-            self.obs.rejected_ids.add(r.id)
-            self.count(f"rejected.{r.code}")
-        elif isinstance(r, Outcome):
-            oc = self.obs.outcome(r.group, r.offset)
-            if oc is not r.committed:
-                self.obs.fail(f"G5: sender {m.name} told {r} but the owner recorded {oc}")
-            self.count("outcome")
-        else:
-            assert isinstance(r, ServerError)
-            self.errors[r.code] = self.errors.get(r.code, 0) + 1
-            if r.code not in BENIGN_ERRORS:
-                self.obs.fail(f"{m.name} got an unexpected error {r}")
-            group = m.join_reqs.pop(r.req, None) if r.req else None
-            if group is not None and group in m.proto.groups and \
-                    m.proto.groups[group].phase is GroupPhase.JOINING:
-                del m.proto.groups[group]
-
-    def publish(self, m: SimMember, group: str, *, member: bool = True) -> None:
-        order = "total" if self.rng.random() < 0.3 else "fifo"
-        atomic = member and self.rng.random() < 0.25
-        same_view = member and self.rng.random() < 0.2
-        m.counter += 1
-        pid = f"{m.name}.{m.counter}"
-        payload = {"m": m.name, "n": m.counter, "sv": same_view}
-        f = m.proto.publish_frame(m.req(), group, pid, payload, order=order if member else "fifo",
-                                  atomic=atomic, same_view=same_view)
-        m.unanswered[pid] = f
-        m.proto.send(f)
-        self.flush(m)
-        self.count("publish")
-
-    def join(self, m: SimMember, group: str) -> None:
-        accept = "any" if self.rng.random() < self.cfg.p_accept_any else "members"
-        m.accept_from[group] = accept
-        self.obs.fresh_join(m.name, group)
-        req = m.req()
-        m.join_reqs[req] = group
-        m.proto.join(req, group, accept_from=accept)
-        self.flush(m)
-        self.count("join")
-
-    def drop(self, m: SimMember) -> None:
-        """The client loses its connection; its edge notices now or later."""
-        c = m.conn
+    def server_closed(self, c: Conn) -> None:
         assert isinstance(c, ClientConn)
-        self.client_lost(c)
-        if self.rng.random() < 0.7:
-            self.server_closed(c)
-        else:
-            self.unnoticed.append(c)
-        self.count("drop")
-
-    def server_closed(self, c: ClientConn) -> None:
         node = c.node
         assert node is not None
         if c.server_open and not node.dead:
@@ -719,11 +506,36 @@ class ClusterSimulation:
             node.driver.closed(c.id)
             node.apply(node.router.conn_closed(c.id))
 
-    # -- the scheduler --------------------------------------------------------------------------
+    def pauses(self) -> list[float]:
+        return [*super().pauses(), self.cfg.route_timeout]
 
-    def advance(self, dt: float) -> None:
-        self.now += dt
-        self.timers()
+    # -- its clients' reconnect: by hand, as they were written (see ClientSim.hello) ----------
+
+    retry_first = True
+
+    def hello(self, m: SimMember, resume: bool) -> dict[str, Any]:
+        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
+        if resume and m.session:
+            hello["resume_session"] = m.session
+        return hello
+
+    def rejoin(self, m: SimMember) -> None:
+        for name, g in m.proto.groups.items():
+            if g.phase is not GroupPhase.LEFT:
+                if not g.epoch:
+                    self.obs.fresh_join(m.name, name)
+                req = m.req()
+                m.join_reqs[req] = name
+                m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
+                             resume=True)
+
+    def welcome(self, m: SimMember, f: dict[str, Any]) -> None:
+        m.session = f["session"]
+
+    def join_refused(self, m: SimMember, group: str) -> None:
+        del m.proto.groups[group]
+
+    # -- the scheduler --------------------------------------------------------------------------
 
     def timers(self) -> None:
         for n in list(self.nodes.values()):
@@ -785,76 +597,15 @@ class ClusterSimulation:
         else:
             self.fault()
 
-    def app_publish(self) -> None:
-        rng = self.rng
-        if rng.random() < self.cfg.p_non_member_publish / max(self.cfg.p_publish, 1e-9):
-            senders = [x for x in self.outsiders if x.conn is not None]
-            if senders:
-                self.publish(rng.choice(senders), rng.choice(self.cfg.groups), member=False)
-                self.count("publish.non_member")
-            return
-        connected = [m for m in self.members if m.conn is not None]
-        if not connected:
-            return
-        m = rng.choice(connected)
-        active = [n for n, g in m.proto.groups.items() if g.can_send]
-        if active:
-            if m.published and rng.random() < 0.05:
-                pid = rng.choice(sorted(m.published))
-                self.obs.retried_ids.add(pid)
-                m.proto.send(m.published[pid][0])
-                self.flush(m)
-                self.count("publish.retry")
-                return
-            self.publish(m, rng.choice(active))
-
-    def fault(self) -> None:
-        rng = self.rng
+    def server_faults(self) -> list[tuple[float, str]]:
         cfg = self.cfg
-        kind = _pick(rng, [(3, "drop"), (3, "reconnect"), (1, "new_incarnation"),
-                           (3, "join"), (1.5, "leave"), (1, "slow"), (1, "notice"),
-                           (1, "pause"), (cfg.w_owner_change, "owner"), (cfg.w_kill, "kill"),
-                           (cfg.w_link_loss, "link"), (1, "wake")])
-        self.trace.append((self.steps, f"fault.{kind}"))
-        self.count(f"fault.{kind}")
-        connected = [m for m in self.everyone if m.conn is not None]
-        away = [m for m in self.everyone if m.conn is None]
-        if kind == "drop" and connected:
-            self.drop(rng.choice(connected))
-        elif kind == "reconnect" and away:
-            self.connect(rng.choice(away), resume=True)
-        elif kind == "new_incarnation":
-            m = rng.choice(self.everyone)
-            if m.conn is not None:
-                self.drop(m)
-            self.connect(m, resume=False)
-        elif kind == "join":
-            ms = [m for m in self.members if m.conn is not None]
-            if ms:
-                m = rng.choice(ms)
-                free = [g for g in cfg.groups if g not in m.proto.groups
-                        or m.proto.groups[g].phase is GroupPhase.LEFT]
-                if free:
-                    self.join(m, rng.choice(free))
-        elif kind == "leave":
-            ms = [m for m in self.members if m.conn is not None]
-            if ms:
-                m = rng.choice(ms)
-                active = [n for n, g in m.proto.groups.items() if g.can_send]
-                if active:
-                    m.proto.leave(m.req(), rng.choice(active))
-                    self.flush(m)
-        elif kind == "slow":
-            m = rng.choice(self.members)
-            m.slow = not m.slow
-        elif kind == "notice" and self.unnoticed:
-            self.server_closed(self.unnoticed.pop(rng.randrange(len(self.unnoticed))))
-        elif kind == "pause":
-            t = cfg.timeouts
-            self.advance(rng.choice([t.suspect_timeout, t.flush_timeout, t.ack_timeout,
-                                     cfg.route_timeout]) * rng.uniform(0.5, 1.3))
-        elif kind == "owner":
-            shard = rng.randrange(len(cfg.groups))
+        return [(cfg.w_owner_change, "owner"), (cfg.w_kill, "kill"), (cfg.w_link_loss, "link"),
+                (1, "wake")]
+
+    def server_fault(self, kind: str) -> None:
+        rng = self.rng
+        if kind == "owner":
+            shard = rng.randrange(len(self.cfg.groups))
             self.set_owner(shard, None if rng.random() < 0.25 else rng.choice(self.names))
         elif kind == "kill":
             self.kill(rng.choice(self.names))
@@ -864,7 +615,7 @@ class ClusterSimulation:
             late = [n for n in self.nodes.values() if n.late]
             if late:
                 self.notice(rng.choice(late))
-            orphans = [s for s in range(len(cfg.groups)) if self.owners.get(s) is None]
+            orphans = [s for s in range(len(self.cfg.groups)) if self.owners.get(s) is None]
             if orphans:  # a lease machine campaigns for what nobody holds
                 self.set_owner(rng.choice(orphans), rng.choice(self.names))
 
@@ -873,41 +624,7 @@ class ClusterSimulation:
     def start(self) -> None:
         for shard in range(len(self.cfg.groups)):
             self.set_owner(shard, self.rng.choice(self.names))
-        for x in self.outsiders:
-            self.connect(x, resume=False)
-        for m in self.members:
-            self.connect(m, resume=False)
-            for g in self.cfg.groups:
-                if self.rng.random() < 0.7:
-                    self.join(m, g)
-
-    def run(self, steps: int) -> ClusterSimulation:
-        try:
-            self.start()
-            for _ in range(steps):
-                self.step()
-                if self.failure is not None:
-                    raise self.failure
-            self.quiesce()
-            self.final_checks()
-            if self.failure is not None:
-                raise self.failure
-        except InvariantViolation:
-            raise
-        except Exception as e:
-            raise InvariantViolation(f"seed={self.seed} step={self.steps} t={self.now:.3f}: "
-                                     f"{type(e).__name__}: {e}") from e
-        return self
-
-    def drain(self) -> None:
-        for _ in range(200_000):
-            options = self.queues()
-            if not options:
-                return
-            self.steps += 1
-            k, x = self.rng.choice(options)
-            self.move(k, x, 1000)
-        self.obs.fail("the network never went quiet")
+        self.start_clients()
 
     def quiesce(self) -> None:
         """No more faults: every node acts on what it missed, every shard gets an owner, some
@@ -917,66 +634,21 @@ class ClusterSimulation:
         for shard in range(len(self.cfg.groups)):
             if self.owners.get(shard) is None:
                 self.set_owner(shard, self.rng.choice(self.names))
-        for c in self.unnoticed:
-            self.server_closed(c)
-        self.unnoticed.clear()
-        for m in self.everyone:
-            m.slow = False
-        for _round in range(300):
-            self.drain()
-            for m in self.everyone:  # a client whose connection was closed reconnects
-                if m.conn is None and self.rng.random() < 0.5:
-                    self.connect(m, resume=True)
-            self.drain()
-            d = self.next_wakeup()
-            if d is None:
-                break
-            self.now = max(self.now, d)
-            self.timers()
-        else:
-            self.obs.fail("timers never stopped (a flush or an atomic is stuck)")
-        self.drain()
+        self.calm_clients()
+        self.settle(300, reconnect=True)  # a client whose connection was closed reconnects
 
     def final_checks(self) -> None:
-        fail = self.obs.fail
         for shard, name in enumerate(self.cfg.groups):
             lease = self.owners[shard]
             assert lease is not None
             owner = self.nodes[lease.node]
             for n in self.nodes.values():
                 if n is not owner and name in n.hub.groups:
-                    fail(f"{n} still serves {name}, owned by {owner}")
+                    self.obs.fail(f"{n} still serves {name}, owned by {owner}")
             g = owner.hub.groups.get(name)
-            if g is None:
-                continue
-            if g.state is not GroupState.STABLE:
-                fail(f"liveness: group {name} is {g.state} after quiescence")
-            if len(g.atomics):
-                fail(f"liveness: group {name} has {len(g.atomics)} unresolved atomics")
-            if g.writes.busy or g.writes.held:
-                fail(f"liveness: group {name} still waits on a write")
-            view = g.view
-            for mem in view.members:
-                m = self.member(mem)
-                if g.slots[mem].conn is None:
-                    fail(f"liveness: {mem} is in {name} v{view.version} without a connection")
-                gp = m.proto.groups.get(name)
-                if gp is None or gp.phase is not GroupPhase.ACTIVE or gp.view != view.version:
-                    fail(f"G1: {mem} client has {name} as {gp and (gp.phase, gp.view)}, "
-                         f"owner {owner} view v{view.version} {view.members}")
-                    continue
-                if gp.members != view.members:
-                    fail(f"G1: {mem} sees {gp.members}, owner {view.members}")
-                self.obs.check_flush(mem, name, view.version, self.obs.track(mem, name))
-            for m in self.members:
-                gp = m.proto.groups.get(name)
-                if gp is not None and gp.phase is GroupPhase.ACTIVE and m.conn is not None \
-                        and m.name not in view.members:
-                    fail(f"G1: {m.name} thinks it is in {name} v{gp.view}, owner has "
-                         f"{view.members} at v{view.version}")
-        for (who, group), t in self.obs.tracks.items():
-            if any(b <= a for a, b in zip(t.total, t.total[1:], strict=False)):
-                fail(f"G4: {who} delivered {group}'s total stream out of order")
+            if g is not None:
+                self.check_group(name, g, f"owner {owner}")
+        self.check_total_order()
 
 
 def run(seed: int, steps: int, cfg: ClusterSimConfig | None = None) -> ClusterSimulation:

@@ -666,7 +666,9 @@ class Group:
         p = self.membership.proposal
         assert p is not None
         frame = self._view_change(p)
-        out.extend(Send(s.conn, frame) for member in p.flush_set
+        # in a stable order (not the set's, which varies between processes): a seed of the
+        # simulators replays exactly
+        out.extend(Send(s.conn, frame) for member in sorted(p.flush_set)
                    if (s := self.slots[member]).conn is not None)
         self.log(out, "view.propose", now, proposed=p.version, reason=frame.reason,
                   members=list(frame.members))

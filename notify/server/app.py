@@ -50,6 +50,7 @@ from notify.runtime import CheckpointAction, Done, Driver, Fetched, bump
 from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
+from notify.server.listener import stop_accepting
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
 from notify.storage.base import MessageLog, StoredGroup
@@ -231,7 +232,8 @@ class NotifyServer:
         if self._server is not None:
             if self.drain_delay > 0:  # /readyz says 503 while load balancers take us out
                 await asyncio.sleep(self.drain_delay)
-            self._server.close(close_connections=False)  # stop accepting
+            await stop_accepting(self._server.server)
+            self._server.close(close_connections=False)
             await self.placement.release()  # hand the groups over before the clients go
             for conn, outbox in list(self._outboxes.items()):
                 bump(self.stats.closes, int(CloseCode.SHUTDOWN))

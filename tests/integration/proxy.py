@@ -4,13 +4,16 @@
 phone changes cell); `stall()` stops moving bytes on the current connections without closing
 them (a dead link only heartbeats can notice), until `unstall()`; `block()` makes it refuse new
 connections until `unblock()`; `delay` holds each chunk for that many seconds (a slow link).
-Everything it starts, `close()` stops.
+Everything it starts, `close()` stops (its listener without leaking a connection accepted as
+it closes: notify/server/listener.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+
+from notify.server.listener import stop_accepting
 
 
 class FaultyProxy:
@@ -89,9 +92,10 @@ class FaultyProxy:
         self.blocked = False
 
     async def close(self) -> None:
+        self.blocked = True  # what is still accepted is aborted by `_accept`
         self.cut()
         if self._server is not None:
-            self._server.close()
+            await stop_accepting(self._server)
             await self._server.wait_closed()
         for t in list(self._tasks):
             t.cancel()

@@ -141,7 +141,10 @@ class Observer:
         self.views: dict[tuple[str, int], tuple[str, ...]] = {}
         #: (group, v) -> the set of view-v messages delivered by the first member installing v+1
         self.g2: dict[tuple[str, int], tuple[str, frozenset[int]]] = {}
-        self.rejected_ids: set[str] = set()
+        #: publish id -> when it was refused (a publish the sender was told was not taken)
+        self.rejected_ids: dict[str, float] = {}
+        #: publish id -> when it was stored
+        self.stored_at: dict[str, float] = {}
         self.retried_ids: set[str] = set()
         self.installs_checked = 0
         self.app_delivered = 0
@@ -173,6 +176,7 @@ class Observer:
         info = MsgInfo(msg.group, msg.offset, msg.stream, msg.seq, msg.sender, msg.view,
                        sending_view, msg.atomic, msg.from_member, msg.id, p["sv"])
         self.msgs[(msg.group, msg.offset)] = info
+        self.stored_at.setdefault(msg.id, self.sim.now)
         self.by_seq[(msg.group, msg.stream, msg.seq)] = msg.offset
         if info.same_view and info.stamp != sending_view:  # G6
             self.fail(f"G6: same_view message {info} accepted in view {sending_view}")
@@ -210,7 +214,11 @@ class Observer:
         # G6: accept_from "members" never sees a non-member's message
         if not info.from_member and member.accept_from.get(e.group, "members") == "members":
             self.fail(f"G6: {who} (accept_from members) delivered non-member message {info}")
-        if info.id in self.rejected_ids:
+        refused = self.rejected_ids.get(info.id)
+        # (a retry that comes after the server forgot the sender's ids, `departed_ids` after
+        # it left, is a new publish: the server can no longer know it took the first one)
+        if refused is not None and refused - self.stored_at.get(info.id, refused) < \
+                self.sim.cfg.timeouts.departed_ids:
             self.fail(f"G6: {who} delivered rejected publish {info}")
         # G5: only committed atomics reach the application
         if info.atomic and self.outcome(e.group, e.offset) is not True:
@@ -487,7 +495,7 @@ class ClientSim:
             m.unanswered.pop(r.id, None)
             if r.id in m.published:
                 self.obs.fail(f"idempotency: {r.id} published then rejected")
-            self.obs.rejected_ids.add(r.id)
+            self.obs.rejected_ids.setdefault(r.id, self.now)
             self.count(f"rejected.{r.code}")
         elif isinstance(r, Outcome):
             oc = self.obs.outcome(r.group, r.offset)

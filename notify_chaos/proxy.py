@@ -34,6 +34,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from notify.server.listener import stop_accepting
+
 
 @dataclass
 class Faults:
@@ -88,7 +90,7 @@ class LinkProxy:
 
     async def close(self) -> None:
         if self._server is not None:
-            self._server.close()
+            await stop_accepting(self._server)  # no connection accepted as it closes is leaked
         self._abort_all()
         for t in list(self._tasks):
             t.cancel()

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from notify.server.listener import stop_accepting
 from notify_chaos.proxy import LinkProxy
 
 pytestmark = pytest.mark.integration
@@ -36,7 +37,7 @@ async def proxy() -> AsyncIterator[LinkProxy]:
         yield p
     finally:
         await p.close()
-        server.close()
+        await stop_accepting(server)
         await server.wait_closed()
 
 

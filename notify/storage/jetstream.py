@@ -59,7 +59,7 @@ import contextlib
 import itertools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
@@ -528,7 +528,7 @@ class JetStreamLog:
     def checkpoint_chunks(self, group: str, key: str) -> Iterator[str]:
         index = 0
         while True:  # one object per step: a checkpoint is never all in memory
-            data = self._call(self._chunk(group, key, index), self.timeout * 2)
+            data = self._call(self._chunk(group, key, index), self.timeout * 5)
             if data is None:
                 return
             yield data
@@ -541,15 +541,22 @@ class JetStreamLog:
         self._call(self._discard(group, key), self.timeout * 4)
 
     async def _buckets(self) -> tuple[ObjectStore, KeyValue]:
-        """The checkpoint buckets (found or made; a request that times out while the meta
-        layer is busy is asked again, bounded)."""
+        """The checkpoint buckets (found or made, asked again while the meta layer is busy)."""
         if self._cp is not None:
             return self._cp
+        return await self._again(self._make_buckets, self.timeout * 2)
+
+    @staticmethod
+    async def _again(op: Callable[[], Awaitable[T]], budget: float) -> T:
+        """`op()`, asked again while it times out, for up to `budget` seconds: only for what
+        may be asked twice (a read, finding or making a bucket). Object-store reads and bucket
+        lookups are meta-layer requests (a consumer, a stream), which can stall for seconds
+        on a busy or recovering cluster while the stream itself answers."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout * 2
+        deadline = loop.time() + budget
         while True:
             try:
-                return await self._make_buckets()
+                return await op()
             except (TimeoutError, nats.errors.TimeoutError):
                 if loop.time() + 0.2 > deadline:
                     raise
@@ -580,7 +587,8 @@ class JetStreamLog:
     async def _chunk(self, group: str, key: str, index: int) -> str | None:
         obs, _kv = await self._buckets()
         try:
-            got = await obs.get(f"{escape_group(group)}/{key}/{index}")
+            got = await self._again(lambda: obs.get(f"{escape_group(group)}/{key}/{index}"),
+                                    self.timeout * 2)
         except ObjectNotFoundError:
             return None
         return bytes(got.data or b"").decode()

@@ -10,7 +10,7 @@ import dataclasses
 import socket
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -199,6 +199,33 @@ async def test_checkpoints_round_trip_and_clean_up(nats_cluster: NatsCluster) ->
     finally:
         await log.close()
         await other.close()
+
+
+async def test_a_checkpoint_read_that_times_out_is_asked_again(nats_cluster: NatsCluster,
+                                                               ) -> None:
+    """Reading a chunk makes a consumer, a meta-layer request that can stall for seconds on a
+    busy cluster (seen once in CI: a 5 s timeout in the middle of this file): the read is
+    asked again, within the log's bound, instead of failing the checkpoint's transfer."""
+    import nats.errors
+
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="CPT", owner="n1")
+    try:
+        await asyncio.to_thread(log.stage_checkpoint_chunk, "g.t", "k", 0, "eA==")
+        assert log._cp is not None
+        obs, kv = log._cp
+        stalls = [nats.errors.TimeoutError(), nats.errors.TimeoutError()]
+
+        class Stalling:
+            async def get(self, name: str) -> Any:
+                if stalls:
+                    raise stalls.pop()
+                return await obs.get(name)
+
+        log._cp = (Stalling(), kv)  # type: ignore[assignment]
+        got = await asyncio.to_thread(lambda: list(log.checkpoint_chunks("g.t", "k")))
+        assert got == ["eA=="] and stalls == []
+    finally:
+        await log.close()
 
 
 async def _stream_leader(log: JetStreamLog) -> str:

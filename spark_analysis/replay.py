@@ -329,24 +329,21 @@ class ReplayHost:
 
     # -- driving the core ----------------------------------------------------------------------
 
-    def _driver(self) -> Driver:
-        """The driver, for a call that may change its next wake-up (every call into it comes
-        through here)."""
-        self._deadline_stale = True
-        return self.driver
-
     def _send(self, m: _Member) -> None:
         for f in m.proto.data_to_send():
             if m.conn is None:
                 return
-            self._driver().frame(m.conn, _parsed(f))
+            self._deadline_stale = True  # (its next wake-up may change)
+            self.driver.frame(m.conn, _parsed(f))
 
     def _connect(self, m: _Member, *, resume: bool) -> None:
         conn = next(self._conns)
         m.conn = conn
         self.by_conn[conn] = m
-        self._driver().opened(conn)
-        self._driver().frame(conn, _parsed(m.proto.hello(resume)))
+        self._deadline_stale = True  # (its next wake-up may change)
+        self.driver.opened(conn)
+        self._deadline_stale = True  # (its next wake-up may change)
+        self.driver.frame(conn, _parsed(m.proto.hello(resume)))
 
     def _arrive(self, conn: int, frame: dict[str, Any]) -> None:
         m = self.by_conn.get(conn)
@@ -415,7 +412,8 @@ class ReplayHost:
             if w is not None and w <= nxt:
                 heapq.heappop(self._due)[2]()
             else:
-                self._driver().tick()
+                self._deadline_stale = True  # (its next wake-up may change)
+                self.driver.tick()
         self.now = max(self.now, t)
 
     def unseen_gap(self, name: str, back: float, next_step: float) -> bool:
@@ -496,7 +494,8 @@ class ReplayHost:
         m.dropped_at = self.now
         m.counted = self.hub.groups.get(self.group) is not None and \
             self.hub.groups[self.group].involves(m.name)
-        self._driver().closed(conn)
+        self._deadline_stale = True  # (its next wake-up may change)
+        self.driver.closed(conn)
 
     def _return(self, m: _Member) -> None:
         if m.conn is not None or m.dropped_at is None:

@@ -111,13 +111,20 @@ class Driver:
 
     def frame(self, conn: int, frame: ClientFrame) -> None:
         """A client frame, parsed (notify/wire.py), for this node's hub."""
-        group = self._waiting.get(conn)
-        if group is not None:
-            self._hold(self._loads[group], conn, frame)
-        elif isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
+        if self._waiting:
+            group = self._waiting.get(conn)
+            if group is not None:
+                self._hold(self._loads[group], conn, frame)
+                return
+        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
             self._fault_in(conn, frame)
-        else:
-            self._handle(conn, frame)
+            return
+        try:  # (`_handle`, inline: this is the path of every frame)
+            actions = self.hub.handle(conn, frame, self._clock())
+        except Exception:  # a bug of ours must not take the server down (G12)
+            self._internal(conn, getattr(frame, "req", None), type(frame).__name__)
+            return
+        self.run(actions)
 
     def call(self, fn: Callable[[float], list[Action]], conn: int | None = None,
              what: str = "call") -> None:
@@ -168,19 +175,20 @@ class Driver:
     def tick(self) -> None:
         """Do what is due by now: the hub's deadlines, and loads that took too long."""
         now = self._clock()
-        for load in [x for x in self._loads.values() if now >= x.deadline]:
-            log.error("load_group_timeout", group=load.group)
-            self._answered(load, None, "timed out")
+        if self._loads:
+            for load in [x for x in self._loads.values() if now >= x.deadline]:
+                log.error("load_group_timeout", group=load.group)
+                self._answered(load, None, "timed out")
         self.call(self.hub.tick, what="tick")
 
     def next_wakeup(self) -> float | None:
         """When `tick` has something to do next (None: nothing is armed). A host ticks at this
         time exactly or earlier, and asks again after anything it fed the driver."""
-        deadlines = [x.deadline for x in self._loads.values()]
         hub = self.hub.next_deadline()
-        if hub is not None:
-            deadlines.append(hub)
-        return min(deadlines, default=None)
+        if not self._loads:  # (the usual case: asked after every call, so kept cheap)
+            return hub
+        earliest = min(x.deadline for x in self._loads.values())
+        return earliest if hub is None else min(hub, earliest)
 
     def group_names(self) -> list[str]:
         """The groups in memory here now."""

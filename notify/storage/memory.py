@@ -44,9 +44,10 @@ class MemoryLog:
         # Answered on the loop's next turn, not at once: the publishes that arrive meanwhile
         # form the group's next batch (group commit with nothing to wait for), so a burst costs
         # one round through the core's write pipeline, not one per message.
-        try:
-            asyncio.get_running_loop().call_soon(done, None)
-        except RuntimeError:  # no loop (a synchronous caller): nothing to batch with
+        loop = asyncio.events._get_running_loop()  # (no exception per write without one)
+        if loop is not None:
+            loop.call_soon(done, None)
+        else:  # no loop (a synchronous caller, the replay): nothing to batch with
             done(None)
 
     def load_group(self, group: str, recent: int) -> StoredGroup | None:

@@ -118,13 +118,8 @@ class Driver:
                 return
         if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
             self._fault_in(conn, frame)
-            return
-        try:  # (`_handle`, inline: this is the path of every frame)
-            actions = self.hub.handle(conn, frame, self._clock())
-        except Exception:  # a bug of ours must not take the server down (G12)
-            self._internal(conn, getattr(frame, "req", None), type(frame).__name__)
-            return
-        self.run(actions)
+        else:
+            self._handle(conn, frame)
 
     def call(self, fn: Callable[[float], list[Action]], conn: int | None = None,
              what: str = "call") -> None:

@@ -18,6 +18,7 @@ from client_sdk.errors import (
     PayloadTooLarge,
     PublishQueueFull,
     PublishRejected,
+    Replaced,
     RequestTimeout,
     ServerRefused,
 )
@@ -25,6 +26,7 @@ from client_sdk.events import (
     CaughtUp,
     CheckpointStored,
     GroupEvent,
+    InstanceReplaced,
     Message,
     Outcome,
     Removed,
@@ -42,6 +44,7 @@ from client_sdk.options import (
     StateProvider,
     View,
 )
+from client_sdk.presence import user_of, users
 from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation, Rejoin
 
 if TYPE_CHECKING:
@@ -75,6 +78,7 @@ __all__ = [
     "GroupEvent",
     "GroupLeftError",
     "GroupPhase",
+    "InstanceReplaced",
     "Message",
     "NotifyError",
     "Outcome",
@@ -85,6 +89,7 @@ __all__ = [
     "PublishResult",
     "Rejoin",
     "Removed",
+    "Replaced",
     "RequestTimeout",
     "Reset",
     "ServerRefused",
@@ -95,4 +100,6 @@ __all__ = [
     "ViewInstalled",
     "ViewResumed",
     "connect",
+    "user_of",
+    "users",
 ]

@@ -71,12 +71,14 @@ from client_sdk.errors import (
     PayloadTooLarge,
     PublishQueueFull,
     PublishRejected,
+    Replaced,
     RequestTimeout,
     ServerRefused,
 )
 from client_sdk.events import (
     CheckpointStored,
     GroupEvent,
+    InstanceReplaced,
     Message,
     Removed,
     Reply,
@@ -96,6 +98,7 @@ from client_sdk.options import (
     StateProvider,
     View,
 )
+from client_sdk.presence import AUTO, REPLACED_CLOSE, new_instance
 from client_sdk.protocol import ClientProtocol, ProtocolViolation
 from client_sdk.requests import (
     Answer,
@@ -161,16 +164,20 @@ class Client:
     is connected to, or was last (the first of `urls` before any connection)."""
 
     def __init__(self, url: str | Sequence[str], member: str, *, token: str | None = None,
-                 options: ClientOptions | None = None, event_log: Any = None,
-                 rng: random.Random | None = None) -> None:
+                 instance: str | None = AUTO, options: ClientOptions | None = None,
+                 event_log: Any = None, rng: random.Random | None = None) -> None:
         self.urls = server_urls(url)
-        self.url, self.member, self._token = self.urls[0], member, token
+        self.url, self._token = self.urls[0], token
+        #: whether the SDK picked the instance (and so may take another after a clash)
+        self._own_instance = instance == AUTO
+        self.protocol = ClientProtocol(member, new_instance() if instance == AUTO else instance)
+        #: the member id views list: `user#instance` (`user` when `instance=None`)
+        self.member = self.protocol.me
         #: the index in `urls` of the next attempt, and of the URL connected (or last)
         self._next_url = 0
         self._at = 0
         self.options = options or ClientOptions()
         self.state = ConnectionState.CONNECTING
-        self.protocol = ClientProtocol(member)
         self._events_log = event_log
         self._rng = rng or random.Random()
         self._ws: ClientConnection | None = None
@@ -191,6 +198,7 @@ class Client:
         self._id_prefix = uuid.uuid4().hex[:16] + "-"
         self._ids = itertools.count(1)
         self._listeners: list[Callable[[ConnectionState, ConnectionState], None]] = []
+        self._replaced_listeners: list[Callable[[InstanceReplaced], None]] = []
         self._wake_writer = asyncio.Event()
         self._main: asyncio.Task[None] | None = None
         self._lost_at: float | None = None
@@ -202,6 +210,16 @@ class Client:
         self.failure: NotifyError | None = None
         #: `error` frames that answered no request of ours (e.g. a refused token refresh)
         self.errors: list[ServerError] = []
+
+    @property
+    def user(self) -> str:
+        """Who this client is logged in as (with authentication, the token's `sub`)."""
+        return self.protocol.user
+
+    @property
+    def instance(self) -> str | None:
+        """This client's instance of its user (None: it named none, `instance=None`)."""
+        return self.protocol.instance
 
     @property
     def session(self) -> str | None:
@@ -320,6 +338,38 @@ class Client:
         logged (logger `client_sdk`) and does not reach the SDK."""
         self._listeners.append(listener)
 
+    def on_replaced(self, listener: Callable[[InstanceReplaced], None]) -> None:
+        """Call `listener(event)` when another connection claims this client's instance (a
+        clash, see `InstanceReplaced`): the client took a new instance (`event.new`), or is
+        CLOSED with a `Replaced` failure (`event.new` is None). Isolated like state listeners."""
+        self._replaced_listeners.append(listener)
+
+    def _replaced(self) -> bool:
+        """Close 4002: another connection holds this instance now. Never reconnect into the
+        clash (issue 29: two clients replacing each other flush the whole group each time):
+        take a new instance if the SDK picked this one, else finish. Returns whether to go on."""
+        old = self.member
+        if self._own_instance:
+            self.protocol.take_instance(new_instance())
+            self.member = self.protocol.me
+            event = InstanceReplaced(old, self.member)
+            log.warning("notify client %s: another connection claimed this instance; "
+                        "going on as %s", old, self.member)
+        else:
+            event = InstanceReplaced(old, None)
+            log.warning("notify client %s: another connection claimed this instance "
+                        "(close 4002); closing", old)
+        self._log("client.replaced", old=old, new=event.new)
+        for listener in self._replaced_listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("notify client %s: replaced listener %r failed", old, listener)
+        if event.new is None:
+            self._finish(Replaced(old))
+            return False
+        return True
+
     def _set_state(self, new: ConnectionState) -> None:
         old, self.state = self.state, new
         if old is not new:
@@ -361,6 +411,8 @@ class Client:
             if self._closing:
                 return
             self._lost(reason)
+            if ws.close_code == REPLACED_CLOSE and not self._replaced():
+                return
             if not self.options.reconnect:
                 self._finish(ConnectError(f"connection lost ({reason}; reconnect is off)"))
                 return
@@ -848,12 +900,18 @@ class _Connect:
 
 
 def connect(url: str | Sequence[str], *, member: str, token: str | None = None,
-            options: ClientOptions | None = None, event_log: Any = None,
-            rng: random.Random | None = None) -> _Connect:
+            instance: str | None = AUTO, options: ClientOptions | None = None,
+            event_log: Any = None, rng: random.Random | None = None) -> _Connect:
     """Connect to a notify server: `url` is one `ws://`/`wss://` URL, or a non-empty list of
     them (the nodes of a cluster), tried in turn (see the module docstring). Raises
     `ValueError` at once for an empty list or a URL that is not ws(s), `ConnectError` if no
     server can be reached and `ServerRefused` if one refuses the hello (bad member id, bad
-    token)."""
-    return _Connect(Client(url, member, token=token, options=options, event_log=event_log,
-                           rng=rng))
+    token, too many instances of the user).
+
+    `member` is the user (with a token, its `sub`); `instance` this client's instance of it:
+    `"auto"` (the default) picks a random one, so two processes of one user are two members
+    (presence by user: `ViewInstalled.users`); a string names it (a clash with another
+    connection of the same instance then closes the older with `Replaced`); None names none,
+    and the member id is the user's (the protocol before instances)."""
+    return _Connect(Client(url, member, token=token, instance=instance, options=options,
+                           event_log=event_log, rng=rng))

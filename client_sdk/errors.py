@@ -66,3 +66,14 @@ class ClientFailed(NotifyError):
     breaking the protocol; the message says which, `__cause__` is the original error. Pending
     calls and group iterators raise it. Connect again."""
 
+
+
+class Replaced(NotifyError):
+    """Another connection claimed this client's instance and the server kept the newer one
+    (close 4002): two processes were given the same `instance`, or one's saved session was
+    copied. The client is CLOSED rather than reconnecting into the same clash; `old` is the
+    member id it had. A client whose instance the SDK picked takes a new one instead."""
+
+    def __init__(self, old: str) -> None:
+        super().__init__(f"instance {old!r} was claimed by a newer connection (close 4002)")
+        self.old = old

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from client_sdk.presence import arrivals, users
+
 
 @dataclass(slots=True, unsafe_hash=True)
 class Message:
@@ -24,12 +26,47 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class ViewInstalled:
+    """A new view of the group. `members`, `joined` and `left` are instances (member ids,
+    `user#instance`); `users`, `users_joined` and `users_left` say the same by user
+    (client_sdk/presence.py): a user joins with its first instance and leaves with its last."""
+
     group: str
     view: int
     members: tuple[str, ...]
     joined: tuple[str, ...]
     left: tuple[str, ...]
     offset: int
+
+    @property
+    def users(self) -> dict[str, tuple[str, ...]]:
+        """Each user present, with its instances in the view (in view order)."""
+        return users(self.members)
+
+    def _before(self) -> list[str]:
+        joined = set(self.joined)
+        return [m for m in self.members if m not in joined] + list(self.left)
+
+    @property
+    def users_joined(self) -> tuple[str, ...]:
+        """Users with no instance in the view before and one in this one (sorted)."""
+        return arrivals(self._before(), self.members)[0]
+
+    @property
+    def users_left(self) -> tuple[str, ...]:
+        """Users with an instance in the view before and none in this one (sorted)."""
+        return arrivals(self._before(), self.members)[1]
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReplaced:
+    """Another connection claimed this client's instance (a clash: a copied session, or two
+    processes given one `instance`), and the server kept the newer (close 4002). `new` is the
+    instance this client took instead and rejoined its groups with (it had picked its instance
+    itself), or None: the client is closed, with a `Replaced` failure (the application chose
+    the instance, so it decides what runs where)."""
+
+    old: str
+    new: str | None
 
 
 @dataclass(frozen=True, slots=True)

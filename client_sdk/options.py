@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from client_sdk.presence import users
+
 __all__ = [
     "Backoff",
     "ClientOptions",
@@ -62,6 +64,11 @@ class ClientOptions:
 class View:
     version: int
     members: tuple[str, ...]
+
+    @property
+    def users(self) -> dict[str, tuple[str, ...]]:
+        """Each user present, with its instances (client_sdk/presence.py)."""
+        return users(self.members)
 
 
 @dataclass(frozen=True, slots=True)

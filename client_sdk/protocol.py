@@ -50,6 +50,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from client_sdk.options import PublishResult
+from client_sdk.presence import member_id
 from client_sdk.requests import (
     JOIN_RETRIES,
     LEFT_LEAVE_REFUSALS,
@@ -75,10 +76,13 @@ PROTOCOL_VERSION = 1
 
 
 def hello_frame(member: str, *, token: str | None = None,
-                resume_session: str | None = None) -> Frame:
-    """The `hello` that opens a connection (DESIGN §3): with `resume_session`, the server
+                resume_session: str | None = None, instance: str | None = None) -> Frame:
+    """The `hello` that opens a connection (DESIGN §3): `member` names the user, `instance`
+    this client instance of it (client_sdk/presence.py); with `resume_session`, the server
     resumes that session (G7) if it still has it."""
     hello: Frame = {"type": "hello", "protocol": PROTOCOL_VERSION, "member": member}
+    if instance is not None:
+        hello["instance"] = instance
     if token is not None:
         hello["token"] = token
     if resume_session:
@@ -212,8 +216,11 @@ def _message(group: str, f: Frame) -> Message:
 class ClientProtocol:
     """All groups of one client connection."""
 
-    def __init__(self, member: str) -> None:
-        self.me = member
+    def __init__(self, member: str, instance: str | None = None) -> None:
+        #: the user (with authentication the server takes the token's `sub`) and this client's
+        #: instance of it; `me` is the member id views list: `user#instance`, or `user`
+        self.user, self.instance = member, instance
+        self.me = member_id(member, instance)
         self.groups: dict[str, GroupProtocol] = {}
         #: the session the server gave (`welcome`): a `hello(resume=True)` presents it
         self.session: str | None = None
@@ -228,8 +235,15 @@ class ClientProtocol:
         frame of `data_to_send()`). `resume=True` presents the session of the last `welcome`
         received, if any (G7: the server resumes it, with no view change, if it still has
         it); then call `rejoin_all()`."""
-        return hello_frame(self.me, token=token,
+        return hello_frame(self.user, token=token, instance=self.instance,
                            resume_session=self.session if resume else None)
+
+    def take_instance(self, instance: str) -> None:
+        """Become another instance of the same user: after a clash (another connection claimed
+        this one, close 4002), so as never to reconnect into it. The session is the other
+        connection's now, so the next hello starts a new one, and `rejoin_all()` joins each
+        group afresh from its resume point (a new member, caught up from where this one was)."""
+        self.instance, self.me, self.session = instance, member_id(self.user, instance), None
 
     def rejoin_all(self, new_req: Callable[[], str] | None = None) -> list[Rejoin]:
         """After a reconnect: queue a join of every group not left (nor abandoned), with its
@@ -821,6 +835,8 @@ class ClientProtocol:
         self.session = f["session"]
         if isinstance(f.get("member"), str):
             self.me = f["member"]
+        if isinstance(f.get("user"), str):  # (a server before instances says only `member`)
+            self.user = f["user"]
         q = self.requests
         while q.refreshes:
             q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))

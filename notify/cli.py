@@ -25,6 +25,7 @@ from notify.config import Settings
 from notify.eventlog import EventLog
 
 if TYPE_CHECKING:
+    from client_sdk import ViewInstalled
     from notify.server.app import NotifyServer
 
 #: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
@@ -289,7 +290,7 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
     """Print the group's events until interrupted; reconnects and resumes by itself."""
     import orjson
 
-    from client_sdk import Message, NotifyError, ViewChanging, ViewInstalled, connect
+    from client_sdk import Message, NotifyError, ViewChanging, ViewInstalled, connect, user_of
 
     try:
         async with connect(a.url, member=_member(a), token=a.token) as c:
@@ -299,12 +300,10 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
             async for e in group:
                 if isinstance(e, Message):
                     body = orjson.dumps(e.payload).decode()
-                    print(f"{e.offset} {e.stream}#{e.seq} {e.sender}: {body}" if views else body,
-                          flush=True)
+                    print(f"{e.offset} {e.stream}#{e.seq} {user_of(e.sender)}: {body}"
+                          if views else body, flush=True)
                 elif views and isinstance(e, ViewInstalled):
-                    print(f"view {e.view}: {', '.join(e.members)}"
-                          f"{' +' + ','.join(e.joined) if e.joined else ''}"
-                          f"{' -' + ','.join(e.left) if e.left else ''}", flush=True)
+                    print(_view_line(e), flush=True)
                 elif views and isinstance(e, ViewChanging):
                     print(f"# view {e.proposed} proposed ({e.reason}): {', '.join(e.members)}",
                           flush=True)
@@ -314,6 +313,17 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
         print(f"notify: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _view_line(e: ViewInstalled) -> str:
+    """A view as `notify watch` shows it: the users present (with how many instances, when
+    more than one), who arrived and who left, then the instances that changed."""
+    users = ", ".join(u if len(ms) == 1 else f"{u} x{len(ms)}" for u, ms in e.users.items())
+    came = f" arrived: {','.join(e.users_joined)}" if e.users_joined else ""
+    went = f" left: {','.join(e.users_left)}" if e.users_left else ""
+    moved = " ".join([*(f"+{m}" for m in e.joined), *(f"-{m}" for m in e.left)])
+    return f"view {e.view}: {users}{came}{went} ({moved})" if moved else \
+        f"view {e.view}: {users}{came}{went}"
 
 
 def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> int:

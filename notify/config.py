@@ -126,6 +126,7 @@ class LimitSettings(_Section):
     retain_messages: int = Field(default=_L.retain_messages, ge=1)
     retain_bytes: int = Field(default=_L.retain_bytes, ge=1)
     max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
+    max_instances_per_user: int = Field(default=_L.max_instances_per_user, ge=1)
     publish_rate: float = Field(default=_L.publish_rate, ge=0)
     publish_burst: int = Field(default=_L.publish_burst, ge=1)
     max_pending_atomic: int = Field(default=_L.max_pending_atomic, ge=1)
@@ -217,6 +218,7 @@ class Settings(BaseSettings):
                    max_outbound_bytes=lim.max_outbound_bytes,
                    retain_messages=lim.retain_messages, retain_bytes=lim.retain_bytes,
                    max_groups_per_session=lim.max_groups_per_session,
+                   max_instances_per_user=lim.max_instances_per_user,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
                    max_pending_atomic=lim.max_pending_atomic),
             event_log=self.server.event_log is not None)

@@ -76,9 +76,10 @@ class HelloFrame(_Frame):
     token: Token | None = None
     member: Str | None = None
     resume_session: Str | None = None
+    instance: Str | None = None
 
     def to_core(self) -> ev.Hello:
-        return ev.Hello(self.protocol, self.member, self.resume_session)
+        return ev.Hello(self.protocol, self.member, self.resume_session, self.instance)
 
 
 @dataclass(frozen=True, slots=True)

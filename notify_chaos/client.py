@@ -70,13 +70,19 @@ class ChaosClient:
         self.n = 0
         self._lost_at: float | None = None
 
+    @property
+    def member(self) -> str:
+        """The member id the views list (`name#instance`: the SDK picks the instance), which
+        the logs must say for the verdict to match deliveries to views."""
+        return self.client.member if self.client is not None else self.name
+
     def _state(self, old: ConnectionState, new: ConnectionState) -> None:
         now = time.time()
         if new is ConnectionState.RECONNECTING and old is ConnectionState.CONNECTED:
             self._lost_at = now
-            self.log.write("client.disconnect", now, member=self.name, reason="lost")
+            self.log.write("client.disconnect", now, member=self.member, reason="lost")
         elif new is ConnectionState.CONNECTED and self._lost_at is not None:
-            self.log.write("client.reconnect", now, member=self.name,
+            self.log.write("client.reconnect", now, member=self.member,
                            gap_ms=round((now - self._lost_at) * 1000, 3), resumed=True)
             self._lost_at = None
 
@@ -87,7 +93,7 @@ class ChaosClient:
             if isinstance(e, Message):
                 self.n += 1
                 p = e.payload if isinstance(e.payload, dict) else {}
-                self.log.write("client.deliver", now, group=g, member=self.name,
+                self.log.write("client.deliver", now, group=g, member=self.member,
                                view=self.view.get(g), offset=e.offset, stream=e.stream,
                                seq=e.seq, sender=e.sender, atomic=e.atomic, msg_view=e.view,
                                sent_ts=p.get("t"), recv_ts=now, n=self.n, pid=p.get("id"),
@@ -95,22 +101,22 @@ class ChaosClient:
                 self.delivered[g] = max(self.delivered.get(g, 0), e.offset)
             elif isinstance(e, ViewInstalled):
                 self.view[g] = e.view
-                self.log.write("client.view", now, group=g, member=self.name, view=e.view,
+                self.log.write("client.view", now, group=g, member=self.member, view=e.view,
                                members=list(e.members), epoch=self.epoch.get(g, 0))
             elif isinstance(e, Reset):
                 self.epoch[g] = e.new_epoch
                 self.delivered[g] = 0
-                self.log.write("client.reset", now, group=g, member=self.name, reason=e.reason,
+                self.log.write("client.reset", now, group=g, member=self.member, reason=e.reason,
                                from_offset=e.old_offset, offset=e.new_offset,
                                old_epoch=e.old_epoch, epoch=e.new_epoch)
             elif isinstance(e, Removed):
-                self.log.write("client.view", now, group=g, member=self.name, view=e.view,
+                self.log.write("client.view", now, group=g, member=self.member, view=e.view,
                                members=[], removed=True, epoch=self.epoch.get(g, 0))
                 return
 
     async def run(self) -> None:
         cfg = self.cfg
-        async with connect(cfg["url"], member=self.name, options=_options(cfg["options"])) as c:
+        async with connect(cfg["url"], member=self.member, options=_options(cfg["options"])) as c:
             self.client = c
             c.on_state_change(self._state)
             groups: list[Group] = []

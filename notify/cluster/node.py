@@ -87,6 +87,7 @@ from notify.cluster.shards import SHARDS, shard_of
 from notify.core.auth import Identity
 from notify.core.errors import CloseCode
 from notify.core.events import Hello
+from notify.core.users import split_member
 from notify.runtime.driver import MOVED
 from notify.runtime.placement import PlacementHost, Sample
 
@@ -365,7 +366,8 @@ class ClusterNode:
             d = orjson.loads(data)
             vid = server.new_conn_id()
             self._vconns[key], self._remote[vid] = vid, key
-            server.driver.opened_remote(vid, Hello(1, d["member"], d["resume"]),
+            user, instance = split_member(d["member"]) if d["member"] else (None, None)
+            server.driver.opened_remote(vid, Hello(1, user, d["resume"], instance),
                                         identity_of(d["identity"]), d["token"])
             return
         known = self._vconns.get(key)

@@ -47,6 +47,9 @@ class Welcome:
     heartbeat_ms: int
     limits: dict[str, int]
     resumed: bool
+    #: who the member is: its user, and its instance of that user (None: it named none)
+    user: str
+    instance: str | None
     type: str = field(default="welcome", init=False)
 
 

@@ -55,6 +55,9 @@ class Limits:
     #: and bytes queued for one member (a few large frames can weigh what many small ones do)
     max_outbound_bytes: int = 16 << 20
     max_groups_per_session: int = 1_000
+    #: sessions (client instances: tabs, devices, processes) one user may have at once; a new
+    #: one past it first retires the user's oldest disconnected one, else is refused
+    max_instances_per_user: int = 32
     max_group_name: int = 200
     #: a snapshot relayed to a joiner, in bytes of base64 on the wire (≈ 4/3 of compressed)
     max_state_bytes: int = 512 << 20

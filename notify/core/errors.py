@@ -39,6 +39,8 @@ class ErrorCode(StrEnum):
     TOKEN_EXPIRED = "token_expired"  # `exp` is past (at hello or refresh)
     MEMBER_MISMATCH = "member_mismatch"  # `member` (or a refresh token's `sub`) is not the sub
     FORBIDDEN = "forbidden"  # join / want_state outside the token's grants
+    #: a hello for a new instance of a user that has `max_instances_per_user` connected ones
+    TOO_MANY_INSTANCES = "too_many_instances"
 
 
 class RejectCode(StrEnum):

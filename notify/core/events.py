@@ -47,9 +47,13 @@ class ResumePoint:
 
 @dataclass(frozen=True, slots=True)
 class Hello:
+    """`member` names the user (development mode; with a token its `sub` does), `instance`
+    the client instance of that user, if any (notify/core/users.py)."""
+
     protocol: int
     member: MemberId | None = None
     resume_session: str | None = None
+    instance: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

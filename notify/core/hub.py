@@ -3,11 +3,15 @@
 Theory of operation. The adapter numbers each WebSocket connection (`ConnId`) and feeds the hub
 what happens on it: `opened`, each validated client frame (`handle`), `closed`; and the clock
 (`tick`). The hub answers with actions. A connection becomes a *session* with `hello`; a session
-is one incarnation of a member (DESIGN §4: a member is `(member id, incarnation)`). A `hello`
-that presents the session token of a live or SUSPECT session resumes it on the new connection;
-a `hello` for a member id that already has a session, without its token, is a new incarnation:
-the old one is removed from its groups at once and its connection closed, rather than waiting
-for its timeouts. Group frames are routed to their `Group`.
+is one incarnation of a member (DESIGN §4: a member is `(member id, incarnation)`), and a member
+is one client instance of a user (`user#instance`, notify/core/users.py: two tabs of one user
+are two members). A `hello` that presents the session token of a live or SUSPECT session resumes
+it on the new connection; a `hello` for a member id that already has a session, without its
+token, is a *clash* (two connections claim one instance) and the newer wins: the old session is
+removed from its groups at once and its connection closed with 4002 (`REPLACED`), rather than
+waiting for its timeouts. The SDKs never reconnect into the clash (they take a new instance, or
+close), so it settles within one view change. A user has at most `max_instances_per_user`
+sessions. Group frames are routed to their `Group`.
 
 Authentication happens in the adapter (it holds the keys and the clock): a verified token
 reaches the hub as an `Identity` passed with `hello` (`hello(conn, frame, now, identity)`), and a
@@ -68,6 +72,7 @@ from notify.core.events import (
 )
 from notify.core.group import Group
 from notify.core.membership import IllegalTransition, Reason
+from notify.core.users import INSTANCE, member_id
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
@@ -102,8 +107,11 @@ SESSION_TRANSITIONS: dict[SessionState, dict[SessionEvent, SessionState]] = {
 @dataclass(slots=True)
 class Session:
     token: str
+    #: `user#instance`, or `user` for a client that named no instance (notify/core/users.py)
     member: MemberId
     conn: ConnId | None
+    user: str
+    instance: str | None
     state: SessionState = SessionState.CONNECTED
     groups: set[str] = field(default_factory=set)
     #: when the session may be forgotten once disconnected (it can no longer resume anything)
@@ -147,6 +155,8 @@ class Hub:
         #: CONNECTED and DISCONNECTED sessions by token, and by member (the latest incarnation)
         self._sessions: dict[str, Session] = {}
         self._members: dict[MemberId, Session] = {}
+        #: the same sessions by user, then member id, oldest first (`max_instances_per_user`)
+        self._users: dict[str, dict[MemberId, Session]] = {}
         self._armed: set[str] = set()
         #: the DISCONNECTED sessions by token, the only ones that can expire (in loss order)
         self._disconnected: dict[str, Session] = {}
@@ -259,7 +269,7 @@ class Hub:
                                          "`member` is not the token's subject")
             if identity.expired(now):
                 return self._refuse_auth(conn, ErrorCode.TOKEN_EXPIRED, "the token has expired")
-            hello = Hello(hello.protocol, identity.member, hello.resume_session)
+            hello = Hello(hello.protocol, identity.member, hello.resume_session, hello.instance)
         out = self._hello(conn, hello, now, token)
         session = self._conns.get(conn)
         if session is not None:
@@ -272,9 +282,9 @@ class Hub:
         session = self._conns.get(conn)
         if session is None:
             return [Send(conn, Error(ErrorCode.HELLO_REQUIRED, "send hello first"))]
-        if identity.member != session.member:
+        if identity.member != session.user:
             return [Send(conn, Error(ErrorCode.MEMBER_MISMATCH,
-                                     "the new token is for another member"))]
+                                     "the new token is for another user"))]
         if identity.expired(now):
             return [Send(conn, Error(ErrorCode.TOKEN_EXPIRED, "the new token has expired"))]
         self._set_identity(conn, session, identity)
@@ -313,8 +323,9 @@ class Hub:
             # rate must not decide whether a resume is taken)
             self._move(session, SessionEvent.EXPIRE)
             session = None
-        if session is not None and hello.member not in (None, session.member):
-            session = None  # a token for another member resumes nothing
+        if session is not None and hello.member is not None and \
+                member_id(hello.member, hello.instance) != session.member:
+            session = None  # a token for another member (user or instance) resumes nothing
         if session is None and token is not None and token in self._sessions:
             return [Send(conn, Error(ErrorCode.BAD_FRAME, "session token in use"))]
         resumed = session is not None
@@ -338,16 +349,28 @@ class Hub:
                     out.extend(self._group_call(name, lambda g: g.disconnected(member, now)))
             self._move(session, SessionEvent.RESUME, conn)
         else:
-            if not hello.member or not _NAME.fullmatch(hello.member) or \
-                    len(hello.member) > self.config.limits.max_group_name:
+            user, instance = hello.member, hello.instance
+            if not user or not _NAME.fullmatch(user) or \
+                    len(user) > self.config.limits.max_group_name:
                 return [Send(conn, Error(ErrorCode.BAD_FRAME,
                                          "hello needs a member id: letters, digits, _.:/@-"))]
-            old = self._members.get(hello.member)
-            if old is not None:
+            if instance is not None and not INSTANCE.fullmatch(instance):
+                return [Send(conn, Error(ErrorCode.BAD_FRAME,
+                                         "an instance is 1-64 of letters, digits, _-"))]
+            member = member_id(user, instance)
+            old = self._members.get(member)
+            if old is not None:  # a clash: the newer wins, the older is closed (4002)
                 out.extend(self._retire(old, Reason.NEW_INCARNATION, now))
-            session = Session(token or self._new_token(), hello.member, conn)
+            room = self._make_room(user, now)
+            if room is None:
+                return [Send(conn, Error(ErrorCode.TOO_MANY_INSTANCES,
+                                         f"user {user!r} has {len(self._users[user])} connected "
+                                         "instances, the most allowed (max_instances_per_user)"))]
+            out.extend(room)
+            session = Session(token or self._new_token(), member, conn, user, instance)
             self._sessions[session.token] = session
-            self._members[session.member] = session
+            self._members[member] = session
+            self._users.setdefault(user, {})[member] = session
         self._conns[conn] = session
         t = self.config.timeouts
         lim = self.config.limits
@@ -361,13 +384,26 @@ class Hub:
                                        "suspect_timeout_ms": int(t.suspect_timeout * 1000),
                                        "publish_rate": int(lim.publish_rate),
                                        "publish_burst": lim.publish_burst,
-                                       "max_pending_atomic": lim.max_pending_atomic},
-                                      resumed)))
+                                       "max_pending_atomic": lim.max_pending_atomic,
+                                      "max_instances_per_user": lim.max_instances_per_user},
+                                      resumed, session.user, session.instance)))
         if self.config.event_log:
             out.append(LogEvent("conn.open", now, {"member": session.member,
                                                    "session": session.token,
                                                    "resumed": resumed}))
         return out
+
+    def _make_room(self, user: str, now: float) -> list[Action] | None:
+        """Room for one more instance of `user` (`max_instances_per_user`): nothing to do, or
+        the retirement of its oldest DISCONNECTED session (it was leaving anyway, at its
+        suspect timeout); None when every one is connected (the hello is refused)."""
+        sessions = self._users.get(user)
+        if sessions is None or len(sessions) < self.config.limits.max_instances_per_user:
+            return []
+        for s in sessions.values():
+            if s.state is SessionState.DISCONNECTED:
+                return self._retire(s, Reason.INSTANCE_LIMIT, now)
+        return None
 
     def _retire(self, old: Session, reason: Reason, now: float) -> list[Action]:
         """Remove an older incarnation from everything at once (DESIGN §4)."""
@@ -398,6 +434,11 @@ class Hub:
             self._sessions.pop(session.token, None)
             if self._members.get(session.member) is session:
                 del self._members[session.member]
+            instances = self._users.get(session.user)
+            if instances is not None and instances.get(session.member) is session:
+                del instances[session.member]
+                if not instances:
+                    del self._users[session.user]
 
     def _join(self, conn: ConnId, session: Session, join: Join, now: float) -> list[Action]:
         lim = self.config.limits

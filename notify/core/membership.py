@@ -32,6 +32,9 @@ class Reason(StrEnum):
     FLUSH_TIMEOUT = "flush_timeout"  # it did not answer a view change
     ACK_TIMEOUT = "ack_timeout"  # it held up an atomic message
     NEW_INCARNATION = "new_incarnation"  # the same member id connected again afresh
+    #: a user opened more instances than `max_instances_per_user`: its oldest disconnected
+    #: one makes room (notify/core/users.py)
+    INSTANCE_LIMIT = "instance_limit"
 
     @property
     def cancellable(self) -> bool:

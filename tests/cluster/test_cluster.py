@@ -82,6 +82,7 @@ class Collector:
     def __init__(self, group: Group) -> None:
         self.group = group
         self.messages: list[Message] = []
+        #: (version, its users in view order): each client here is its user's only instance
         self.views: list[tuple[int, tuple[str, ...]]] = []
         self.task = asyncio.get_running_loop().create_task(self._run())
 
@@ -91,7 +92,7 @@ class Collector:
             if isinstance(e, Message):
                 self.messages.append(e)
             elif isinstance(e, ViewInstalled):
-                self.views.append((e.view, e.members))
+                self.views.append((e.view, tuple(e.users)))  # one instance per user here
 
     async def wait_for(self, pred: Any, timeout: float = TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

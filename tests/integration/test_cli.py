@@ -25,7 +25,7 @@ async def test_pub_and_watch(make_server: MakeServer) -> None:
     try:
         assert watcher.stdout is not None
         first = await asyncio.wait_for(watcher.stdout.readline(), 20)
-        assert b"view 1: w" in first
+        assert b"view 1: w arrived: w (+w#" in first
         code, out = await run("pub", "doc", '{"op": 1}', "--url", srv.url, "--member", "p",
                               "--atomic", "--order", "total")
         assert code == 0 and "published offset=1" in out and "committed=True" in out

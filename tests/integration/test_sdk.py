@@ -87,17 +87,17 @@ async def test_G8_cut_past_the_install_rejoins_and_the_group_sees_two_view_chang
         make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
     srv = await make_server(suspect_timeout=0.2, flush_timeout=1.0)
     proxy = await proxy_to(srv)
-    _a, b, ga, gb = await pair(srv, proxy, sdk)
+    a, b, ga, gb = await pair(srv, proxy, sdk)
 
     proxy.block()
     proxy.cut()
     evs = await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 3)
-    assert evs[-1].members == ("a",)  # type: ignore[union-attr]
+    assert evs[-1].members == (a.member,)  # type: ignore[union-attr]
     for i in range(4):
         await ga.publish(f"while-removed-{i}")
     proxy.unblock()
     evs = await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 4)
-    assert evs[-1].members == ("a", "b")  # type: ignore[union-attr]
+    assert evs[-1].members == (a.member, b.member)  # type: ignore[union-attr]
     got = await until(gb, lambda e: isinstance(e, CaughtUp))
     assert payloads(got) == [f"while-removed-{i}" for i in range(4)]  # once, in order
     assert [e.view for e in got if isinstance(e, ViewInstalled)] == [4]
@@ -224,7 +224,7 @@ async def test_client_event_log_records_deliveries_views_and_reconnects(
     assert kinds[:2] == ["client.view", "client.deliver"]
     assert "client.disconnect" in kinds and "client.reconnect" in kinds
     deliver = lines[1]
-    assert deliver["offset"] == 1 and deliver["sender"] == "b" and deliver["node"] == "b"
+    assert deliver["offset"] == 1 and deliver["sender"] == b.member and deliver["node"] == "b"
     assert deliver["recv_ts"] >= deliver["sent_ts"] > 0
     reconnect = next(x for x in lines if x["event"] == "client.reconnect")
     assert reconnect["resumed"] is True and reconnect["gap_ms"] > 0

@@ -89,7 +89,7 @@ async def test_server_stopped_abruptly_client_reconnects_to_the_next_url_and_rej
     assert reset.reason == "offset_unavailable" and reset.old_epoch == old_epoch
     assert c.url == s2.url  # the next URL after s1, past the dead one
     assert states == [ConnectionState.RECONNECTING, ConnectionState.CONNECTED]
-    assert g.view is not None and g.view.members == ("a",)
+    assert g.view is not None and tuple(g.view.users) == ("a",)
     await asyncio.wait_for(g.publish("after"), TIMEOUT)
     got = await until(g, lambda e: isinstance(e, Message) and e.payload == "after")
     assert [e.payload for e in got if isinstance(e, Message)] == ["after"]

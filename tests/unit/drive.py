@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from notify.core import CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core import CoreConfig, Hub, Limits, LogEvent, Timeouts, Write
 from notify.core.actions import Action
 from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
 from notify.runtime import CheckpointAction, Driver, Fetched
@@ -35,11 +35,12 @@ def stored(hub: Hub, actions: list[Action], now: float = 0.0) -> list[Action]:
 
 
 class Net:
-    def __init__(self, **timeouts: float) -> None:
+    def __init__(self, limits: Limits | None = None, **timeouts: float) -> None:
         t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
                         **timeouts})
         tokens = iter(range(1, 10_000))
-        self.hub = Hub(CoreConfig(timeouts=t), new_token=lambda: f"tok{next(tokens)}", epoch=1)
+        self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits()),
+                       new_token=lambda: f"tok{next(tokens)}", epoch=1)
         self.now = 100.0
         self.inbox: dict[int, list[dict[str, Any]]] = {}
         self.closed: set[int] = set()
@@ -99,11 +100,11 @@ class Net:
     def halt(self, reason: str) -> None:
         self.halts.append(reason)
 
-    def connect(self, member: str, session: str | None = None) -> int:
+    def connect(self, member: str, session: str | None = None, instance: str | None = None) -> int:
         self._conns += 1
         c = self._conns
         self.driver.opened(c)
-        self.send(c, Hello(1, member, session))
+        self.send(c, Hello(1, member, session, instance))
         welcome = self.take(c, "welcome")[0]
         self.sessions[c] = welcome["session"]
         return c

@@ -68,6 +68,7 @@ from notify.core.events import (
     Publish,
     StateChunk,
 )
+from notify.core.users import split_member
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.driver import MOVED
 from notify.runtime.frames import unbatch
@@ -289,7 +290,8 @@ class SimNode:
             vid = sim.new_conn_id()
             sim.conn_member[vid] = member
             self.vconns[(src, conn)], self.remote[vid] = vid, (src, conn)
-            self.driver.opened_remote(vid, Hello(1, member, presented), None, token)
+            user, instance = split_member(member)
+            self.driver.opened_remote(vid, Hello(1, user, presented, instance), None, token)
         elif kind in ("frame", "closed"):
             vid = self.vconns.get((src, entry[1]))
             if vid is None:

@@ -47,7 +47,8 @@ def test_schema_is_valid_draft_2020_12() -> None:
 
 FRAGMENT = orjson.Fragment(b'{"x":[1,"y",null]}')
 SERVER_FRAMES: list[object] = [
-    Welcome("s", "a", 5000, {"max_frame_bytes": 1}, False),
+    Welcome("s", "a#t1", 5000, {"max_frame_bytes": 1}, False, "a", "t1"),
+    Welcome("s", "a", 5000, {"max_frame_bytes": 1}, False, "a", None),
     Published("r", "id", 3), Published(7, "id", 3),
     Rejected("r", "id", RejectCode.BAD_PAYLOAD), Rejected(-1, "id", RejectCode.STALE_VIEW),
     Outcome("id", "g", 4, True), Outcome("id", "g", 4, False, "ack_timeout"),

@@ -133,7 +133,7 @@ def test_session_table_is_exactly_the_expected_one() -> None:
 
 @pytest.mark.parametrize(("state", "event"), list(itertools.product(SessionState, SessionEvent)))
 def test_session_transition(state: SessionState, event: SessionEvent) -> None:
-    session = Session("tok", "m", None, state)
+    session = Session("tok", "m", None, "m", None, state)
     expected = SESSION_EXPECTED.get((state, event))
     if expected is None:
         with pytest.raises(IllegalTransition, match=f"session {event.value} in {state.value}"):

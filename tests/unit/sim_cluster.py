@@ -46,7 +46,6 @@ from typing import Any
 import orjson
 from sim_clients import ClientSim, Conn, SimMember, _pick
 
-from client_sdk.protocol import GroupPhase
 from notify.cluster.ownership import Lease
 from notify.cluster.routing import (
     CloseConns,
@@ -509,31 +508,7 @@ class ClusterSimulation(ClientSim):
     def pauses(self) -> list[float]:
         return [*super().pauses(), self.cfg.route_timeout]
 
-    # -- its clients' reconnect: by hand, as they were written (see ClientSim.hello) ----------
-
     retry_first = True
-
-    def hello(self, m: SimMember, resume: bool) -> dict[str, Any]:
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
-        if resume and m.session:
-            hello["resume_session"] = m.session
-        return hello
-
-    def rejoin(self, m: SimMember) -> None:
-        for name, g in m.proto.groups.items():
-            if g.phase is not GroupPhase.LEFT:
-                if not g.epoch:
-                    self.obs.fresh_join(m.name, name)
-                req = m.req()
-                m.join_reqs[req] = name
-                m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
-                             resume=True)
-
-    def welcome(self, m: SimMember, f: dict[str, Any]) -> None:
-        m.session = f["session"]
-
-    def join_refused(self, m: SimMember, group: str) -> None:
-        del m.proto.groups[group]
 
     # -- the scheduler --------------------------------------------------------------------------
 

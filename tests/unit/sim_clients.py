@@ -92,8 +92,6 @@ class SimMember:
     published: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)
     join_reqs: dict[str, str] = field(default_factory=dict)  # req -> group
     reqs: int = 0
-    #: the session of the last `welcome` (kept here by the cluster's clients, see `welcome`)
-    session: str | None = None
 
     def req(self) -> str:
         self.reqs += 1
@@ -408,12 +406,15 @@ class ClientSim:
     # -- clients -------------------------------------------------------------------------------
 
     def connect(self, m: SimMember, *, resume: bool) -> None:
-        hello = self.hello(m, resume)
+        hello = m.proto.hello(resume)  # the SDK's own reconnect (`Client.reconnect`)
         c = self.open_conn(m, hello)
         m.conn = c
         c.to_server.append(hello)
         if resume:
-            self.rejoin(m)
+            for r in m.proto.rejoin_all(m.req):  # every group from where it was
+                if not r.resume:
+                    self.obs.fresh_join(m.name, r.group)
+                m.join_reqs[r.req] = r.group
             for f in list(m.unanswered.values()):  # retry what got no answer (idempotent)
                 self.obs.retried_ids.add(f["id"])
                 m.proto.send(f)
@@ -423,26 +424,6 @@ class ClientSim:
             for g in self.cfg.groups:
                 self.obs.fresh_join(m.name, g)
         self.flush(m)
-
-    # The SDK's own reconnect (`Client.reconnect`). The cluster's clients override these four
-    # with the hand-written reconnect they were written with: the SDK's changes their traces
-    # (another rng order), and the seeds they pass would no longer be the same ones.
-
-    def hello(self, m: SimMember, resume: bool) -> dict[str, Any]:
-        return m.proto.hello(resume)
-
-    def rejoin(self, m: SimMember) -> None:
-        """Rejoin every group from where it was."""
-        for r in m.proto.rejoin_all(m.req):
-            if not r.resume:
-                self.obs.fresh_join(m.name, r.group)
-            m.join_reqs[r.req] = r.group
-
-    def welcome(self, m: SimMember, f: dict[str, Any]) -> None:
-        m.proto.receive(f)  # the session a resume presents
-
-    def join_refused(self, m: SimMember, group: str) -> None:
-        m.proto.join_refused(group)  # the join failed; the app may try again
 
     def client_lost(self, c: Conn) -> None:
         """The connection is gone for the client: what it holds is lost."""
@@ -469,7 +450,7 @@ class ClientSim:
             f = c.to_client.popleft()
             self.frames[m.name].append((self.steps, "in", f))
             if f["type"] == "welcome":
-                self.welcome(m, f)
+                m.proto.receive(f)  # the session a resume presents
                 continue
             try:
                 ev, rep = m.proto.receive(f)
@@ -510,7 +491,7 @@ class ClientSim:
             group = m.join_reqs.pop(r.req, None) if r.req else None
             if group is not None and group in m.proto.groups and \
                     m.proto.groups[group].phase is GroupPhase.JOINING:
-                self.join_refused(m, group)
+                m.proto.join_refused(group)  # the join failed; the app may try again
 
     # -- application actions -------------------------------------------------------------------
 

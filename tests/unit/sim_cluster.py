@@ -10,10 +10,11 @@ as a remote one (`Driver.opened_remote`, then `Driver.frame`, `Driver.closed`); 
 for it come back over the link to the edge, which hands them on only while the connection is
 opened at that owner (node.py's rule).
 
-One log for all (`MemoryLog`) that fences: a node that fetches a group becomes the only one
-whose writes to it are accepted; the others are answered `Fenced`, and their driver drops the
-group. A seeded `random.Random` decides every step and injects the cluster's faults, besides
-sim.py's client faults (drops, resumes, new incarnations, joins, leaves, pauses):
+One log for all (`MemoryLog`) that fences: the last load of a group (a node's fetch) is the
+only one whose writes to it are accepted; the others, another node's or an earlier load's of the
+same node, are answered `Fenced`, and their driver drops the group. A seeded `random.Random`
+decides every step and injects the cluster's faults, besides sim.py's client faults (drops,
+resumes, new incarnations, joins, leaves, pauses):
 
 - **Owner changes**: a shard moves to another node, or to nobody for a while (frames wait at the
   edges, and their clients are told to reconnect after `route_timeout`). The old owner drops
@@ -46,7 +47,6 @@ from typing import Any
 import orjson
 from sim_clients import ClientSim, Conn, SimMember, _pick
 
-from client_sdk.protocol import GroupPhase
 from notify.cluster.ownership import Lease
 from notify.cluster.routing import (
     CloseConns,
@@ -114,11 +114,21 @@ class ClientConn(Conn):
 
 
 class FencedLog:
-    """The one log: the node (incarnation) that fetched a group last is the only writer."""
+    """The one log: the load of a group that came last is the only writer. Each load fences
+    the group anew (as JetStream's fence record does, notify/storage/jetstream.py), so a write
+    issued before it is refused even when the same node loaded the group again (it dropped the
+    group with that write in flight, then took its shard back)."""
 
     def __init__(self) -> None:
         self.log = MemoryLog()
-        self.fence: dict[str, SimNode] = {}
+        #: group -> (the node, its load) that fenced it last
+        self.fence: dict[str, tuple[SimNode, int]] = {}
+        self.loads = 0
+
+    def load(self, node: SimNode, group: str) -> tuple[SimNode, int]:
+        self.loads += 1
+        fence = self.fence[group] = (node, self.loads)
+        return fence
 
 
 # -- one node ------------------------------------------------------------------------------------
@@ -139,6 +149,8 @@ class SimNode:
         #: owner side: our number -> (edge node, edge conn); and back
         self.remote: dict[int, tuple[str, int]] = {}
         self.vconns: dict[tuple[str, int], int] = {}
+        #: group -> the fence of this node's load of it (its writes carry it)
+        self.loaded: dict[str, tuple[SimNode, int]] = {}
         #: ownership notices this node has not acted on yet (a paused owner)
         self.late: list[tuple[int, Lease | None, Lease | None]] = []
 
@@ -181,12 +193,12 @@ class SimNode:
             return
         g = self.hub.groups.get(write.group)
         view = g.view.version if g is not None else -1
-        self.sim.writes.append((self, write, done, view))
+        self.sim.writes.append((self, write, done, view, self.loaded.get(write.group)))
 
     def fetch(self, group: str, answer: Fetched) -> None:
         if self.dead:
             return
-        self.sim.log.fence[group] = self
+        self.loaded[group] = self.sim.log.load(self, group)
         sg = self.sim.log.log.load_group(group, self.hub.config.limits.retain_messages)
         if sg is not None:
             self.sim.count("group.fetched")
@@ -345,7 +357,8 @@ class ClusterSimulation(ClientSim):
         self.nodes = {n: SimNode(self, n, 0) for n in self.names}
         #: (src, dst) -> entries in flight, FIFO
         self.links: dict[tuple[str, str], deque[tuple[Any, ...]]] = {}
-        self.writes: deque[tuple[SimNode, Write, Done, int]] = deque()
+        self.writes: deque[tuple[SimNode, Write, Done, int, tuple[SimNode, int] | None]] = \
+            deque()
         self.log = FencedLog()
         #: shard -> its lease (the truth the lease machine would see); terms only grow
         self.owners: dict[int, Lease | None] = {}
@@ -380,8 +393,8 @@ class ClusterSimulation(ClientSim):
     def store(self) -> None:
         """The log takes the oldest write: a fenced writer is refused, appends fail now and
         then, a dead node's write lands (if its fence holds) but nobody hears of it."""
-        node, w, done, view = self.writes.popleft()
-        if self.log.fence.get(w.group) is not node:
+        node, w, done, view, fence = self.writes.popleft()
+        if fence is None or self.log.fence.get(w.group) != fence:
             self.count("write.fenced")
             if not node.dead:
                 node.remember_outcomes()
@@ -511,31 +524,7 @@ class ClusterSimulation(ClientSim):
     def pauses(self) -> list[float]:
         return [*super().pauses(), self.cfg.route_timeout]
 
-    # -- its clients' reconnect: by hand, as they were written (see ClientSim.hello) ----------
-
     retry_first = True
-
-    def hello(self, m: SimMember, resume: bool) -> dict[str, Any]:
-        hello: dict[str, Any] = {"type": "hello", "protocol": 1, "member": m.name}
-        if resume and m.session:
-            hello["resume_session"] = m.session
-        return hello
-
-    def rejoin(self, m: SimMember) -> None:
-        for name, g in m.proto.groups.items():
-            if g.phase is not GroupPhase.LEFT:
-                if not g.epoch:
-                    self.obs.fresh_join(m.name, name)
-                req = m.req()
-                m.join_reqs[req] = name
-                m.proto.join(req, name, accept_from=m.accept_from.get(name, "members"),
-                             resume=True)
-
-    def welcome(self, m: SimMember, f: dict[str, Any]) -> None:
-        m.session = f["session"]
-
-    def join_refused(self, m: SimMember, group: str) -> None:
-        del m.proto.groups[group]
 
     # -- the scheduler --------------------------------------------------------------------------
 

@@ -313,8 +313,10 @@ class ClientSim:
         self.now = 1000.0
         self.steps = 0
         #: members join and leave groups; outsiders never join and publish as non-members (G6)
-        self.members = [SimMember(f"m{i}", ClientProtocol(f"m{i}"))
-                        for i in range(cfg.members)]
+        #: members come in pairs of one user (`m0#0` and `m0#1` are two tabs of user `m0`, the
+        #: last may be alone): instances are members like any other (issue 29)
+        self.members = [SimMember(p.me, p) for p in (
+            ClientProtocol(f"m{i // 2 * 2}", str(i % 2)) for i in range(cfg.members))]
         self.outsiders = [SimMember(f"x{i}", ClientProtocol(f"x{i}"))
                           for i in range(cfg.outsiders)]
         self.everyone = self.members + self.outsiders
@@ -419,7 +421,7 @@ class ClientSim:
                 self.obs.retried_ids.add(f["id"])
                 m.proto.send(f)
         else:  # a new incarnation knows nothing
-            m.proto = ClientProtocol(m.name)
+            m.proto = ClientProtocol(m.proto.user, m.proto.instance)  # the same instance
             m.unanswered.clear()
             for g in self.cfg.groups:
                 self.obs.fresh_join(m.name, g)

@@ -50,7 +50,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from client_sdk.options import PublishResult
-from client_sdk.presence import member_id
+from client_sdk.presence import member_id, user_of
 from client_sdk.requests import (
     JOIN_RETRIES,
     LEFT_LEAVE_REFUSALS,
@@ -835,8 +835,8 @@ class ClientProtocol:
         self.session = f["session"]
         if isinstance(f.get("member"), str):
             self.me = f["member"]
-        if isinstance(f.get("user"), str):  # (a server before instances says only `member`)
-            self.user = f["user"]
+            # (a server before instances says only `member`, which is then the user)
+            self.user = f["user"] if isinstance(f.get("user"), str) else user_of(self.me)
         q = self.requests
         while q.refreshes:
             q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))

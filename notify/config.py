@@ -108,6 +108,7 @@ class TimeoutSettings(_Section):
     hello_timeout: float = Field(default=_D.hello_timeout, gt=0)
     recovery_window: float = Field(default=_D.recovery_window, ge=0)
     write_timeout: float = Field(default=_D.write_timeout, gt=0)
+    clash_hold: float = Field(default=_D.clash_hold, ge=0)
     idle_group: float = Field(default=_D.idle_group, ge=0)
 
     @model_validator(mode="after")
@@ -211,7 +212,8 @@ class Settings(BaseSettings):
         return CoreConfig(
             Timeouts(t.heartbeat_interval, t.heartbeat_timeout, t.suspect_timeout,
                      t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout,
-                     t.recovery_window, t.write_timeout, t.idle_group),
+                     t.recovery_window, t.write_timeout, t.idle_group,
+                     clash_hold=t.clash_hold),
             Limits(max_frame_bytes=lim.max_frame_bytes,
                    max_payload_depth=lim.max_payload_depth,
                    max_outbound_frames=lim.max_outbound_frames,

@@ -34,6 +34,9 @@ class Timeouts:
     #: how long the publish ids of a sender that left the view (or of a non-member sender,
     #: since its last publish) are remembered for idempotent retries (G14: then forgotten)
     departed_ids: float = 600.0
+    #: a clash (a new incarnation of one instance, notify/core/users.py) holds the old one's
+    #: removal this long, for the newer connection's join: both then land in one view change
+    clash_hold: float = 0.25
 
 
 @dataclass(frozen=True, slots=True)

@@ -101,7 +101,7 @@ class Group:
         self.config = config
         t = config.timeouts
         self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
-                                     install_hold=t.install_hold)
+                                     install_hold=t.install_hold, clash_hold=t.clash_hold)
         self.topic = Topic(name, retain=config.limits.retain_messages,
                            idempotency_window=config.limits.idempotency_window, head=head,
                            retain_bytes=config.limits.retain_bytes)

@@ -118,10 +118,11 @@ class Membership:
     """The view of one group and the change under way, if any. Pure bookkeeping: no I/O, no
     clock reads; callers pass `now`."""
 
-    __slots__ = ("_flush_timeout", "_hold", "hold_until", "joins", "leaves", "proposal", "state",
-                 "view")
+    __slots__ = ("_clash_hold", "_flush_timeout", "_hold", "hold_until", "joins", "leaves",
+                 "proposal", "state", "view")
 
-    def __init__(self, view: View, *, flush_timeout: float, install_hold: float) -> None:
+    def __init__(self, view: View, *, flush_timeout: float, install_hold: float,
+                 clash_hold: float = 0.0) -> None:
         self.view = view
         self.state = GroupState.STABLE
         self.proposal: Proposal | None = None
@@ -130,6 +131,7 @@ class Membership:
         self.hold_until: float | None = None
         self._flush_timeout = flush_timeout
         self._hold = install_hold
+        self._clash_hold = clash_hold
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -175,6 +177,10 @@ class Membership:
         if member in self.view:
             self.leaves.setdefault(member, reason)
             self._arm_hold(now)
+            if reason is Reason.NEW_INCARNATION and self._clash_hold > 0:
+                # the newer incarnation's join comes right after its hello: wait for it, so
+                # that the old one's removal and its join are one view change, not two
+                self.hold_until = max(self.hold_until or now, now + self._clash_hold)
         return False
 
     def withdraw_join(self, member: MemberId, now: float) -> GroupEvent | None:

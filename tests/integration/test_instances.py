@@ -147,7 +147,8 @@ async def test_a_clash_on_a_named_instance_closes_the_older_once_and_tells_it(
             await asyncio.sleep(0.01)
     assert isinstance(older.failure, Replaced) and told == [InstanceReplaced("alice#laptop", None)]
     await asyncio.sleep(1.5)  # nothing more happens: the older does not come back
-    assert gc.view is not None and gc.view.version <= before + 2
+    # the older's removal waited `clash_hold` for the newer's join: one view change for both
+    assert gc.view is not None and gc.view.version == before + 1
     assert gc.view.users == {"carol": (carol.member,), "alice": ("alice#laptop",)}
     assert newer.state is ConnectionState.CONNECTED
 
@@ -180,7 +181,9 @@ async def test_a_clash_on_an_instance_the_sdk_picked_takes_a_new_one(
     evs = await until(go, lambda e: isinstance(e, Message) and e.payload == "while-they-settle")
     assert [e.payload for e in evs if isinstance(e, Message)] == ["while-they-settle"]
     await asyncio.sleep(1.5)
-    assert gc.view is not None and gc.view.version <= before + 3
+    # the copy replaced the older in one change; the older's new instance joined (its join
+    # may land in the same change, if it came within `clash_hold`)
+    assert gc.view is not None and gc.view.version <= before + 2
     assert set(gc.view.users["alice"]) == {newer.member, older.member}
     assert older.state is ConnectionState.CONNECTED and newer.state is ConnectionState.CONNECTED
 

@@ -314,9 +314,11 @@ def test_new_incarnation_removes_the_old_one_at_once() -> None:
     a, b = form(net, "a", "b")
     b2 = net.connect("b")  # same member id, no session: a new incarnation
     assert b in net.closed
+    # its removal waits `clash_hold` (0.25 s) for b2's join, not `suspect_timeout` (3 s)
+    net.advance(0.3)
     assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
     net.send(a, FlushOk(G, 3))
-    assert view(net) == (3, ("a",))  # no suspect_timeout waited for
+    assert view(net) == (3, ("a",))
     net.send(b2, Join("j2", G))
     net.send(a, FlushOk(G, 4))
     assert view(net) == (4, ("a", "b"))

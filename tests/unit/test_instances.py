@@ -71,14 +71,34 @@ def test_a_clash_closes_the_older_once_and_the_newer_stays() -> None:
     old = net.connect("alice", instance="t1")
     join(net, old, carol)
     before = view(net)[0]
+    net.take(carol)
     new = net.connect("alice", instance="t1")  # a copied instance, without its session
     assert old in net.closed and new not in net.closed
-    net.flush(carol)
-    join(net, new, carol)
+    net.send(new, Join("j-new", G))  # its join, right after its hello
+    net.advance(0.3)  # past clash_hold
+    net.flush(carol, new)
     version, members = view(net)
     assert members == ("carol", "alice#t1") and net.hub.session_of(new) is not None
-    # the old instance's removal and the new one's join: never more
-    assert version - before <= 2
+    # the old instance's removal and the new one's join: one view change
+    assert version == before + 1
+    (install,) = net.take(carol, "view_install")
+    assert install["joined"] == install["left"] == ["alice#t1"]
+    (mine,) = net.take(new, "view_install")
+    assert mine["view"] == version
+
+
+def test_a_clash_without_a_join_removes_the_older_after_the_hold() -> None:
+    net = Net()
+    (carol,) = form(net, "carol")
+    old = net.connect("alice", instance="t1")
+    join(net, old, carol)
+    before = view(net)[0]
+    net.connect("alice", instance="t1")  # connects, joins nothing
+    net.advance(0.1)
+    assert view(net)[0] == before  # held for the newer one's join...
+    net.advance(0.2)
+    net.flush(carol)
+    assert view(net) == (before + 1, ("carol",))  # ...which did not come
 
 
 def test_a_session_token_for_another_instance_resumes_nothing() -> None:

@@ -107,6 +107,7 @@ def test_G7_suspicion_is_a_member_state_and_its_deadline_index_follows_it() -> N
     assert _suspicion(g)["c"] is MemberState.CONNECTED  # Table 1: the removal is cancelled
     net.connect("b")  # a new incarnation of b: the old one is removed at once
     assert _suspicion(g)["b"] is MemberState.GONE
+    net.advance(0.3)  # (its removal is proposed after `clash_hold`)
     net.flush(a, c2)
     assert set(_suspicion(g)) == {"a", "c"}
 

@@ -60,9 +60,10 @@ async def clients() -> AsyncIterator[list[Client]]:
             await asyncio.wait_for(c.close(), 10)
 
 
-async def client(made: list[Client], url: str | list[str], member: str) -> Client:
+async def client(made: list[Client], url: str | list[str], member: str,
+                 **kw: Any) -> Client:
     c = await asyncio.wait_for(connect(url, member=member, options=FAST,
-                                       rng=random.Random(member)), TIMEOUT)
+                                       rng=random.Random(member), **kw), TIMEOUT)
     made.append(c)
     return c
 
@@ -464,3 +465,46 @@ async def test_a_checkpoint_survives_its_owner(notify_cluster: NotifyCluster,
         if isinstance(e, Message):
             rc.items.append(e.payload)
     assert rc.items == [f"m{k}" for k in range(6)]
+
+
+async def test_one_user_on_two_nodes_is_two_instances_and_a_clash_across_nodes_settles(
+        notify_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """Issue 29 across nodes: two instances of alice on two edges are both present; a third
+    connection that claims one of them on the third node replaces it once (the owner keeps the
+    newer, the older's edge closes it with 4002, and its SDK, which picked the instance, goes on
+    as a new one)."""
+    from client_sdk import InstanceReplaced
+
+    cluster = notify_cluster
+    g = group_on(cluster, cluster.nodes[0].name)
+    carol = await client(clients, cluster.nodes[0].url, "carol")
+    gc = await asyncio.wait_for(carol.join(g), TIMEOUT)
+    col = Collector(gc)
+    tab1 = await client(clients, cluster.nodes[1].url, "alice")
+    tab2 = await client(clients, cluster.nodes[2].url, "alice")
+    told: list[InstanceReplaced] = []
+    tab1.on_replaced(told.append)
+    for t in (tab1, tab2):
+        await asyncio.wait_for(t.join(g), TIMEOUT)
+    try:
+        await col.wait_for(lambda s: s.views and s.views[-1][0] == 3)
+        assert gc.view is not None and set(gc.view.users["alice"]) == {tab1.member, tab2.member}
+        copied = tab1.member
+        copy = await client(clients, cluster.nodes[2].url, "alice", instance=tab1.instance)
+        await asyncio.wait_for(copy.join(g), TIMEOUT)
+        await col.wait_for(lambda s: len(s.views) >= 2 and
+                           len(gc.view.users.get("alice", ())) == 3, 20)  # type: ignore[union-attr]
+        assert told and told[0].old == copied and told[0].new == tab1.member != copied
+        await asyncio.sleep(1.5)
+        assert gc.view is not None
+        assert set(gc.view.users["alice"]) == {tab1.member, tab2.member, copy.member}
+        assert gc.view.version <= 5  # the copy's change, and the older's new instance's join
+        r = await asyncio.wait_for(gc.publish("to-all"), TIMEOUT)
+        deadline = time.monotonic() + TIMEOUT
+        while any(c.protocol.groups[g].top < r.offset for c in (tab1, tab2, copy)):
+            assert time.monotonic() < deadline, (
+                r.offset, [(c.member, c.protocol.groups[g].top, c.protocol.groups[g].phase,
+                            c.state) for c in (tab1, tab2, copy)])
+            await asyncio.sleep(0.02)
+    finally:
+        await col.stop()

@@ -421,7 +421,12 @@ class Group:
                 out.append(Send(conn, self._outcome_frame((offset,), committed), replay=True))
             resolved.clear()
 
-        start = min([rp.offset] + [i.offset for i in self._installs if i.view == rp.view])
+        # Outcomes from the start of the view it last installed: it may hold any atomic of
+        # that view. When that install is no longer remembered (a reload keeps the installs
+        # after the retained messages; a long run drops old ones), from the oldest retained
+        # message: more repeated outcomes, but none it holds is missed (G2, G5).
+        began = [i.offset for i in self._installs if i.view == rp.view]
+        start = min(rp.offset, began[0] if began else self.topic.first_retained - 1)
         accept_any = accept_from is AcceptFrom.ANY
         for m in self.topic.replay(start):
             while nxt is not None and nxt.offset < m.offset:

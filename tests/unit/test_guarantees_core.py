@@ -373,3 +373,36 @@ def test_G8_a_new_incarnation_that_resumes_after_its_old_one_timed_out_joins_afr
         net.take(b)
     installs = net.take(c, "view_install")
     assert installs and "ana" in installs[-1]["members"]
+
+
+def test_G5_a_resume_from_a_view_whose_install_is_forgotten_still_gets_its_held_outcomes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """b holds atomic 1 (ACKed, unresolved) in view 3, flushes, and loses its connection with
+    the abort and the install of view 4 on their way. By the time it resumes, the group no
+    longer remembers view 3's install (only view 4's: a reload keeps the installs after the
+    retained messages, a long run drops old ones). The abort of 1 must still reach b before
+    view 4, or b installs view 4 holding an unresolved atomic (G2, G5) while a, which got the
+    abort live, did not deliver it. Found by the cluster simulator (seed 4 at 10,000 steps)."""
+    import notify.core.group
+
+    monkeypatch.setattr(notify.core.group, "_INSTALL_HISTORY", 1)
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    net.publish(a, "x", atomic=True)
+    (x,) = delivered(net.take(b))
+    net.send(a, Ack(G, (x,)))
+    net.send(b, Ack(G, (x,)))  # c never ACKs: it is gone
+    net.drop(c)
+    net.advance(3.1)  # c's removal is proposed
+    net.flush(a, b)
+    assert view(net) == (4, ("a", "b"))
+    assert [f["type"] for f in net.take(a) if f["type"] in ("abort", "view_install")] == [
+        "abort", "view_install"]
+    session = net.sessions[b]
+    net.take(b)  # lost with b's connection
+    net.drop(b)
+    b2 = net.connect("b", session)
+    net.send(b2, Join("jr", G, resume=RP(1, x, {"fifo:a": 1}, view=3)))
+    got = [(f["type"], f.get("offsets")) for f in net.take(b2)
+           if f["type"] in ("abort", "confirm", "view_install")]
+    assert got[:2] == [("abort", [x]), ("view_install", None)], got

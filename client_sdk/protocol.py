@@ -835,8 +835,10 @@ class ClientProtocol:
         self.session = f["session"]
         if isinstance(f.get("member"), str):
             self.me = f["member"]
-        if isinstance(f.get("user"), str):  # (a server before instances says only `member`)
+        if isinstance(f.get("user"), str):
             self.user = f["user"]
+        elif self.instance is None:  # a server before instances says only `member`: the user
+            self.user = self.me
         q = self.requests
         while q.refreshes:
             q.out.append(Answer(RequestKind.REFRESH, q.refreshes.popleft()))

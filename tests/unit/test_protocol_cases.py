@@ -113,6 +113,10 @@ def _forget_leave(p: ClientProtocol, s: dict[str, Any]) -> None:
     p.forget_leave(s["group"], s["req"])
 
 
+def _take_instance(p: ClientProtocol, s: dict[str, Any]) -> None:
+    p.take_instance(s["instance"])
+
+
 CALLS: dict[str, Callable[[ClientProtocol, dict[str, Any]], Frame | None]] = {
     "hello": _hello,
     "join": _join,
@@ -122,6 +126,7 @@ CALLS: dict[str, Callable[[ClientProtocol, dict[str, Any]], Frame | None]] = {
     "connection_lost": _connection_lost,
     "refresh": _refresh,
     "forget_leave": _forget_leave,
+    "take_instance": _take_instance,
 }
 
 
@@ -139,7 +144,7 @@ def matches(got: Any, want: Any) -> bool:
 
 def replay(case: dict[str, Any]) -> dict[str, list[Any]]:
     """Run a case's steps; what came out of the protocol, as JSON."""
-    p = ClientProtocol(case.get("member", "a"))
+    p = ClientProtocol(case.get("member", "a"), case.get("instance"))
     out: dict[str, list[Any]] = {"frames": [], "events": [], "answers": []}
     # A host writes nothing from `connection_lost` until the step after the next `hello` (a
     # reconnect: the hello, then `rejoin_all`, then what waited).

@@ -7,14 +7,19 @@ export interface Snapshot {
   total: [number, string, unknown][];
   fifo: Record<string, unknown[]>;
   messages: { offset: number; stream: string; seq: number; sender: string; payload: unknown; replayed: boolean }[];
-  views: { view: number; members: string[]; joined: string[]; left: string[] }[];
+  views: { view: number; members: string[]; joined: string[]; left: string[]; users: string[]; usersJoined: string[]; usersLeft: string[] }[];
   states: string[];
   events: string[];
   errors: string[];
   restored: number;
   state: string;
   status: string;
-  view: { version: number; members: string[] } | null;
+  /** `users`: user → its instances (member ids) */
+  view: { version: number; members: string[]; users: Record<string, string[]> } | null;
+  member: string;
+  instance: string | null;
+  /** the client's `replaced` events */
+  replaced: { old: string; new: string | null }[];
   pending: number;
   tokenCalls: number;
 }
@@ -28,6 +33,8 @@ export interface StartOptions {
   storage?: boolean;
   backoff?: { baseMs?: number; capMs?: number };
   requestTimeoutMs?: number;
+  /** the client's `instance` option (default: the SDK picks one) */
+  instance?: string | null;
 }
 
 /** Open the member page in `page` and join; resolves with the member id. */

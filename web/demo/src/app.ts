@@ -98,7 +98,9 @@ async function main(): Promise<void> {
   const flashes = new Map<string, { text: string; until: number }>();
   const presence = new Map<string, { state: string; at: number }>();
 
-  const client: Client = createClient(url, { member });
+  // The board names people by member id (presence chips, claims, its own messages): no instance,
+  // so the member id is the user, as before instances (one tab per user; a second one replaces it).
+  const client: Client = createClient(url, { member, instance: null });
   const group: Group = client.group(boardName, {
     wantState: true,
     state: {

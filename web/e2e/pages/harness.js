@@ -22,6 +22,7 @@ class Member {
     this.messages = []; // every message event, in order: {offset, stream, seq, sender, payload, replayed}
     this.views = []; // {view, members, joined, left}
     this.states = []; // client states
+    this.replaced = []; // the client's `replaced` events: {old, new}
     this.events = []; // every group event type, in order
     this.errors = [];
     this.restored = 0; // messages that came in a restored snapshot (state transfer or reload)
@@ -36,6 +37,7 @@ class Member {
       },
     };
     const clientOpts = { member: o.member, storage: o.storage === false ? null : sessionStorage };
+    if (o.instance !== undefined) clientOpts.instance = o.instance; // default: the SDK picks it
     if (o.backoff) clientOpts.backoff = o.backoff;
     if (o.requestTimeoutMs) clientOpts.requestTimeoutMs = o.requestTimeoutMs;
     if (o.tokens) {
@@ -46,6 +48,7 @@ class Member {
     }
     this.client = createClient(o.url, clientOpts);
     this.client.on("state", (s) => this.states.push(s.to));
+    this.client.on("replaced", (e) => this.replaced.push({ old: e.old, new: e.new }));
     this.client.on("error", (e) => this.errors.push(e.code));
     this.group = this.client.group(o.group, { wantState: !!o.wantState, state });
     const g = this.group;
@@ -61,7 +64,17 @@ class Member {
         if (src) new Function("ev", "h", "g", "client", src)(ev, this, g, this.client);
       });
     }
-    g.on("view", (v) => this.views.push({ view: v.view, members: [...v.members], joined: [...v.joined], left: [...v.left] }));
+    g.on("view", (v) =>
+      this.views.push({
+        view: v.view,
+        members: [...v.members],
+        joined: [...v.joined],
+        left: [...v.left],
+        users: [...v.users.keys()],
+        usersJoined: [...v.usersJoined],
+        usersLeft: [...v.usersLeft],
+      }),
+    );
   }
 
   async hash() {
@@ -105,7 +118,10 @@ window.h = {
       restored: m.restored,
       state: m.client.state,
       status: m.group.status,
-      view: m.group.view,
+      view: m.group.view && { version: m.group.view.version, members: m.group.view.members, users: Object.fromEntries(m.group.view.users) },
+      member: m.client.member,
+      instance: m.client.instance,
+      replaced: m.replaced,
       pending: m.group.pending,
       tokenCalls: m.tokenCalls ?? 0,
     };

@@ -17,7 +17,14 @@ import { fileURLToPath } from "node:url";
 // dropping behaviour. The budget is the measured entry (12,493 B: 12,446 B at the merge,
 // +47 B for the parity fixes of tests/fixtures' leave and rejoin cases) with no headroom: the next
 // growth has to pay for itself.
-export const BUDGET = 12_500; // bytes, min+gzip, entry chunk
+//
+// 13,239 B (+739 B over 12,500) since users and instances (issue 29): the instance kept with the
+// session, the duplicated-tab check over a BroadcastChannel (tabs.ts, ~300 B alone), the 4002
+// policy (a new instance or `Replaced`) and presence by user (view.users, usersJoined/Left,
+// userOf/usersOf: presence.ts, ~280 B alone). All of it is needed before the first hello or at
+// every view, so none of it can move to a lazy chunk; the budget is raised to the measured entry,
+// again with no headroom, and said so here and in docs/web.md ("Size").
+export const BUDGET = 13_239; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

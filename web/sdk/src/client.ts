@@ -21,8 +21,15 @@
  *
  * States: `connecting → connected ⇄ reconnecting → suspended → closed`. `suspended` means away
  * longer than the server keeps a session: the groups are being rejoined with catch-up, and a UI
- * may say so. `closed` is for good: `close()`, a refused `hello`, the session taken over by
- * another connection (4002), or `maxAttempts`.
+ * may say so. `closed` is for good: `close()`, a refused `hello`, an instance the application
+ * named taken over by another connection (4002, `Replaced`), or `maxAttempts`.
+ *
+ * Identity is (user, instance) (docs/protocol.md, "Users and instances"): by default the SDK
+ * picks a random instance and keeps it in `storage` with the session, so a reload resumes the
+ * same instance; a duplicated tab (a copy of `sessionStorage`) asks the live tabs first
+ * (tabs.ts) and takes a new instance if its own is held. After a clash (close 4002) the SDK
+ * never reconnects into it: it takes a new instance and rejoins from its resume points (the
+ * `replaced` event), or, for an instance the application named, closes with `Replaced`.
  *
  * Every wait has a deadline (`connectTimeoutMs`, `requestTimeoutMs`, the heartbeat), every table
  * an owner that empties it (a reply, a deadline, `close()`), and an exception in application code
@@ -37,6 +44,7 @@ import {
   GroupLeftError,
   NotifyError,
   PublishQueueFull,
+  Replaced,
   RequestTimeout,
   ServerRefused,
 } from "./errors.js";
@@ -47,6 +55,7 @@ import { pageHidden, watchLifecycle } from "./lifecycle.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, ProtocolViolation, type ResumePoint, type SnapshotReady } from "./protocol.js";
 import type { AnswerValue, RequestKind, RequestOutput } from "./requests.js";
 import { defaultStorage, type SavedGroup, SessionStore, type StorageLike } from "./storage.js";
+import { type TabGuard, tabGuard } from "./tabs.js";
 import { refreshAt, tokenExpiry } from "./token.js";
 
 export type ConnectionState = "connecting" | "connected" | "reconnecting" | "suspended" | "closed";
@@ -71,8 +80,16 @@ export interface WebSocketLike {
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
 
 export interface ClientOptions {
-  /** Without authentication: this client's member id (default: one made up and kept in `storage`). */
+  /** The user (with a token, its `sub`). Without authentication: default one made up and kept in `storage`. */
   member?: string;
+  /**
+   * This client's instance of its user: by default (or `"auto"`) the SDK picks one, kept in
+   * `storage` so a reload resumes it, and takes another after a clash; a string names it (a
+   * clash then closes the client with `Replaced`); null names none (the member id is the user).
+   */
+  instance?: string | null;
+  /** How long a tab with a saved instance waits for a live tab holding it to say so. Default 100 ms. */
+  tabCheckMs?: number;
   /** A JWT for the `hello` (its `sub` is the member). */
   token?: string;
   /** Called before every `hello` and ahead of the token's `exp` (then sent as `refresh`). */
@@ -110,8 +127,16 @@ interface Request<T> {
   timer: ReturnType<typeof setTimeout>;
 }
 
+/** Another connection claimed this client's instance (close 4002): `new` is the instance it took
+ * instead and rejoined its groups as, or null if it closed (`Replaced`: the application named it). */
+export interface ReplacedEvent {
+  readonly old: string;
+  readonly new: string | null;
+}
+
 interface ClientEvents {
   state: StateChange;
+  replaced: ReplacedEvent;
   /** `error` frames that answered no request (e.g. a refused token refresh) */
   error: NotifyError;
 }
@@ -126,7 +151,7 @@ const TOKEN_REFUSALS = new Set(["token_expired", "token_invalid", "token_require
 
 export class Client implements GroupHost {
   state: ConnectionState = "connecting";
-  /** The member id (from the `welcome`: with a token it is the token's `sub`). */
+  /** The member id views list: `user#instance`, or `user` (from the `welcome`, once connected). */
   member: string;
   /** The server's limits (`welcome.limits`). */
   limits: Readonly<Record<string, unknown>> = {};
@@ -177,6 +202,11 @@ export class Client implements GroupHost {
     refresh: null,
   };
   #unwatch: () => void = () => undefined;
+  /** the SDK picked the instance (and so takes another after a clash) */
+  readonly #ownInstance: boolean;
+  readonly #tabs: TabGuard | null = null;
+  /** the instance the storage holds (null: none saved yet) */
+  #savedInstance: string | null = null;
 
   constructor(url: string | readonly string[], opts: ClientOptions = {}) {
     this.urls = serverUrls(url);
@@ -192,11 +222,19 @@ export class Client implements GroupHost {
     this.#emitter = new Emitter<ClientEvents>(opts.onListenerError);
     this.#backoff = new Backoff(opts.backoff, opts.random);
     const storage = opts.storage === undefined ? defaultStorage() : opts.storage;
-    this.#store = new SessionStore(storage, `notify:${opts.storageKey ?? this.urls.join(",")}:${opts.member ?? "*"}`);
+    const own = (this.#ownInstance = opts.instance === undefined || opts.instance === "auto");
+    const key = `notify:${opts.storageKey ?? this.urls.join(",")}:${opts.member ?? "*"}${own ? "" : `#${opts.instance}`}`;
+    this.#store = new SessionStore(storage, key);
     const saved = this.#store.load();
-    const usable = saved !== null && (opts.member === undefined || opts.member === saved.member);
-    this.member = opts.member ?? (usable ? saved.member : `web-${randomId().slice(0, 12)}`);
-    this.protocol = new ClientProtocol(this.member);
+    const usable =
+      saved !== null &&
+      (opts.member === undefined || opts.member === saved.member) &&
+      (own ? typeof saved.instance === "string" : (saved.instance ?? null) === opts.instance);
+    this.protocol = new ClientProtocol(
+      opts.member ?? (usable ? saved.member : `web-${randomId().slice(0, 12)}`),
+      own ? (usable ? saved.instance! : newInstance()) : (opts.instance as string | null),
+    );
+    this.member = this.protocol.me;
     this.protocol.session = usable ? saved.session : null;
     this.protocol.requests.inUse = true; // it drains answers() from the start: stray errors too
     this.#savedGroups = usable ? { ...saved.groups } : {};
@@ -209,7 +247,26 @@ export class Client implements GroupHost {
         sleep: (why) => this.dropLink(`page ${why}`),
       });
     }
-    this.#attempt();
+    if (own && storage !== null) {
+      this.#tabs = tabGuard(key, () => (this.state === "closed" ? null : this.protocol.instance));
+    }
+    if (usable && own && this.#tabs !== null) {
+      // A saved instance: this tab was reloaded, or is a duplicate of a live one.
+      void this.#tabs.held(this.protocol.instance!, opts.tabCheckMs ?? 100).then((held) => {
+        if (held) this.#takeInstance(); // the copied session is the original's; the points are safe
+        this.#attempt();
+      });
+    } else this.#attempt();
+  }
+
+  /** Who this client is (with a token, its `sub`; from the `welcome` once connected). */
+  get user(): string {
+    return this.protocol.user;
+  }
+
+  /** This client's instance of its user (null: it names none). */
+  get instance(): string | null {
+    return this.protocol.instance;
   }
 
   /** The server's session of this client (from the last `welcome`, or a saved one). */
@@ -223,7 +280,7 @@ export class Client implements GroupHost {
 
   // -- the application's API ------------------------------------------------------------------
 
-  /** Listen to `state` changes (`{from, to, reason}`) or unsolicited server `error`s. */
+  /** Listen to `state` changes (`{from, to, reason}`), unsolicited server `error`s, or `replaced` ({old, new}). */
   on<K extends keyof ClientEvents>(event: K, fn: (value: ClientEvents[K]) => void): Unsubscribe {
     return this.#emitter.on(event, fn);
   }
@@ -405,13 +462,23 @@ export class Client implements GroupHost {
       return;
     }
     if (code === 4002) {
-      // Another connection took this session or member over (a second tab with the same
-      // saved session, or a new incarnation): fighting back would loop forever.
-      this.#store.clear();
-      this.#finish(new ClientClosed("replaced (4002)", "replaced"), false);
-      return;
+      // A clash: another connection claimed this instance (a copied session, two clients given
+      // one instance). Never reconnect into it (each would replace the other, a view change
+      // each time): take a new instance and rejoin from the resume points, or stop.
+      const old = this.member;
+      const own = this.#ownInstance;
+      if (own) this.#takeInstance();
+      else this.#store.clear();
+      this.#emitter.emit("replaced", { old, new: own ? this.member : null });
+      if (!own) this.#finish(new Replaced(old), false);
+      if (this.state === "closed") return;
     }
     this.#lost(`closed ${code}${reason ? ` ${reason}` : ""}`);
+  }
+
+  #takeInstance(): void {
+    this.protocol.takeInstance(newInstance());
+    this.member = this.protocol.me;
   }
 
   #lost(reason: string): void {
@@ -468,6 +535,8 @@ export class Client implements GroupHost {
     this.#lostAt = null;
     this.#setState("connected", `welcome from ${this.url}${lostFor ? ` after ${Math.round(lostFor)} ms` : ""}`);
     this.#flush();
+    // A new instance is saved at once, so that a tab duplicated now knows it must not take it.
+    if (this.#savedInstance !== this.protocol.instance) this.#persist();
   }
 
   #tick(): void {
@@ -522,7 +591,8 @@ export class Client implements GroupHost {
       }
       groups[name] = entry;
     }
-    this.#store.save({ member: this.member, session: this.session, at: Date.now(), groups });
+    this.#savedInstance = this.protocol.instance;
+    this.#store.save({ member: this.protocol.user, instance: this.#savedInstance, session: this.session, at: Date.now(), groups });
   }
 
   #scheduleRefresh(): void {
@@ -925,6 +995,7 @@ export class Client implements GroupHost {
     this.#welcomed = false;
     for (const name of Object.keys(this.#timers) as TimerName[]) this.#clearTimer(name);
     this.#unwatch();
+    this.#tabs?.close();
     try {
       ws?.close(1000, "client closed");
     } catch {
@@ -1012,6 +1083,11 @@ function loadCodec(): Promise<typeof import("./codec.js")> {
 
 function now(): number {
   return typeof performance !== "undefined" ? performance.now() : Date.now();
+}
+
+/** A random instance id (10 hex digits). */
+function newInstance(): string {
+  return randomId().slice(0, 10);
 }
 
 function randomId(): string {

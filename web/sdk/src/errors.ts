@@ -39,3 +39,15 @@ export class GroupLeftError extends NotifyError {
 
 /** The client is closed: by `close()`, or for good (`code` says why). */
 export class ClientClosed extends NotifyError {}
+
+/**
+ * Another connection claimed this client's instance and the server kept the newer one (close
+ * 4002): the application gave two clients one `instance`, or a saved session was copied. The
+ * client is closed rather than reconnecting into the same clash; `old` is the member id it had.
+ * (A client whose instance the SDK picked takes a new one instead: the `replaced` event.)
+ */
+export class Replaced extends ClientClosed {
+  constructor(readonly old: string) {
+    super(`instance ${old} was claimed by a newer connection (4002)`, "replaced");
+  }
+}

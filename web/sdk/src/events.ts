@@ -27,7 +27,11 @@ export interface Message {
   readonly replayed: boolean;
 }
 
-/** A new view installed: `members` in seniority order is the presence list. */
+/**
+ * A new view installed: `members` (instances, `user#instance`) in seniority order. `users`,
+ * `usersJoined` and `usersLeft` say the same by user (presence.ts): a user joins with its first
+ * instance and leaves with its last, so a second tab of a user is no arrival.
+ */
 export interface ViewEvent {
   readonly type: "view";
   readonly group: string;
@@ -37,6 +41,12 @@ export interface ViewEvent {
   readonly left: readonly string[];
   /** The log head at the install. */
   readonly offset: number;
+  /** Each user present, with its instances in the view (in view order). */
+  readonly users: ReadonlyMap<string, readonly string[]>;
+  /** Users with no instance in the view before and one in this one (sorted). */
+  readonly usersJoined: readonly string[];
+  /** Users with an instance in the view before and none in this one (sorted). */
+  readonly usersLeft: readonly string[];
 }
 
 /** A view change is under way: publishes wait (the SDK queues them) until it installs. */

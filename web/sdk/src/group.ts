@@ -52,6 +52,8 @@ export type { PublishResult } from "./requests.js";
 export interface View {
   readonly version: number;
   readonly members: readonly string[];
+  /** Each user present, with its instances (presence by user: `ViewEvent.users`). */
+  readonly users: ReadonlyMap<string, readonly string[]>;
 }
 
 export type GroupStatus = "idle" | "joining" | "joined" | "changing" | "catching-up" | "left" | "removed";
@@ -234,7 +236,7 @@ export class Group implements AsyncIterable<GroupEvent> {
         } else {
           this.base = Math.max(this.base, ev.offset);
         }
-        this.view = { version: ev.view, members: ev.members };
+        this.view = { version: ev.view, members: ev.members, users: ev.users };
         this.setStatus(this.awaitingState ? "joining" : "joined");
         break;
       case "view-changing":

@@ -12,6 +12,7 @@ export { createClient, Client, serverUrls, checkPayload } from "./client.js";
 export type {
   ClientOptions,
   ConnectionState,
+  ReplacedEvent,
   StateChange,
   WebSocketConstructor,
   WebSocketLike,
@@ -38,9 +39,11 @@ export {
   NotifyError,
   PublishQueueFull,
   PublishRejected,
+  Replaced,
   RequestTimeout,
   ServerRefused,
 } from "./errors.js";
+export { userOf, usersOf } from "./presence.js";
 export { Backoff } from "./backoff.js";
 export type { BackoffOptions } from "./backoff.js";
 export type { HeartbeatOptions } from "./heartbeat.js";

@@ -27,6 +27,7 @@
 
 import type { EncodedChunk } from "./codec.js";
 import { GroupLeftError, NotifyError, PublishRejected, ServerRefused } from "./errors.js";
+import { arrivals, usersOf } from "./presence.js";
 import type {
   EphemeralEvent,
   ViewChangingEvent,
@@ -261,8 +262,20 @@ export class ClientProtocol {
   #out: Frame[] = [];
   #acks = new Map<string, number[]>();
 
-  /** `me`: this member's id (a `welcome` may name another: the token's `sub`). */
-  constructor(public me: string) {}
+  /** this client's member id, `user#instance` or `user` (a `welcome` may name another) */
+  me: string;
+
+  /**
+   * `user`: who this client is (with a token the server takes its `sub`, and the `welcome`
+   * says so); `instance`: this client's instance of that user, or null for none (docs/protocol.md,
+   * "Users and instances").
+   */
+  constructor(
+    public user: string,
+    public instance: string | null = null,
+  ) {
+    this.me = instance === null ? user : `${user}#${instance}`;
+  }
 
   // -- the connection -------------------------------------------------------------------------
 
@@ -271,10 +284,23 @@ export class ClientProtocol {
    * `resume` presents the session of the last `welcome`, if any (G7); then call `rejoinAll()`.
    */
   hello(resume = false, token?: string): Frame {
-    const hello: Frame = { type: "hello", protocol: PROTOCOL_VERSION, member: this.me };
+    const hello: Frame = { type: "hello", protocol: PROTOCOL_VERSION, member: this.user };
+    if (this.instance !== null) hello.instance = this.instance;
     if (token !== undefined) hello.token = token;
     if (resume && this.session) hello.resume_session = this.session;
     return hello;
+  }
+
+  /**
+   * Become another instance of the same user: after a clash (another connection claimed this
+   * one, close 4002), so as never to reconnect into it. The session is the other connection's
+   * now, so the next hello starts a new one, and `rejoinAll()` joins each group afresh from its
+   * resume point (a new member, caught up from where this one was).
+   */
+  takeInstance(instance: string): void {
+    this.instance = instance;
+    this.me = `${this.user}#${instance}`;
+    this.session = null;
   }
 
   /**
@@ -936,7 +962,9 @@ export class ClientProtocol {
     }
     g.phase = "active";
     g.members = members;
-    const installed: ViewEvent = { type: "view", group: g.name, view, members, joined, left, offset };
+    const users = usersOf(members);
+    const [usersJoined, usersLeft] = arrivals(users, joined, left);
+    const installed: ViewEvent = { type: "view", group: g.name, view, members, joined, left, offset, users, usersJoined, usersLeft };
     events.push(installed);
     if (this.requests.inUse) this.#installed(installed);
   }
@@ -1002,6 +1030,9 @@ export class ClientProtocol {
   #welcome(f: Frame): void {
     this.session = typeof f.session === "string" ? f.session : null;
     if (typeof f.member === "string") this.me = f.member;
+    // (a server before instances says only `member`)
+    if (typeof f.user === "string") this.user = f.user;
+    else if (this.instance === null) this.user = this.me;
     const q = this.requests;
     for (const key of q.refreshes) q.answer("refresh", key, null);
     q.refreshes = [];

@@ -1,12 +1,13 @@
 /**
- * What survives a page reload: the member id, the session to resume, and per group the resume
+ * What survives a page reload: the user and instance, the session to resume, and per group the resume
  * point with, for groups that keep a state (`state: {snapshot, restore}`), the snapshot taken at
  * exactly that point. A reloaded page restores the snapshot and joins from the point: the
  * server sends only what was missed (G7 if the session is still alive, else G8), never what the
  * snapshot already holds.
  *
  * `sessionStorage` by default: it lives as long as the tab, survives reloads and the
- * back/forward cache, and is not shared with other tabs (each tab is its own member).
+ * back/forward cache, and is not shared with other tabs (each tab is its own instance; a
+ * duplicated tab gets a copy, which tabs.ts detects).
  */
 
 import type { ResumePoint } from "./protocol.js";
@@ -25,7 +26,10 @@ export interface SavedGroup {
 }
 
 export interface SavedSession {
+  /** the user */
   member: string;
+  /** the instance the session is of (absent: saved before instances, none) */
+  instance?: string | null;
   session: string | null;
   /** wall-clock ms when saved */
   at: number;

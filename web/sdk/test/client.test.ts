@@ -469,7 +469,7 @@ describe("while away, and the heartbeat", () => {
     expect(ws.ofType("join")[0]).not.toHaveProperty("resume");
     ws.push(install("g"));
     await joining;
-    expect(g.view).toEqual({ version: 1, members: ["me"] });
+    expect(g.view).toEqual({ version: 1, members: ["me"], users: new Map([["me", ["me"]]]) });
   });
 
   it("an ephemeral publish while disconnected is dropped, not queued", async () => {

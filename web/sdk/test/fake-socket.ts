@@ -69,6 +69,7 @@ export function fakeClient(opts: ClientOptions = {}): Harness {
     storage: null,
     lifecycle: false,
     member: "me",
+    instance: null, // the member id is "me" (tests of instances name theirs, or pick "auto")
     random: () => 0.5,
     ...opts,
   });

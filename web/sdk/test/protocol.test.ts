@@ -80,7 +80,18 @@ describe("join, install, deliver", () => {
 
     const r1 = p.receive(install());
     expect(r1.events).toEqual([
-      { type: "view", group: G, view: 1, members: ["a", "me"], joined: ["me"], left: [], offset: 10 },
+      {
+        type: "view",
+        group: G,
+        view: 1,
+        members: ["a", "me"],
+        joined: ["me"],
+        left: [],
+        offset: 10,
+        users: new Map([["a", ["a"]], ["me", ["me"]]]),
+        usersJoined: ["me"],
+        usersLeft: [],
+      },
     ]);
     const g = p.groups.get(G)!;
     expect(g.canSend).toBe(true);
@@ -350,7 +361,7 @@ describe("resume points", () => {
     const { events } = p.receive(install({ view: 1, members: ["me"], epoch: 8, offset: 0 }));
     expect(events).toEqual([
       { type: "reset", group: G, reason: "offset_unavailable", oldEpoch: 7, oldOffset: 12, newEpoch: 8, newOffset: 0 },
-      { type: "view", group: G, view: 1, members: ["me"], joined: ["me"], left: [], offset: 0 },
+      { type: "view", group: G, view: 1, members: ["me"], joined: ["me"], left: [], offset: 0, users: new Map([["me", ["me"]]]), usersJoined: ["me"], usersLeft: [] },
     ]);
     const g = p.groups.get(G)!;
     expect(g.held).toBe(0);

@@ -22,6 +22,7 @@ interface Case {
   name: string;
   doc?: string;
   member?: string;
+  instance?: string | null;
   steps: Step[];
   expect: { [key: string]: Json[] };
 }
@@ -143,6 +144,7 @@ const CALLS: Record<string, (p: ClientProtocol, s: Step) => Frame | void> = {
     p.openRefresh(str(s, "token"));
   },
   forget_leave: (p, s) => p.forgetLeave(str(s, "group"), str(s, "req")),
+  take_instance: (p, s) => p.takeInstance(str(s, "instance")),
 };
 
 function matches(got: unknown, want: Json): boolean {
@@ -161,7 +163,7 @@ function matches(got: unknown, want: Json): boolean {
 
 /** Run a case's steps; what came out of the protocol, as the fixture writes it. */
 export function replay(c: Case): Record<"frames" | "events" | "answers", Json[]> {
-  const p = new ClientProtocol(c.member ?? "a");
+  const p = new ClientProtocol(c.member ?? "a", c.instance ?? null);
   const out: Record<"frames" | "events" | "answers", Json[]> = { frames: [], events: [], answers: [] };
   // A host writes nothing from `connection_lost` until the step after the next `hello` (a
   // reconnect: the hello, then `rejoin_all`, then what waited).

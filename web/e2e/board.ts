@@ -11,10 +11,12 @@ export interface Card {
 }
 
 export type LogEntry =
-  | { kind: 'op'; offset: number; seq: number; sender: string; op: { op: string; id: string; [k: string]: unknown } }
-  | { kind: 'view'; version: number; members: string[] }
+  /** `sender`: the instance (`user#instance`) that sent it; `user`: its user */
+  | { kind: 'op'; offset: number; seq: number; sender: string; user: string; op: { op: string; id: string; [k: string]: unknown } }
+  | { kind: 'view'; version: number; members: string[]; users: string[]; usersJoined: string[]; usersLeft: string[] }
   | { kind: 'state'; offset: number; reason: string | null }
-  | { kind: 'removed'; group: string; reason: string | null };
+  | { kind: 'removed'; group: string; reason: string | null }
+  | { kind: 'replaced'; old: string; new: string | null };
 
 export interface BoardOptions {
   /** the notify server, ws://… */
@@ -44,8 +46,17 @@ export const cardsOf = (p: Page): Promise<Card[]> => p.evaluate(() => (window as
 export const logOf = (p: Page): Promise<LogEntry[]> => p.evaluate(() => (window as any).board.log);
 export const opsOf = async (p: Page) =>
   (await logOf(p)).filter((e): e is Extract<LogEntry, { kind: 'op' }> => e.kind === 'op');
+/** The view's members: instances, `user#instance` (the demo uses the SDK's default instances). */
 export const viewMembers = (p: Page): Promise<string[] | null> =>
   p.evaluate(() => (window as any).board.group.view?.members ?? null);
+/** The view's users, in the seniority of their first instance. */
+export const viewUsers = (p: Page): Promise<string[] | null> =>
+  p.evaluate(() => { const v = (window as any).board.group.view; return v ? [...v.users.keys()] : null; });
+/** The view's users with their instances, as an object. */
+export const viewUsersMap = (p: Page): Promise<Record<string, string[]> | null> =>
+  p.evaluate(() => { const v = (window as any).board.group.view; return v ? Object.fromEntries(v.users) : null; });
+/** This page's member id (`user#instance`). */
+export const memberOf = (p: Page): Promise<string> => p.evaluate(() => (window as any).board.member);
 /** The text of a card's note (Y.Text `card:<id>` of the page's Y.Doc). */
 export const noteOf = (p: Page, id: string): Promise<string> =>
   p.evaluate((k) => (window as any).board.doc.getText(`card:${k}`).toString(), id);

@@ -77,7 +77,7 @@ try {
   const t0 = Date.now();
   const ana = await open("ana", { debug: true });
   const bo = await open("bo");
-  await waitFor("bo in ana's view", () => ana.evaluate(() => window.board.group.view?.members.length === 2));
+  await waitFor("bo in ana's view", () => ana.evaluate(() => window.board.group.view?.users.size === 2));
 
   // ana adds cards through the form, as a user would.
   const titles = ["Write the release notes", "Fix the reconnect storm", "Review the Yjs binding", "Try it on a phone"];
@@ -154,7 +154,7 @@ try {
     check(card.claimedBy === null && /rolled back/.test(note), `bo's claim rolled back after ${((Date.now() - t) / 1000).toFixed(1)} s: "${note}"`);
     // The server counts cy as failed (it acknowledged nothing) and removes it; the page joins again.
     await waitFor("cy back in the view", async () =>
-      (await ana.evaluate(() => window.board.group.view?.members.includes("cy"))) &&
+      (await ana.evaluate(() => window.board.group.view?.users.has("cy"))) &&
       (await cy.evaluate(() => window.board.group.status === "joined" && window.board.texts.status === "joined")),
       30_000,
     );

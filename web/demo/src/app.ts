@@ -1,10 +1,16 @@
 /**
  * notify board: a shared task board on one notify server, showing what each guarantee buys.
  *
- * - Presence: the group's view (members in seniority order) is who is on the board; each client
- *   also says its connection state in an ephemeral `{presence: {state}}` every few seconds.
+ * - Presence, by user: a member of the group is one instance (a tab) of a user, `user#instance`;
+ *   the presence bar shows users (`view.users`), with how many tabs each has open, and the
+ *   arrivals and departures of users (`usersJoined`/`usersLeft`: a second tab is no arrival).
+ *   Each instance also says its connection state in an ephemeral `{presence: {state}}` every
+ *   few seconds; a user's chip shows the best state of its instances.
+ * - Instances are the SDK's (one per tab, kept in sessionStorage): a reload resumes the same
+ *   instance, a duplicated tab takes a new one, and a clash (4002) is shown as a notice.
  * - Cards: `add`, `move`, `delete`, `claim` are total-order messages, and the board is
- *   `reduce(state, op)` of them in order (G3): identical on every page, with no merging.
+ *   `reduce(state, op, user)` of them in order (G3): identical on every page, with no merging.
+ *   Cards and claims belong to users (`userOf(sender)`): any tab of a user may release its claim.
  * - Claim is atomic (G5): a dashed "ghost" while it is pending, then the delivered op claims
  *   the card, or the ghost rolls back with the reason.
  * - Card notes are Y.Text in one Y.Doc, synced by the Yjs binding over a second group
@@ -15,7 +21,7 @@
  * the log of every total-order op and view in the order this page applied them.
  */
 
-import { createClient, type Client, type Group, type Message } from "@notify/client";
+import { createClient, userOf, type Client, type Group, type Message, type ReplacedEvent } from "@notify/client";
 import { yjsBinding } from "@notify/client/yjs";
 import * as Y from "yjs";
 import { asOp, type BoardState, canonicalJson, COLUMNS, type Column, decodeBoard, emptyBoard, encodeBoard, type Op, reduce } from "./board.js";
@@ -23,13 +29,20 @@ import { bindTextarea } from "./ytextarea.js";
 
 /** A member with no presence for this long is shown "away". */
 const AWAY_MS = 12_000;
+/** How long a user's arrival or departure stays in the activity line. */
+const ACTIVITY_MS = 8_000;
 const PRESENCE_EVERY_MS = 5_000;
 
 type LogEntry =
-  | { kind: "op"; offset: number; seq: number; sender: string; op: Op }
-  | { kind: "view"; version: number; members: string[] }
+  /** `sender`: the instance (member id) that sent it; `user`: its user */
+  | { kind: "op"; offset: number; seq: number; sender: string; user: string; op: Op }
+  | { kind: "view"; version: number; members: string[]; users: string[]; usersJoined: string[]; usersLeft: string[] }
   | { kind: "state"; offset: number; reason: string | null }
-  | { kind: "removed"; group: string; reason: string | null };
+  | { kind: "removed"; group: string; reason: string | null }
+  | { kind: "replaced"; old: string; new: string | null };
+
+/** Connection states from best to worst: a user's chip shows its best instance's. */
+const STATE_RANK = ["connected", "reconnecting", "connecting", "suspended", "away", "closed"];
 
 interface Ghost {
   by: string;
@@ -50,7 +63,8 @@ const h = <K extends keyof HTMLElementTagNameMap>(tag: K, attrs: Record<string, 
   return el;
 };
 
-function memberName(): string {
+/** The user: `?member=ana`, or a guest name kept for this tab (a duplicated tab copies it). */
+function userName(): string {
   const given = params.get("member");
   if (given) return given;
   const key = "notify-board:member";
@@ -78,17 +92,22 @@ function newId(): string {
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
+const rank = (state: string): number => {
+  const i = STATE_RANK.indexOf(state);
+  return i < 0 ? STATE_RANK.length : i;
+};
+
 async function sha256Hex(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return Array.from(new Uint8Array(digest), (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
 async function main(): Promise<void> {
-  const member = memberName();
+  const user = userName();
   const boardName = params.get("board") ?? "board";
   const url = await serverUrl();
-  $("#me").textContent = member;
-  document.title = `notify board: ${member}`;
+  $("#me").textContent = user;
+  document.title = `notify board: ${user}`;
 
   // -- state ---------------------------------------------------------------------------------
   let board: BoardState = emptyBoard();
@@ -96,11 +115,19 @@ async function main(): Promise<void> {
   const log: LogEntry[] = [];
   const ghosts = new Map<string, Ghost>();
   const flashes = new Map<string, { text: string; until: number }>();
+  // Per instance (member id): what each tab last said of its connection.
   const presence = new Map<string, { state: string; at: number }>();
+  // Users who came or went lately (by user: a second tab is no arrival), newest last.
+  const activity: { text: string; until: number }[] = [];
+  let notice: string | null = null;
 
-  // The board names people by member id (presence chips, claims, its own messages): no instance,
-  // so the member id is the user, as before instances (one tab per user; a second one replaces it).
-  const client: Client = createClient(url, { member, instance: null });
+  // The SDK's default instance: one per tab, `user#instance`. People are shown by user (presence
+  // chips, cards, claims, notes); what belongs to one tab (its connection state, its pending
+  // claims, its own echoes) is keyed by member id.
+  const client: Client = createClient(url, { member: user });
+  /** This tab's member ids: the current one, and any it had before a clash replaced it. */
+  const mine = new Set<string>();
+  const isMine = (sender: string): boolean => sender === client.member || mine.has(sender);
   const group: Group = client.group(boardName, {
     wantState: true,
     state: {
@@ -114,7 +141,12 @@ async function main(): Promise<void> {
   const doc = new Y.Doc();
   const y = yjsBinding(doc);
   const texts: Group = client.group(`${boardName}.text`, { wantState: true, state: y.state });
-  y.attach(texts, { member });
+  // Our own echoes are skipped by member id; read it live (a clash gives this tab a new one).
+  y.attach(texts, {
+    get member() {
+      return client.member;
+    },
+  });
 
   const flash = (id: string, text: string): void => {
     flashes.set(id, { text, until: Date.now() + 6000 });
@@ -128,19 +160,29 @@ async function main(): Promise<void> {
     if (m.stream !== "total") return;
     const op = asOp(m.payload);
     if (op === null) return;
-    board = reduce(board, op, m.sender);
-    log.push({ kind: "op", offset: m.offset, seq: m.seq, sender: m.sender, op });
-    if (op.op === "claim" && op.by === member && m.sender === member && ghosts.has(op.id)) {
+    const who = userOf(m.sender);
+    board = reduce(board, op, who);
+    log.push({ kind: "op", offset: m.offset, seq: m.seq, sender: m.sender, user: who, op });
+    // This tab's own claim (not one from another tab of the same user) settles its ghost.
+    if (op.op === "claim" && isMine(m.sender) && ghosts.has(op.id)) {
       ghosts.delete(op.id);
       const card = board.cards.find((c) => c.id === op.id);
-      if (card !== undefined && card.claimedBy !== member) flash(op.id, `${card.claimedBy ?? "someone"} claimed it first`);
+      if (card !== undefined && card.claimedBy !== user) flash(op.id, `${card.claimedBy ?? "someone"} claimed it first`);
     }
     render();
   });
   group.on("view", (v) => {
     lastOffset = Math.max(lastOffset, v.offset);
-    log.push({ kind: "view", version: v.view, members: [...v.members] });
+    log.push({ kind: "view", version: v.view, members: [...v.members], users: [...v.users.keys()], usersJoined: [...v.usersJoined], usersLeft: [...v.usersLeft] });
     for (const m of presence.keys()) if (!v.members.includes(m)) presence.delete(m);
+    // Arrivals and departures of users; our own first view brings everyone in: not news.
+    if (log.some((e) => e.kind === "view" && e !== log.at(-1))) {
+      const until = Date.now() + ACTIVITY_MS;
+      for (const u of v.usersJoined) if (u !== user) activity.push({ text: `${u} joined`, until });
+      for (const u of v.usersLeft) activity.push({ text: `${u} left`, until });
+      activity.splice(0, Math.max(0, activity.length - 4));
+      setTimeout(render, ACTIVITY_MS + 100);
+    }
     sendPresence();
     render();
   });
@@ -188,6 +230,21 @@ async function main(): Promise<void> {
     sendPresence();
     render();
   });
+  // Another connection claimed this tab's instance (close 4002): the SDK took a new instance and
+  // rejoined from its resume points (or, had the instance been named, closed). Say so.
+  client.on("replaced", (ev: ReplacedEvent) => {
+    mine.add(ev.old);
+    log.push({ kind: "replaced", old: ev.old, new: ev.new });
+    notice =
+      ev.new === null
+        ? `Another connection took over this tab's instance (${ev.old}): this tab is closed.`
+        : `Another connection took over this tab's instance (${ev.old}): this tab goes on as ${ev.new}.`;
+    render();
+  });
+  $("#notice-close").addEventListener("click", () => {
+    notice = null;
+    render();
+  });
   setInterval(() => {
     sendPresence();
     render();
@@ -200,11 +257,11 @@ async function main(): Promise<void> {
 
   async function claim(id: string): Promise<void> {
     if (ghosts.has(id)) return;
-    const ghost: Ghost = { by: member, committed: false };
+    const ghost: Ghost = { by: client.member, committed: false };
     ghosts.set(id, ghost);
     render();
     try {
-      const r = await group.publish({ op: "claim", id, by: member }, { order: "total", atomic: true });
+      const r = await group.publish({ op: "claim", id, by: user }, { order: "total", atomic: true });
       if (ghosts.get(id) !== ghost) return; // the delivered op settled it first
       if (r.committed === false) {
         ghosts.delete(id);
@@ -310,14 +367,14 @@ async function main(): Promise<void> {
     right.addEventListener("click", () => move(1));
     claimBtn.addEventListener("click", () => {
       const card = board.cards.find((c) => c.id === id);
-      if (card?.claimedBy === member) publishOp({ op: "release", id, by: member });
+      if (card?.claimedBy === user) publishOp({ op: "release", id, by: user });
       else void claim(id);
     });
     root.addEventListener("dragstart", (ev) => ev.dataTransfer?.setData("text/x-card", id));
-    const typing = (): void => setAwareness({ name: member, card: id, cursor: area.selectionStart, typing: Date.now() });
+    const typing = (): void => setAwareness({ name: user, card: id, cursor: area.selectionStart, typing: Date.now() });
     const unbind = bindTextarea(area, doc.getText(`card:${id}`), typing);
-    area.addEventListener("focus", () => setAwareness({ name: member, card: id, cursor: area.selectionStart }));
-    area.addEventListener("blur", () => setAwareness({ name: member, card: null }));
+    area.addEventListener("focus", () => setAwareness({ name: user, card: id, cursor: area.selectionStart }));
+    area.addEventListener("blur", () => setAwareness({ name: user, card: null }));
 
     const v: CardView = { root, title, owner, claim: claimBtn, typing: typingEl, note, left, right, unbind };
     cardViews.set(id, v);
@@ -336,19 +393,33 @@ async function main(): Promise<void> {
 
   function draw(): void {
     const now = Date.now();
-    // Presence bar: the view, in seniority order.
+    // Presence bar: the users of the view (in the seniority of their first instance), each with
+    // its number of tabs and the best connection state among them.
     const bar = $("#presence");
     const members = group.view?.members ?? [];
+    const users = group.view?.users ?? new Map<string, readonly string[]>();
+    const stateOf = (m: string): string => {
+      if (m === client.member) return client.state;
+      const p = presence.get(m);
+      return p === undefined || now - p.at > AWAY_MS ? "away" : p.state;
+    };
     bar.replaceChildren(
-      ...members.map((m) => {
-        const mine = m === member;
-        const p = presence.get(m);
-        const state = mine ? client.state : p === undefined || now - p.at > AWAY_MS ? "away" : p.state;
-        const chip = h("span", { class: `member s-${state}${mine ? " me" : ""}`, "data-testid": `presence-${m}`, "data-state": state, title: `${m}: ${state}` });
-        chip.append(h("i", { class: "dot" }), h("span", { class: "name" }, mine ? `${m} (you)` : m), h("small", {}, state));
+      ...[...users].map(([u, instances]) => {
+        const me = u === user;
+        const states = instances.map(stateOf);
+        const state = states.reduce((a, b) => (rank(b) < rank(a) ? b : a), "closed");
+        const title = `${u}: ${instances.map((m, i) => `${m} ${states[i]}`).join(", ")}`;
+        const chip = h("span", { class: `member s-${state}${me ? " me" : ""}`, "data-testid": `presence-${u}`, "data-state": state, "data-instances": String(instances.length), title });
+        chip.append(h("i", { class: "dot" }), h("span", { class: "name" }, me ? `${u} (you)` : u));
+        if (instances.length > 1) chip.append(h("b", { class: "tabs", "data-testid": `tabs-${u}`, title: `${instances.length} tabs` }, `×${instances.length}`));
+        chip.append(h("small", {}, state));
         return chip;
       }),
     );
+    while (activity.length > 0 && activity[0]!.until <= now) activity.shift();
+    $("#activity").textContent = activity.map((a) => a.text).join(" · ");
+    $("#notice-text").textContent = notice ?? "";
+    $("#notice").hidden = notice === null;
     $("#conn").textContent = client.state;
     $("#conn").className = `conn s-${client.state}`;
 
@@ -361,19 +432,24 @@ async function main(): Promise<void> {
       v.title.textContent = card.title;
       v.root.dataset.column = card.column;
       const ghost = ghosts.get(card.id);
-      const claimState = card.claimedBy !== null ? (card.claimedBy === member ? "mine" : "other") : ghost !== undefined ? "ghost" : "none";
+      const claimState = card.claimedBy !== null ? (card.claimedBy === user ? "mine" : "other") : ghost !== undefined ? "ghost" : "none";
       v.root.dataset.claim = claimState;
       v.owner.textContent =
-        card.claimedBy !== null ? `claimed by ${card.claimedBy === member ? "you" : card.claimedBy}` : ghost !== undefined ? `claiming… (${ghost.committed ? "committed" : "pending"})` : `added by ${card.by}`;
-      v.claim.textContent = card.claimedBy === member ? "release" : "claim";
-      v.claim.disabled = ghost !== undefined || (card.claimedBy !== null && card.claimedBy !== member);
+        card.claimedBy !== null ? `claimed by ${card.claimedBy === user ? "you" : card.claimedBy}` : ghost !== undefined ? `claiming… (${ghost.committed ? "committed" : "pending"})` : `added by ${card.by}`;
+      v.claim.textContent = card.claimedBy === user ? "release" : "claim";
+      v.claim.disabled = ghost !== undefined || (card.claimedBy !== null && card.claimedBy !== user);
       v.left.disabled = card.column === "todo";
       v.right.disabled = card.column === "done";
       const f = flashes.get(card.id);
       v.note.textContent = f !== undefined && f.until > now ? f.text : "";
-      const here = [...y.awareness.states]
-        .filter(([, e]) => e.state.card === card.id)
-        .map(([m, e]) => (typeof e.state.typing === "number" && now - e.state.typing < 3000 ? `${m} is typing…` : `${m} is here`));
+      // Awareness is per instance; say it per user (typing in any of its tabs wins).
+      const inCard = new Map<string, boolean>();
+      for (const [m, e] of y.awareness.states) {
+        if (e.state.card !== card.id) continue;
+        const typing = typeof e.state.typing === "number" && now - e.state.typing < 3000;
+        inCard.set(userOf(m), (inCard.get(userOf(m)) ?? false) || typing);
+      }
+      const here = [...inCard].map(([u, typing]) => (typing ? `${u} is typing…` : `${u} is here`));
       v.typing.textContent = here.length ? `✎ ${here.join(", ")}` : "";
       perColumn[card.column].push(v.root);
     }
@@ -398,10 +474,11 @@ async function main(): Promise<void> {
     const set = (id: string, text: string): void => {
       $(`[data-testid="debug-${id}"]`).textContent = text;
     };
-    set("member", member);
+    set("member", `${client.member} (user ${user})`);
     set("state", client.state);
     set("view", group.view === null ? "—" : `v${group.view.version}`);
     set("members", members.join(", ") || "—");
+    set("users", [...users].map(([u, i]) => (i.length > 1 ? `${u} ×${i.length}` : u)).join(", ") || "—");
     set("status", `${group.status} / text: ${texts.status}`);
     set("offset", String(lastOffset));
     set("pending", `${group.pending} board · ${texts.pending} text · ${y.buffered} merging`);
@@ -428,7 +505,11 @@ async function main(): Promise<void> {
     group,
     texts,
     doc,
-    member,
+    user,
+    /** this tab's member id (user#instance), live: a clash gives it a new one */
+    get member(): string {
+      return client.member;
+    },
     log,
     state: (): BoardState => structuredClone(board),
     hash,

@@ -12,8 +12,9 @@ export interface Card {
   id: string;
   title: string;
   column: Column;
-  /** who added it (the message's sender) */
+  /** the user who added it (the user of the message's sender) */
   by: string;
+  /** the user who claimed it: any of its instances (tabs) may release it */
   claimedBy: string | null;
 }
 
@@ -26,6 +27,7 @@ export type Op =
   | { op: "add"; id: string; title: string }
   | { op: "move"; id: string; column: Column }
   | { op: "delete"; id: string }
+  /** `by` says who, for readers of the log; the reducer takes the sender's user */
   | { op: "claim"; id: string; by: string }
   | { op: "release"; id: string; by: string };
 
@@ -53,24 +55,25 @@ export function asOp(payload: unknown): Op | null {
   }
 }
 
-/** The state after `op` (sent by `sender`); `state` is not modified. */
-export function reduce(state: BoardState, op: Op, sender: string): BoardState {
+/** The state after `op`, sent by an instance of `user` (`userOf(message.sender)`: cards and
+ * claims belong to users, not tabs); `state` is not modified. */
+export function reduce(state: BoardState, op: Op, user: string): BoardState {
   const at = state.cards.findIndex((c) => c.id === op.id);
   const card = at < 0 ? undefined : state.cards[at];
   const replace = (c: Card): BoardState => ({ cards: state.cards.map((x, i) => (i === at ? c : x)) });
   switch (op.op) {
     case "add":
       if (card !== undefined) return state; // the same id twice: the first one stands
-      return { cards: [...state.cards, { id: op.id, title: op.title, column: "todo", by: sender, claimedBy: null }] };
+      return { cards: [...state.cards, { id: op.id, title: op.title, column: "todo", by: user, claimedBy: null }] };
     case "move":
       return card === undefined || card.column === op.column ? state : replace({ ...card, column: op.column });
     case "delete":
       return card === undefined ? state : { cards: state.cards.filter((c) => c.id !== op.id) };
     case "claim":
       // First come, first served: the total order decides who was first, the same for everyone.
-      return card === undefined || card.claimedBy !== null ? state : replace({ ...card, claimedBy: op.by });
+      return card === undefined || card.claimedBy !== null ? state : replace({ ...card, claimedBy: user });
     case "release":
-      return card === undefined || card.claimedBy !== op.by ? state : replace({ ...card, claimedBy: null });
+      return card === undefined || card.claimedBy !== user ? state : replace({ ...card, claimedBy: null });
   }
 }
 

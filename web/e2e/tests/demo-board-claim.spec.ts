@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from '../fixtures.ts';
-import { addCard, cardsOf, hashOf, logOf, openBoards, opsOf, viewMembers } from '../board.ts';
+import { addCard, cardsOf, hashOf, logOf, openBoards, opsOf, viewUsers } from '../board.ts';
 import { DEMO_DIST } from '../paths.ts';
 
 test.use({ notifyOptions: { ackTimeout: 1 } });
@@ -19,7 +19,7 @@ test.beforeAll(() => {
 test('an atomic claim is confirmed everywhere, and rolled back when a member is frozen past ack_timeout', async ({ newPage, notify, web, group }) => {
   const { pages, errors } = await openBoards(newPage, MEMBERS, { ws: notify.url, origin: web.origin, board: group });
   const [ana, bo, cy] = pages as [typeof pages[0], typeof pages[0], typeof pages[0]];
-  for (const p of pages) await expect.poll(() => viewMembers(p)).toEqual([...MEMBERS]);
+  for (const p of pages) await expect.poll(() => viewUsers(p)).toEqual([...MEMBERS]);
 
   await addCard(ana, 'Write the release notes');
   await addCard(ana, 'Fix the reconnect storm');
@@ -56,7 +56,7 @@ test('an atomic claim is confirmed everywhere, and rolled back when a member is 
   // cy thaws, is removed (it held up the atomic message), joins again and gets the state.
   await expect.poll(async () => (await logOf(cy)).some((e) => e.kind === 'removed' && e.group === group),
                     { timeout: 20_000, message: "cy's page saw its removal from the board group" }).toBe(true);
-  await expect.poll(() => viewMembers(ana), { timeout: 20_000 }).toEqual(['ana', 'bo', 'cy']);
+  await expect.poll(() => viewUsers(ana), { timeout: 20_000 }).toEqual(['ana', 'bo', 'cy']);
   await expect.poll(() => cy.evaluate(() => (window as any).board.group.status), { timeout: 20_000 }).toBe('joined');
   await expect.poll(async () => new Set(await Promise.all(pages.map(hashOf))).size, { timeout: 20_000 }).toBe(1);
   await expect(cy.locator(`#col-doing [data-testid="card-${second}"]`)).toBeVisible();
@@ -70,12 +70,12 @@ test('an atomic claim is confirmed everywhere, and rolled back when a member is 
     await expect(p.getByTestId(`owner-${second}`)).toHaveText('added by ana');
     await expect(p.getByTestId(`card-${second}`)).toHaveAttribute('data-claim', 'none');
     const claims = (await opsOf(p)).filter((e) => e.op.op === 'claim');
-    expect(claims.every((e) => e.sender === 'ana' && e.op.by === 'ana')).toBe(true);
+    expect(claims.every((e) => e.user === 'ana' && e.sender.startsWith('ana#') && e.op.by === 'ana')).toBe(true);
   }
   // ana and bo saw every op: exactly ana's claim, and the seq skips the aborted one.
   for (const p of [ana, bo]) {
     const ops = await opsOf(p);
-    expect(ops.map((e) => [e.sender, e.op.op])).toEqual([['ana', 'add'], ['ana', 'add'], ['ana', 'claim'], ['ana', 'move']]);
+    expect(ops.map((e) => [e.user, e.op.op])).toEqual([['ana', 'add'], ['ana', 'add'], ['ana', 'claim'], ['ana', 'move']]);
     const seqs = ops.map((e) => e.seq);
     expect(seqs.at(-1)! - seqs.at(-2)!).toBe(2); // the aborted claim took a seq that is never handed over
   }

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from '../fixtures.ts';
-import { addCard, cardsOf, hashOf, logOf, noteOf, openBoard, openBoards, opsOf, shownCards, viewMembers } from '../board.ts';
+import { addCard, cardsOf, hashOf, logOf, noteOf, openBoard, openBoards, opsOf, shownCards, viewUsers } from '../board.ts';
 import { DEMO_DIST } from '../paths.ts';
 
 const MEMBERS = ['ana', 'bo', 'cy'] as const;
@@ -20,7 +20,7 @@ test('three members: presence, cards through the UI, a move and a note converge,
   const [ana, bo, cy] = pages as [typeof pages[0], typeof pages[0], typeof pages[0]];
 
   // Everyone is in everyone's view, and the presence bar shows all three.
-  for (const p of pages) await expect.poll(() => viewMembers(p)).toEqual([...MEMBERS]);
+  for (const p of pages) await expect.poll(() => viewUsers(p)).toEqual([...MEMBERS]);
   for (const p of pages) {
     for (const m of MEMBERS) await expect(p.getByTestId(`presence-${m}`)).toBeVisible();
   }
@@ -69,7 +69,7 @@ test('three members: presence, cards through the UI, a move and a note converge,
 
   // One total order: the same ops, at the same offsets, with the same seq, on every page.
   const ops = await Promise.all(pages.map(opsOf));
-  expect(ops[0]!.map((e) => [e.sender, e.op.op])).toEqual([['ana', 'add'], ['ana', 'add'], ['bo', 'add'], ['bo', 'move']]);
+  expect(ops[0]!.map((e) => [e.user, e.op.op])).toEqual([['ana', 'add'], ['ana', 'add'], ['bo', 'add'], ['bo', 'move']]);
   for (const o of ops) expect(o).toEqual(ops[0]);
   const seqs = ops[0]!.map((e) => e.seq);
   expect(seqs).toEqual(seqs.map((_, i) => seqs[0]! + i)); // gap-free: no atomic was aborted here
@@ -84,7 +84,7 @@ test('a late joiner gets the board by state transfer, not by replaying the ops',
     await openBoard(ana, { ws: notify.url, origin: web.origin, member: 'ana', board: group }),
     await openBoard(bo, { ws: notify.url, origin: web.origin, member: 'bo', board: group }),
   ];
-  await expect.poll(() => viewMembers(ana)).toEqual(['ana', 'bo']);
+  await expect.poll(() => viewUsers(ana)).toEqual(['ana', 'bo']);
   await addCard(ana, 'Write the release notes');
   await addCard(ana, 'Fix the reconnect storm');
   await expect(bo.locator('article.card')).toHaveCount(2);
@@ -101,7 +101,7 @@ test('a late joiner gets the board by state transfer, not by replaying the ops',
   // cy joins now.
   const cy = await newPage();
   errors.push(await openBoard(cy, { ws: notify.url, origin: web.origin, member: 'cy', board: group }));
-  for (const p of [ana, bo, cy]) await expect.poll(() => viewMembers(p)).toEqual(['ana', 'bo', 'cy']);
+  for (const p of [ana, bo, cy]) await expect.poll(() => viewUsers(p)).toEqual(['ana', 'bo', 'cy']);
 
   // The same board, notes included, on cy's page as on the others.
   await expect.poll(() => hashOf(cy)).toBe(await hashOf(ana));
@@ -125,7 +125,7 @@ test('a late joiner gets the board by state transfer, not by replaying the ops',
   for (const p of [ana, bo, cy]) await expect(p.locator('article.card')).toHaveCount(3);
   const after = await Promise.all([ana, bo, cy].map(opsOf));
   expect(after[2]).toEqual([after[0]!.at(-1)]);
-  expect(after[0]!.at(-1)).toMatchObject({ sender: 'cy', op: { op: 'add', title: 'Try it on a phone' } });
+  expect(after[0]!.at(-1)).toMatchObject({ user: 'cy', op: { op: 'add', title: 'Try it on a phone' } });
   expect(after[1]).toEqual(after[0]);
   await expect.poll(async () => new Set(await Promise.all([ana, bo, cy].map(hashOf))).size).toBe(1);
 

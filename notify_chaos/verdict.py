@@ -326,8 +326,8 @@ def view_changes(events: list[Event]) -> dict[str, Any]:
                     changes[kind] += 1
                     if kind == "removals":
                         per[m]["removals"] += 1
-                for u in {_user_of(m) for m in added | removed}:
-                    user_installs[u] += 1
+                for user in {_user_of(m) for m in added | removed}:
+                    user_installs[user] += 1
                 if removed - own:
                     bad.add(f"{g} view {e.get('view')}: removed {sorted(removed - own)} while "
                             "connected (not suspected, not leaving)", "removed_connected")
@@ -341,7 +341,7 @@ def view_changes(events: list[Event]) -> dict[str, Any]:
         if m in disconnects and c["removals"] > disconnects[m]:
             bad.add(f"{m} removed {c['removals']} times after {disconnects[m]} disconnects",
                     "more_removals_than_disconnects")
-    users: dict[str, dict[str, Any]] = {}
+    users: dict[str, dict[str, int]] = {}
     for m in sorted(set(per) | set(disconnects)):
         u = users.setdefault(_user_of(m), {"instances": 0, "disconnects": 0, "suspects": 0,
                                            "resumed": 0, "removals": 0, "rejoins": 0,

@@ -8,7 +8,13 @@
   with no view change (`member.resume`); client side, the share of reconnects that resumed;
 - `view_changes`: view installs per group and hour, with the propose reasons;
 - `flapping`: members with at least `flap_count` disconnects within any `flap_window` seconds
-  (a range window over each member's disconnects).
+  (a range window over each member's disconnects);
+- `users` (issue 29: a member is one instance of a user, member id `user#instance`): per group
+  and user, churn and presence counted by user next to the same counted by instance. A user
+  *arrives* when its first instance enters the group's view and *leaves* when its last one
+  goes (a second tab coming and going is no arrival); it is *present* while at least one of
+  its instances is in the view (the union of its instances' times in the view, where
+  `instance_present_s` adds them up).
 """
 
 from __future__ import annotations
@@ -68,6 +74,66 @@ def gaps(ev: Events) -> DataFrame:
     return client.unionByName(server)
 
 
+def view_spans(ev: Events, source: str) -> DataFrame:
+    """One row per view a group installed, in order: group, view, ts, until (the next
+    install, or the log's end), members, and who arrived and left with it, by instance
+    (`members`' ids) and by user (`user_of`: the id before `#`). `source` "server": the
+    server's `view.install`; "client": the clients' `client.view` (the first client's time for
+    each view). A group's first view in the log arrives whole."""
+    if source == "server":
+        iv = ev.of("view.install").select("group", "view", "ts", "members")
+    else:
+        iv = (ev.of("client.view").where(F.col("members").isNotNull()
+                                         & ~F.coalesce(F.col("removed"), F.lit(False)))
+              .groupBy("group", "view").agg(F.min("ts").alias("ts"),
+                                            F.first("members").alias("members")))
+    end = ev.end_ts()
+    w = Window.partitionBy("group").orderBy("ts", "view")
+    none = F.array().cast("array<string>")
+    user_ids = F.array_distinct(F.transform("members",
+                                            lambda m: F.substring_index(m, "#", 1)))
+    v = iv.select("group", "view", "ts", "members", user_ids.alias("users"),
+                  F.coalesce(F.lead("ts").over(w), F.lit(end)).alias("until"),
+                  F.coalesce(F.lag("members").over(w), none).alias("prev"))
+    prev_users = F.array_distinct(F.transform("prev", lambda m: F.substring_index(m, "#", 1)))
+    return v.select("group", "view", "ts", "until", "members", "users",
+                    F.array_except("members", "prev").alias("arrived"),
+                    F.array_except("prev", "members").alias("left"),
+                    F.array_except("users", prev_users).alias("users_arrived"),
+                    F.array_except(prev_users, "users").alias("users_left"))
+
+
+def users(spans: DataFrame) -> DataFrame:
+    """Per (group, user): `instances` (member ids of it seen in a view), `arrivals`/`leaves`
+    (its first instance in, its last out), `present_s` (at least one instance in the view);
+    and the same counted per instance: `instance_arrivals`, `instance_leaves`,
+    `instance_present_s` (the sum of its instances' times in the view)."""
+    def per(col: str, out: str, *agg: Column) -> DataFrame:
+        name = "member" if col in ("members", "arrived", "left") else "user"
+        return (spans.select("group", F.explode(col).alias(name),
+                             (F.col("until") - F.col("ts")).alias("span_s"))
+                .groupBy("group", name).agg(*agg).withColumnRenamed(name, out))
+
+    inst = per("members", "member", F.sum("span_s").alias("present_s"))
+    inst = inst.join(per("arrived", "member", F.count("*").alias("arrivals")),
+                     ["group", "member"], "left")
+    inst = inst.join(per("left", "member", F.count("*").alias("leaves")),
+                     ["group", "member"], "left").na.fill(0)
+    by_inst = (inst.groupBy("group", F.substring_index("member", "#", 1).alias("user"))
+               .agg(F.count("*").alias("instances"),
+                    F.sum("arrivals").alias("instance_arrivals"),
+                    F.sum("leaves").alias("instance_leaves"),
+                    F.sum("present_s").alias("instance_present_s")))
+    u = per("users", "user", F.sum("span_s").alias("present_s"))
+    u = u.join(per("users_arrived", "user", F.count("*").alias("arrivals")),
+               ["group", "user"], "left")
+    u = u.join(per("users_left", "user", F.count("*").alias("leaves")),
+               ["group", "user"], "left").na.fill(0)
+    return (u.join(by_inst, ["group", "user"])
+            .select("group", "user", "instances", "arrivals", "leaves", "present_s",
+                    "instance_arrivals", "instance_leaves", "instance_present_s"))
+
+
 @timed
 def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobResult:
     g = job_cache(gaps(ev))
@@ -121,6 +187,15 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
     start, end = ev.span()
     hours = (end - start) / 3600
     n_groups = counts["groups"]
+
+    # by user and by instance (issue 29), from the server's installs, else the clients' views
+    view_source = "server" if counts.get("view.install") else "client"
+    by_user = job_cache(users(view_spans(ev, view_source)))
+    tot = one(by_user.agg(
+        F.count("*").alias("users"), F.sum("instances").alias("instances"),
+        F.count(F.when(F.col("instances") > 1, 1)).alias("multi_instance_users"),
+        *[F.sum(c).alias(c) for c in ("arrivals", "leaves", "present_s", "instance_arrivals",
+                                      "instance_leaves", "instance_present_s")])).asDict()
     summary = {
         "server_suspects": counts.get("member.suspect", 0),
         "server_fast_resumes": counts.get("member.resume", 0),
@@ -135,8 +210,21 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
         "view_changes_per_group_hour": (counts.get("view.install", 0) / (n_groups * hours)
                                         if n_groups and hours else None),
         "gap_source": "client" if has_client else "server",
+        # per (group, user) and per (group, instance): a user arrives with its first
+        # instance and leaves with its last, and is present while any instance is
+        "view_source": view_source,
+        "users": tot["users"], "instances": tot["instances"] or 0,
+        "multi_instance_users": tot["multi_instance_users"],
+        "user_arrivals": tot["arrivals"] or 0, "user_leaves": tot["leaves"] or 0,
+        "instance_arrivals": tot["instance_arrivals"] or 0,
+        "instance_leaves": tot["instance_leaves"] or 0,
+        "user_present_s": tot["present_s"] or 0.0,
+        "instance_present_s": tot["instance_present_s"] or 0.0,
     }
     res = JobResult("churn", {"sessions": sessions, "gap_hist": hist, "gap_percentiles": gap_pcts,
-                              "view_changes": view_changes, "flapping": flapping},
+                              "view_changes": view_changes, "flapping": flapping,
+                              "users": by_user.orderBy(F.desc("instances"),
+                                                       F.desc("instance_arrivals"),
+                                                       "group", "user")},
                     summary)
     return res

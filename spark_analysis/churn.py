@@ -74,12 +74,17 @@ def gaps(ev: Events) -> DataFrame:
     return client.unionByName(server)
 
 
+def _user_ids(members: str) -> Column:
+    """The users of an array of member ids (`user_of`: the id before `#`), once each."""
+    return F.array_distinct(F.transform(members, lambda m: F.substring_index(m, "#", 1)))
+
+
 def view_spans(ev: Events, source: str) -> DataFrame:
-    """One row per view a group installed, in order: group, view, ts, until (the next
-    install, or the log's end), members, and who arrived and left with it, by instance
-    (`members`' ids) and by user (`user_of`: the id before `#`). `source` "server": the
-    server's `view.install`; "client": the clients' `client.view` (the first client's time for
-    each view). A group's first view in the log arrives whole."""
+    """One row per view a group installed, in order: group, ts, `span_s` (until the next
+    install, or the log's end), and its `members` with the previous view's (`prev`; none before
+    a group's first view in the log, which arrives whole). `source` "server": the server's
+    `view.install`; "client": the clients' `client.view` (the first client's time for each
+    view)."""
     if source == "server":
         iv = ev.of("view.install").select("group", "view", "ts", "members")
     else:
@@ -87,20 +92,26 @@ def view_spans(ev: Events, source: str) -> DataFrame:
                                          & ~F.coalesce(F.col("removed"), F.lit(False)))
               .groupBy("group", "view").agg(F.min("ts").alias("ts"),
                                             F.first("members").alias("members")))
-    end = ev.end_ts()
     w = Window.partitionBy("group").orderBy("ts", "view")
-    none = F.array().cast("array<string>")
-    user_ids = F.array_distinct(F.transform("members",
-                                            lambda m: F.substring_index(m, "#", 1)))
-    v = iv.select("group", "view", "ts", "members", user_ids.alias("users"),
-                  F.coalesce(F.lead("ts").over(w), F.lit(end)).alias("until"),
-                  F.coalesce(F.lag("members").over(w), none).alias("prev"))
-    prev_users = F.array_distinct(F.transform("prev", lambda m: F.substring_index(m, "#", 1)))
-    return v.select("group", "view", "ts", "until", "members", "users",
-                    F.array_except("members", "prev").alias("arrived"),
-                    F.array_except("prev", "members").alias("left"),
-                    F.array_except("users", prev_users).alias("users_arrived"),
-                    F.array_except(prev_users, "users").alias("users_left"))
+    return iv.select("group", "ts", "members",
+                     (F.coalesce(F.lead("ts").over(w), F.lit(ev.end_ts())) - F.col("ts"))
+                     .alias("span_s"),
+                     F.coalesce(F.lag("members").over(w), F.array().cast("array<string>"))
+                     .alias("prev"))
+
+
+def _presence(spans: DataFrame, key: str, now: Column, before: Column) -> DataFrame:
+    """Per (group, `key`) of the arrays `now` (in the view) and `before` (in the previous
+    one): `present_s` (the views' time while in), `arrivals` (in, not before), `leaves`
+    (before, not in)."""
+    x = spans.select("group", "span_s", now.alias("now"), before.alias("before"))
+    e = x.select("group", "span_s", F.explode(F.array_union("now", "before")).alias(key),
+                 "now", "before")
+    inside, was = F.array_contains("now", F.col(key)), F.array_contains("before", F.col(key))
+    return e.groupBy("group", key).agg(
+        F.sum(F.when(inside, F.col("span_s")).otherwise(0.0)).alias("present_s"),
+        F.count(F.when(inside & ~was, 1)).alias("arrivals"),
+        F.count(F.when(~inside, 1)).alias("leaves"))
 
 
 def users(spans: DataFrame) -> DataFrame:
@@ -108,27 +119,13 @@ def users(spans: DataFrame) -> DataFrame:
     (its first instance in, its last out), `present_s` (at least one instance in the view);
     and the same counted per instance: `instance_arrivals`, `instance_leaves`,
     `instance_present_s` (the sum of its instances' times in the view)."""
-    def per(col: str, out: str, *agg: Column) -> DataFrame:
-        name = "member" if col in ("members", "arrived", "left") else "user"
-        return (spans.select("group", F.explode(col).alias(name),
-                             (F.col("until") - F.col("ts")).alias("span_s"))
-                .groupBy("group", name).agg(*agg).withColumnRenamed(name, out))
-
-    inst = per("members", "member", F.sum("span_s").alias("present_s"))
-    inst = inst.join(per("arrived", "member", F.count("*").alias("arrivals")),
-                     ["group", "member"], "left")
-    inst = inst.join(per("left", "member", F.count("*").alias("leaves")),
-                     ["group", "member"], "left").na.fill(0)
+    inst = _presence(spans, "member", F.col("members"), F.col("prev"))
     by_inst = (inst.groupBy("group", F.substring_index("member", "#", 1).alias("user"))
                .agg(F.count("*").alias("instances"),
                     F.sum("arrivals").alias("instance_arrivals"),
                     F.sum("leaves").alias("instance_leaves"),
                     F.sum("present_s").alias("instance_present_s")))
-    u = per("users", "user", F.sum("span_s").alias("present_s"))
-    u = u.join(per("users_arrived", "user", F.count("*").alias("arrivals")),
-               ["group", "user"], "left")
-    u = u.join(per("users_left", "user", F.count("*").alias("leaves")),
-               ["group", "user"], "left").na.fill(0)
+    u = _presence(spans, "user", _user_ids("members"), _user_ids("prev"))
     return (u.join(by_inst, ["group", "user"])
             .select("group", "user", "instances", "arrivals", "leaves", "present_s",
                     "instance_arrivals", "instance_leaves", "instance_present_s"))
@@ -190,7 +187,8 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
 
     # by user and by instance (issue 29), from the server's installs, else the clients' views
     view_source = "server" if counts.get("view.install") else "client"
-    by_user = job_cache(users(view_spans(ev, view_source)))
+    spans = job_cache(view_spans(ev, view_source))  # (read by six aggregates)
+    by_user = job_cache(users(spans))
     tot = one(by_user.agg(
         F.count("*").alias("users"), F.sum("instances").alias("instances"),
         F.count(F.when(F.col("instances") > 1, 1)).alias("multi_instance_users"),

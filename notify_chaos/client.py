@@ -72,9 +72,13 @@ class ChaosClient:
 
     @property
     def member(self) -> str:
-        """The member id the views list (`name#instance`: the SDK picks the instance), which
-        the logs must say for the verdict to match deliveries to views."""
-        return self.client.member if self.client is not None else self.name
+        """The member id the views list (`name#instance`: the SDK picks the instance; or
+        `user#name` for an instance of a scenario's `users`), which the logs must say for the
+        verdict to match deliveries to views."""
+        if self.client is not None:
+            return self.client.member
+        user = self.cfg.get("user")
+        return self.name if user is None else f"{user}#{self.name}"
 
     def _state(self, old: ConnectionState, new: ConnectionState) -> None:
         now = time.time()
@@ -116,7 +120,11 @@ class ChaosClient:
 
     async def run(self) -> None:
         cfg = self.cfg
-        async with connect(cfg["url"], member=self.member, options=_options(cfg["options"])) as c:
+        # a user's instance (scenario `users`): named after this client; else a user of its own
+        user = cfg.get("user")
+        who: dict[str, Any] = ({"member": self.name} if user is None
+                               else {"member": user, "instance": self.name})
+        async with connect(cfg["url"], **who, options=_options(cfg["options"])) as c:
             self.client = c
             c.on_state_change(self._state)
             groups: list[Group] = []

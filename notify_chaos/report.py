@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from notify_chaos.scenario import Scenario
-from notify_chaos.verdict import log_files, read_jsonl
+from notify_chaos.verdict import log_files, read_jsonl, view_change_lines
 
 BIN = 0.5  # seconds per timeline bin
 
@@ -67,7 +67,7 @@ def collect(out: Path) -> dict[str, Any]:
     events, _ = read_jsonl(log_files(out / "logs", "events-"))
     acks, _ = read_jsonl(log_files(out / "acks", "acks-"))
     subs = [e for e in events if e.get("event") == "client.deliver"
-            and str(e.get("member", "")).startswith("subscriber-")]
+            and str(e.get("node", "")).startswith("subscriber-")]
     return {
         "t0": t0,
         "acked": Series([(a["ts"] - t0, float(a.get("b", 0) or 0)) for a in acks
@@ -265,9 +265,11 @@ def table3(report: dict[str, Any]) -> list[list[str]]:
 def markdown_rows(report: dict[str, Any]) -> list[str]:
     """The docs' results table (docs/chaos.md): one Markdown row per action."""
     v = report["verdict"]
+    storm = (v.get("view_changes") or {}).get("unexplained", {}).get("count", 0)
     verdict = "ok" if v["ok"] else "**fails**: " + ", ".join(
-        f"{k} {v[k]['count']}" for k in ("acked_lost", "duplicates", "out_of_order",
-                                        "view_disagreements") if v[k]["count"])
+        [f"{k} {v[k]['count']}" for k in ("acked_lost", "duplicates", "out_of_order",
+                                         "view_disagreements") if v[k]["count"]]
+        + ([f"unexplained view changes {storm}"] if storm else []))
     rows = []
     for a in report["actions"]:
         b, d, af = a["before"], a["during"], a["after"]
@@ -311,6 +313,8 @@ def render_html(report: dict[str, Any], c: dict[str, Any], scenario: Scenario) -
     for k in ("acked_lost", "duplicates", "out_of_order", "view_disagreements"):
         ex = "".join(f"<li>{html.escape(e)}</li>" for e in v[k]["examples"])
         cats.append(f"<tr><td>{k}</td><td>{v[k]['count']}</td><td><ul>{ex}</ul></td></tr>")
+    views = ("<pre>" + html.escape("\n".join(view_change_lines(v["view_changes"])))
+             + "</pre>") if "view_changes" in v else ""
     status = "OK" if v["ok"] else "VIOLATIONS"
     color = "#2ca02c" if v["ok"] else "#d62728"
     fail = (f"<p style='color:#d62728'>run failed: {html.escape(report['failure'])}</p>"
@@ -331,6 +335,7 @@ td:first-child{{text-align:left}} ul{{margin:0;padding-left:1.2em;text-align:lef
 <h2>Verdict: <span style="color:{color}">{status}</span></h2>
 <table><tr><th>check</th><th>count</th><th>examples</th></tr>{''.join(cats)}</table>
 <p>checked: {html.escape(json.dumps(v['checked']))}</p>
+{views}
 <h2>Timeline</h2>
 <p>Fault windows shaded red, the drain after publishing grey (seed 004, Fig. 11).</p>
 {_svg(rows, scenario) if rows else ''}

@@ -92,6 +92,8 @@ class Runner:
         #: id(action) -> what a cluster fault chose when it started ("node", name) / ("nats", i)
         self._victims: dict[int, tuple[str, Any]] = {}
         self._nats_started: list[int] = []
+        #: id(action) -> the task that flaps its links (mode `flap`)
+        self._flaps: dict[int, asyncio.Task[None]] = {}
         #: cluster mode with a route fault: the proxies between the nats-servers
         self.mesh: RouteMesh | None = None
         self.route_check: dict[str, Any] | None = None
@@ -230,6 +232,7 @@ class Runner:
             spawned += 1
             groups = (c.subscribers if role == "subscriber" else c.publishers).groups
             cfg = {"name": name, "role": role, "url": urls[0] if len(urls) == 1 else urls,
+                   "user": c.user_of(name),
                    "groups": groups, "log_dir": str(out / "logs"), "acks_dir": str(out / "acks"),
                    "options": c.options.model_dump(), "stop_file": str(out / "clients" / "stop"),
                    "start_at": start_at, "stop_at": start_at + s.duration,
@@ -274,6 +277,16 @@ class Runner:
         elif a.mode == "pause":
             for x in self._processes(a.target):
                 x.pause() if on else x.resume()
+        elif a.mode == "flap":
+            if on:
+                self._flaps[id(a)] = asyncio.create_task(self._flap(a))
+            else:
+                task = self._flaps.pop(id(a), None)
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                for proxy in self.d.link_proxies(a.target):
+                    proxy.uncut()
         elif a.mode == "disk_full":
             await asyncio.to_thread(self.d.nodes[a.target].disk_full, on)
         else:
@@ -286,6 +299,21 @@ class Runner:
                     proxy.slow(p["bytes_per_s"] if on else None)
                 elif a.mode == "cut":
                     proxy.cut() if on else proxy.uncut()
+
+    async def _flap(self, a: Action) -> None:
+        """Mode `flap`: the target's links down for `down`, up for `up`, over and over (each
+        cut noted in `run.json` as `flap.down`/`flap.up`) until the action ends."""
+        down, up = a.flap
+        proxies = self.d.link_proxies(a.target)
+        while True:
+            for proxy in proxies:
+                proxy.cut()
+            self.d.note("flap.down", label=a.label)
+            await asyncio.sleep(down)
+            for proxy in proxies:
+                proxy.uncut()
+            self.d.note("flap.up", label=a.label)
+            await asyncio.sleep(up)
 
     async def apply_cluster(self, a: Action, on: bool) -> None:
         """The cluster faults: the victim is chosen when the action starts, and is started
@@ -420,6 +448,9 @@ class Runner:
         return self.summary()
 
     async def teardown(self) -> None:
+        for task in self._flaps.values():
+            task.cancel()
+        await asyncio.gather(*self._flaps.values(), return_exceptions=True)
         if self._node_watch is not None:
             self._node_watch.cancel()
             await asyncio.gather(self._node_watch, return_exceptions=True)

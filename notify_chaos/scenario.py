@@ -18,6 +18,11 @@ faults pick their victim when they start: `kill-owner`, `kill-edge`, `pause-owne
 `delay-stream-leader` (params `ms`, `jitter_ms`: a delay on every route link touching the
 nats-server that leads the NOTIFY stream; the run then routes the NATS cluster through proxies).
 
+Clients of one user (issue 29): `clients.users: {alice: [subscriber-1, subscriber-2]}` makes
+those two clients instances of user `alice` (member ids `alice#subscriber-1`,
+`alice#subscriber-2`), as two devices of one person. Mode `flap` (params `down`, `up`) cuts a
+link for `down`, restores it for `up`, and again, until the action ends.
+
 Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
 document is composed once to learn where every key and list item sits, then validated.
 """
@@ -139,13 +144,47 @@ class Subscribers(_Members):
     pass
 
 
+#: a user id as `hello.member` accepts it (notify/core/hub.py; no `#`: notify/core/users.py)
+_USER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$")
+_CLIENT = re.compile(r"^(publisher|subscriber)-([1-9][0-9]*)$")
+
+
 class Clients(_Model):
     publishers: Publishers = Field(default_factory=Publishers)
     subscribers: Subscribers = Field(default_factory=Subscribers)
     options: ClientOptionsSpec = Field(default_factory=ClientOptionsSpec)
+    #: user -> the clients that are instances of it (issue 29: one user, many devices): each
+    #: connects as that user with its own name as the instance (member id `user#client-name`);
+    #: a client named nowhere is a user of its own (member `name#<random instance>`)
+    users: dict[str, list[str]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _users(self) -> Clients:
+        counts = {"publisher": self.publishers.count, "subscriber": self.subscribers.count}
+        seen: dict[str, str] = {}
+        for user, names in self.users.items():
+            if not _USER.match(user):
+                raise ValueError(f"users: {user!r} is not a user id (letters, digits, "
+                                 "_.:/@-, no #)")
+            if not names:
+                raise ValueError(f"users.{user}: name its clients (publisher-N, subscriber-N)")
+            for n in names:
+                m = _CLIENT.match(n)
+                if not m or int(m.group(2)) > counts[m.group(1)]:
+                    raise ValueError(f"users.{user}: {n!r} is not one of the clients "
+                                     f"({counts['publisher']} publishers, "
+                                     f"{counts['subscriber']} subscribers)")
+                if n in seen:
+                    raise ValueError(f"users: {n} is an instance of {seen[n]} and {user}")
+                seen[n] = user
+        return self
+
+    def user_of(self, client: str) -> str | None:
+        """The user `client` is an instance of (`users`), or None: a user of its own."""
+        return next((u for u, names in self.users.items() if client in names), None)
 
 
-Mode = Literal["kill", "pause", "delay", "loss", "cut", "slow", "disk_full",
+Mode = Literal["kill", "pause", "delay", "loss", "cut", "flap", "slow", "disk_full",
                "kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
                "delay-stream-leader"]
 #: cluster faults: the victim is chosen when the action starts (`target` is the group whose
@@ -157,7 +196,7 @@ CLUSTER_MODES = ("kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
 #: through proxies (`notify_chaos.routes`) when a scenario has one
 ROUTE_MODES = ("delay-stream-leader",)
 PROCESS_MODES = ("kill", "pause")
-LINK_MODES = ("delay", "loss", "cut", "slow")
+LINK_MODES = ("delay", "loss", "cut", "flap", "slow")
 NODE_MODES = ("disk_full",)
 
 _TARGET = re.compile(
@@ -213,7 +252,8 @@ class Action(_Model):
     def _params(self) -> Action:
         p, mode = self.params, self.mode
         allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
-                   "slow": {"bytes_per_s"}, "cut": set(), "kill": {"signal"}, "pause": set(),
+                   "slow": {"bytes_per_s"}, "cut": set(), "flap": {"down", "up"},
+                   "kill": {"signal"}, "pause": set(),
                    "disk_full": set(), **{m: set() for m in CLUSTER_MODES},
                    "delay-stream-leader": {"ms", "jitter_ms"}}[mode]
         unknown = set(p) - allowed
@@ -229,6 +269,14 @@ class Action(_Model):
             raise ValueError("mode loss needs params.percent (0 to 100)")
         if mode == "slow" and not _num(p.get("bytes_per_s"), 1):
             raise ValueError("mode slow needs params.bytes_per_s (≥ 1)")
+        if mode == "flap":
+            for k in ("down", "up"):
+                try:
+                    if parse_seconds(p.get(k)) <= 0:
+                        raise ValueError
+                except ValueError:
+                    raise ValueError(f"mode flap needs params.{k} (a duration > 0, e.g. 3s)"
+                                     ) from None
         if mode == "kill" and p.get("signal", "KILL") not in ("KILL", "TERM"):
             raise ValueError("params.signal: KILL or TERM")
         if mode in CLUSTER_MODES:
@@ -245,6 +293,11 @@ class Action(_Model):
     @property
     def end(self) -> float:
         return self.start + self.duration
+
+    @property
+    def flap(self) -> tuple[float, float]:
+        """Mode `flap`: (down, up) seconds of each cycle."""
+        return parse_seconds(self.params["down"]), parse_seconds(self.params["up"])
 
     @property
     def label(self) -> str:

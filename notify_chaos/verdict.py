@@ -21,7 +21,13 @@ Its order, duplicate and virtual-synchrony rules are the Spark `check` job's
   every view-v message another such member delivered in v (Spark: "G2 virtual synchrony").
 
 Delivery order within a member is (`recv_ts`, `n`), as in the Spark job. Each category gives a
-count and up to `EXAMPLES` examples; `ok` is true when all four counts are zero.
+count and up to `EXAMPLES` examples.
+
+- **view_changes** (not a safety rule, a cost one): every view change in the server logs is
+  accounted for by the members' own comings and goings (`view_changes()`); one that is not
+  (a storm: installs that change nobody, members removed while connected) fails the verdict.
+
+`ok` is true when all four counts are zero and every view change is explained.
 """
 
 from __future__ import annotations
@@ -215,7 +221,142 @@ def check(events: list[Event], acks: list[Event] | None = None,
                            "checked": checked}
     res["ok"] = all(res[k]["count"] == 0 for k in
                     ("acked_lost", "duplicates", "out_of_order", "view_disagreements"))
+    res["view_changes"] = view_changes(events)
+    res["ok"] = res["ok"] and res["view_changes"]["ok"]
     return res
+
+
+def view_change_lines(vc: dict[str, Any]) -> list[str]:
+    """The view-change accounting in words: the total, then each user with several instances
+    (the others are one member each: their lines would repeat the total's parts)."""
+    c = vc["changes"]
+    head = (f"view changes: {vc['installs']} installs, "
+            + ("all" if vc["ok"] else f"{vc['unexplained']['count']} NOT") + " explained by "
+            f"the members' own comings and goings ({c['joins']} joins, {c['rejoins']} rejoins, "
+            f"{c['removals']} removals after a suspect timeout, {c['leaves']} leaves; "
+            f"{vc['resumed']} disconnects resumed at no cost)")
+    out = [head]
+    for name, u in sorted(vc["by_user"].items()):
+        if u["instances"] > 1:
+            out.append(f"  user {name} ({u['instances']} instances): {u['disconnects']} "
+                       f"disconnects, {u['resumed']} resumed, {u['removals']} removals, "
+                       f"{u['rejoins']} rejoins -> {u['installs']} installs changed it")
+    out += [f"  unexplained: {x}" for x in vc["unexplained"]["examples"]]
+    return out
+
+
+#: the server events the view-change accounting reads (only servers write them)
+_SERVER_VIEW_EVENTS = ("view.install", "view.propose", "member.suspect", "member.resume")
+
+
+def _user_of(member: str) -> str:
+    return member.split("#", 1)[0]  # notify.core.users.user_of, without importing the server
+
+
+def view_changes(events: list[Event]) -> dict[str, Any]:
+    """Account for every view change (`view.install` in the server logs) by the members' own
+    comings and goings (issue 29: a user whose devices flap must not cause a storm).
+
+    Per group, in log order, each install is compared with the previous one. A member added
+    is its own coming: a *join* (first time) or a *rejoin* (after it was removed). A member
+    removed is its own going when the server had suspected it (`member.suspect`, its
+    connection lost, with no `member.resume` since: a *removal* after the suspect timeout) or
+    the change was its leave (`view.propose{reason: leave}`). A disconnect the server resumed
+    (`member.resume`, back within the suspect timeout) costs no view change.
+
+    An install is *unexplained* when it changes no member (`no_change`), or removes a member
+    that was connected and had not left (`removed_connected`: a false removal); and a member
+    removed more often than its own log says it lost its connection (`client.disconnect`)
+    is `more_removals_than_disconnects`. `ok` is true when nothing is unexplained: then the
+    count of view changes is within what the members' own comings and goings explain
+    (`installs` ≤ `explained_changes`, a merged install carrying several)."""
+    by_group: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        if e.get("event") in _SERVER_VIEW_EVENTS and e.get("group") is not None:
+            by_group[str(e["group"])].append(e)
+    disconnects: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("event") == "client.disconnect":
+            disconnects[_member(e)] += 1
+    bad = _Cat()
+    changes = dict.fromkeys(("joins", "rejoins", "removals", "leaves"), 0)
+    per: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(
+        ("suspects", "resumed", "removals", "rejoins"), 0))
+    user_installs: dict[str, int] = defaultdict(int)  # installs that change one of its instances
+    installs = explained = 0
+    rank = {"member.resume": 0, "member.suspect": 1, "view.propose": 2, "view.install": 3}
+    for g, evs in sorted(by_group.items()):
+        evs.sort(key=lambda e: (e["ts"], rank[e["event"]]))
+        prev: set[str] | None = None
+        ever: set[str] = set()
+        away: set[str] = set()  # suspected, not resumed
+        leaving: set[str] = set()
+        prev_view: Any = None
+        for e in evs:
+            ev = e["event"]
+            if ev == "member.suspect":
+                away.add(_member(e))
+                per[_member(e)]["suspects"] += 1
+            elif ev == "member.resume":
+                away.discard(_member(e))
+                per[_member(e)]["resumed"] += 1
+            elif ev == "view.propose":
+                if e.get("reason") == "leave" and prev is not None:
+                    leaving |= prev - set(e.get("members") or ())
+            elif ev == "view.install":
+                cur = set(e.get("members") or ())
+                before = prev or set()
+                if prev is not None and cur == prev:
+                    if e.get("view") != prev_view:  # (one install logged twice: not a change)
+                        installs += 1
+                        bad.add(f"{g} view {e.get('view')}: installed with no member changed",
+                                "no_change")
+                    prev_view = e.get("view")
+                    continue
+                installs += 1
+                added, removed = cur - before, before - cur
+                own = removed & (away | leaving)
+                for m in added:
+                    kind = "rejoins" if m in ever else "joins"
+                    changes[kind] += 1
+                    if kind == "rejoins":
+                        per[m]["rejoins"] += 1
+                for m in own:
+                    kind = "leaves" if m in leaving and m not in away else "removals"
+                    changes[kind] += 1
+                    if kind == "removals":
+                        per[m]["removals"] += 1
+                for user in {_user_of(m) for m in added | removed}:
+                    user_installs[user] += 1
+                if removed - own:
+                    bad.add(f"{g} view {e.get('view')}: removed {sorted(removed - own)} while "
+                            "connected (not suspected, not leaving)", "removed_connected")
+                else:
+                    explained += 1
+                ever |= cur
+                away -= cur
+                leaving -= removed
+                prev, prev_view = cur, e.get("view")
+    for m, c in sorted(per.items()):
+        if m in disconnects and c["removals"] > disconnects[m]:
+            bad.add(f"{m} removed {c['removals']} times after {disconnects[m]} disconnects",
+                    "more_removals_than_disconnects")
+    users: dict[str, dict[str, int]] = {}
+    for m in sorted(set(per) | set(disconnects)):
+        u = users.setdefault(_user_of(m), {"instances": 0, "disconnects": 0, "suspects": 0,
+                                           "resumed": 0, "removals": 0, "rejoins": 0,
+                                           "installs": 0})
+        u["instances"] += 1
+        u["disconnects"] += disconnects.get(m, 0)
+        for k, n in per.get(m, {}).items():
+            u[k] += n
+    for name, u in users.items():
+        u["installs"] = user_installs.get(name, 0)
+    return {"installs": installs, "explained_installs": explained,
+            "explained_changes": sum(changes.values()), "changes": changes,
+            "suspects": sum(c["suspects"] for c in per.values()),
+            "resumed": sum(c["resumed"] for c in per.values()),
+            "unexplained": bad.out(), "by_user": users, "ok": bad.count == 0}
 
 
 def check_run(out: Path, subscribers: set[str] | None = None) -> dict[str, Any]:
@@ -224,8 +365,10 @@ def check_run(out: Path, subscribers: set[str] | None = None) -> dict[str, Any]:
     events, bad = read_jsonl(log_files(out / "logs", "events-"))
     acks, bad_acks = read_jsonl(log_files(out / "acks", "acks-"))
     if subscribers is None:
+        # the member ids of the subscriber processes (the log's `node` is the client's name;
+        # its member id may be another user's instance: `alice#subscriber-1`)
         subscribers = {_member(e) for e in events
-                       if str(_member(e)).startswith("subscriber-")} or None
+                       if str(e.get("node", "")).startswith("subscriber-")} or None
     res = check(events, acks, subscribers, gone_ends_membership=False)
     res["checked"]["bad_lines"] = bad + bad_acks
     return res

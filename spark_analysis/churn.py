@@ -8,7 +8,13 @@
   with no view change (`member.resume`); client side, the share of reconnects that resumed;
 - `view_changes`: view installs per group and hour, with the propose reasons;
 - `flapping`: members with at least `flap_count` disconnects within any `flap_window` seconds
-  (a range window over each member's disconnects).
+  (a range window over each member's disconnects);
+- `users` (issue 29: a member is one instance of a user, member id `user#instance`): per group
+  and user, churn and presence counted by user next to the same counted by instance. A user
+  *arrives* when its first instance enters the group's view and *leaves* when its last one
+  goes (a second tab coming and going is no arrival); it is *present* while at least one of
+  its instances is in the view (the union of its instances' times in the view, where
+  `instance_present_s` adds them up).
 """
 
 from __future__ import annotations
@@ -68,6 +74,63 @@ def gaps(ev: Events) -> DataFrame:
     return client.unionByName(server)
 
 
+def _user_ids(members: str) -> Column:
+    """The users of an array of member ids (`user_of`: the id before `#`), once each."""
+    return F.array_distinct(F.transform(members, lambda m: F.substring_index(m, "#", 1)))
+
+
+def view_spans(ev: Events, source: str) -> DataFrame:
+    """One row per view a group installed, in order: group, ts, `span_s` (until the next
+    install, or the log's end), and its `members` with the previous view's (`prev`; none before
+    a group's first view in the log, which arrives whole). `source` "server": the server's
+    `view.install`; "client": the clients' `client.view` (the first client's time for each
+    view)."""
+    if source == "server":
+        iv = ev.of("view.install").select("group", "view", "ts", "members")
+    else:
+        iv = (ev.of("client.view").where(F.col("members").isNotNull()
+                                         & ~F.coalesce(F.col("removed"), F.lit(False)))
+              .groupBy("group", "view").agg(F.min("ts").alias("ts"),
+                                            F.first("members").alias("members")))
+    w = Window.partitionBy("group").orderBy("ts", "view")
+    return iv.select("group", "ts", "members",
+                     (F.coalesce(F.lead("ts").over(w), F.lit(ev.end_ts())) - F.col("ts"))
+                     .alias("span_s"),
+                     F.coalesce(F.lag("members").over(w), F.array().cast("array<string>"))
+                     .alias("prev"))
+
+
+def _presence(spans: DataFrame, key: str, now: Column, before: Column) -> DataFrame:
+    """Per (group, `key`) of the arrays `now` (in the view) and `before` (in the previous
+    one): `present_s` (the views' time while in), `arrivals` (in, not before), `leaves`
+    (before, not in)."""
+    x = spans.select("group", "span_s", now.alias("now"), before.alias("before"))
+    e = x.select("group", "span_s", F.explode(F.array_union("now", "before")).alias(key),
+                 "now", "before")
+    inside, was = F.array_contains("now", F.col(key)), F.array_contains("before", F.col(key))
+    return e.groupBy("group", key).agg(
+        F.sum(F.when(inside, F.col("span_s")).otherwise(0.0)).alias("present_s"),
+        F.count(F.when(inside & ~was, 1)).alias("arrivals"),
+        F.count(F.when(~inside, 1)).alias("leaves"))
+
+
+def users(spans: DataFrame) -> DataFrame:
+    """Per (group, user): `instances` (member ids of it seen in a view), `arrivals`/`leaves`
+    (its first instance in, its last out), `present_s` (at least one instance in the view);
+    and the same counted per instance: `instance_arrivals`, `instance_leaves`,
+    `instance_present_s` (the sum of its instances' times in the view)."""
+    inst = _presence(spans, "member", F.col("members"), F.col("prev"))
+    by_inst = (inst.groupBy("group", F.substring_index("member", "#", 1).alias("user"))
+               .agg(F.count("*").alias("instances"),
+                    F.sum("arrivals").alias("instance_arrivals"),
+                    F.sum("leaves").alias("instance_leaves"),
+                    F.sum("present_s").alias("instance_present_s")))
+    u = _presence(spans, "user", _user_ids("members"), _user_ids("prev"))
+    return (u.join(by_inst, ["group", "user"])
+            .select("group", "user", "instances", "arrivals", "leaves", "present_s",
+                    "instance_arrivals", "instance_leaves", "instance_present_s"))
+
+
 @timed
 def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobResult:
     g = job_cache(gaps(ev))
@@ -121,6 +184,16 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
     start, end = ev.span()
     hours = (end - start) / 3600
     n_groups = counts["groups"]
+
+    # by user and by instance (issue 29), from the server's installs, else the clients' views
+    view_source = "server" if counts.get("view.install") else "client"
+    spans = job_cache(view_spans(ev, view_source))  # (read by six aggregates)
+    by_user = job_cache(users(spans))
+    tot = one(by_user.agg(
+        F.count("*").alias("users"), F.sum("instances").alias("instances"),
+        F.count(F.when(F.col("instances") > 1, 1)).alias("multi_instance_users"),
+        *[F.sum(c).alias(c) for c in ("arrivals", "leaves", "present_s", "instance_arrivals",
+                                      "instance_leaves", "instance_present_s")])).asDict()
     summary = {
         "server_suspects": counts.get("member.suspect", 0),
         "server_fast_resumes": counts.get("member.resume", 0),
@@ -135,8 +208,21 @@ def churn(ev: Events, flap_window: float = 600.0, flap_count: int = 3) -> JobRes
         "view_changes_per_group_hour": (counts.get("view.install", 0) / (n_groups * hours)
                                         if n_groups and hours else None),
         "gap_source": "client" if has_client else "server",
+        # per (group, user) and per (group, instance): a user arrives with its first
+        # instance and leaves with its last, and is present while any instance is
+        "view_source": view_source,
+        "users": tot["users"], "instances": tot["instances"] or 0,
+        "multi_instance_users": tot["multi_instance_users"],
+        "user_arrivals": tot["arrivals"] or 0, "user_leaves": tot["leaves"] or 0,
+        "instance_arrivals": tot["instance_arrivals"] or 0,
+        "instance_leaves": tot["instance_leaves"] or 0,
+        "user_present_s": tot["present_s"] or 0.0,
+        "instance_present_s": tot["instance_present_s"] or 0.0,
     }
     res = JobResult("churn", {"sessions": sessions, "gap_hist": hist, "gap_percentiles": gap_pcts,
-                              "view_changes": view_changes, "flapping": flapping},
+                              "view_changes": view_changes, "flapping": flapping,
+                              "users": by_user.orderBy(F.desc("instances"),
+                                                       F.desc("instance_arrivals"),
+                                                       "group", "user")},
                     summary)
     return res

@@ -126,6 +126,8 @@ def run(a: argparse.Namespace, spark: SparkSession) -> int:
     status = 0
     for name, r in results.items():
         print(f"== {name} ({r.seconds:.1f} s) " + json.dumps(r.summary, default=str))
+    if "churn" in results:
+        print_users(results["churn"].summary)
     if "whatif" in results:
         print_whatif(results["whatif"].summary)
     if "check" in results:
@@ -149,6 +151,16 @@ def run(a: argparse.Namespace, spark: SparkSession) -> int:
     print(f"done in {meta['total_s']} s (load {meta['load_s']} s)")
     ev.df.unpersist()
     return status
+
+
+def print_users(c: dict[str, Any]) -> None:
+    """Churn and presence by user next to by instance (issue 29)."""
+    print(f"churn by user ({c['view_source']} views): {c['users']:,} users in groups, "
+          f"{c['instances']:,} instances ({c['multi_instance_users']:,} users with several); "
+          f"arrivals {c['user_arrivals']:,} by user / {c['instance_arrivals']:,} by instance, "
+          f"leaves {c['user_leaves']:,} / {c['instance_leaves']:,}, present "
+          f"{c['user_present_s'] / 3600:,.2f} user-h / {c['instance_present_s'] / 3600:,.2f} "
+          "instance-h")
 
 
 def print_whatif(w: dict[str, Any]) -> None:

@@ -51,6 +51,7 @@ from client_sdk.events import ServerError
 from client_sdk.protocol import ClientProtocol, GroupPhase
 from notify.core import ClientFrame, CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Error, Rejected
+from notify.core.users import split_member
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.frames import unbatch
 from notify.storage.memory import MemoryLog
@@ -457,7 +458,10 @@ class ReplayHost:
     def step(self, s: Step) -> None:
         m = self.members.get(s.member)
         if m is None:
-            m = self.members[s.member] = _Member(s.member, ClientProtocol(s.member))
+            # a member id is `user#instance` (or a user naming none): it says hello as both,
+            # as the SDK that wrote the log did (notify/core/users.py)
+            m = self.members[s.member] = _Member(s.member,
+                                                 ClientProtocol(*split_member(s.member)))
         if m.waiting_until is not None:
             m.deferred.append(s)
             return

@@ -200,6 +200,10 @@ def render(results: dict[str, JobResult], out: str | Path, *, bad_lines: dict[st
         img(plot_gaps(churn, wi, d), "How long members were away, and how many never came back.")
         img(plot_views(churn, d), "View installs per group over the whole log.")
         parts.append(_kv(churn.summary))
+        parts.append("<h3>users</h3><p>Per group and user (issue 29): a user arrives with its "
+                     "first instance in the view and leaves with its last, and is present while "
+                     "any instance is; the <code>instance_</code> columns count the same per "
+                     "instance (tab, device).</p>" + table(churn.rows.get("users", []), 30))
         for name in ("gap_percentiles", "gap_hist", "flapping", "view_changes", "sessions"):
             parts.append(f"<h3>{name}</h3>" + table(churn.rows.get(name, []), 30))
     if deliv is not None:

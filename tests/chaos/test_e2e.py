@@ -147,3 +147,28 @@ def test_cluster_owner_kill_end_to_end(tmp_path: Path) -> None:
         assert len(run["pids"]) >= 3 + 3 + 1 + 3  # nats, nodes, the restart, clients
     finally:
         _assert_all_stopped(out)
+
+
+def test_a_users_two_devices_flapping_cost_only_their_own_view_changes(tmp_path: Path) -> None:
+    """Issue 29: alice's two devices flap on and off the network while a publisher publishes.
+    The verdict is clean and every view change is one of the members' own comings and goings:
+    the resumed blips cost none, each long drop a removal and a rejoin."""
+    out = tmp_path / "out"
+    r = _run(Path(__file__).parent / "ci_two_devices_flap.yaml", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    v = json.loads((out / "report.json").read_text())["verdict"]
+    assert v["ok"] is True
+    vc = v["view_changes"]
+    assert vc["ok"] and vc["unexplained"]["count"] == 0, vc
+    alice = vc["by_user"]["alice"]
+    assert alice["instances"] == 2
+    # subscriber-1 was away longer than the suspect timeout, subscriber-2 never was
+    assert alice["removals"] >= 1 and alice["resumed"] >= 2
+    assert alice["removals"] + alice["resumed"] <= alice["disconnects"]
+    # beyond the 4 members' joins, every install is one of alice's own changes (some merged)
+    others = {u: x for u, x in vc["by_user"].items() if u != "alice"}
+    assert all(x["removals"] == x["rejoins"] == 0 for x in others.values()), others
+    assert vc["changes"]["joins"] == 4
+    assert vc["installs"] <= 4 + alice["removals"] + alice["rejoins"]
+    assert "user alice (2 instances)" in r.stdout
+    _assert_all_stopped(out)

@@ -167,3 +167,42 @@ def test_bad_delay_stream_leader(old: str, new: str, words: str) -> None:
     with pytest.raises(ScenarioError) as e:
         loads(ROUTE_DELAY.replace(old, new).replace("nats: 0, store: jetstream", "nats: 0"))
     assert words in str(e.value), str(e.value)
+
+
+DEVICES = """
+duration: 20s
+clients:
+  publishers: {count: 1, group: g1}
+  subscribers: {count: 3, group: g1}
+  users: {alice: [subscriber-1, subscriber-2]}
+actions:
+  - {target: subscriber-1, start: 2s, duration: 10s, mode: flap, params: {down: 3s, up: 500ms}}
+"""
+
+
+def test_users_and_flap() -> None:
+    """Issue 29: two clients as instances of one user, and a link that flaps."""
+    s = loads(DEVICES)
+    c = s.clients
+    assert [c.user_of(n) for n in ("subscriber-1", "subscriber-2", "subscriber-3",
+                                   "publisher-1")] == ["alice", "alice", None, None]
+    (a,) = s.actions
+    assert a.mode == "flap" and a.flap == (3.0, 0.5)
+    flap = load(shipped()["two-devices-flap"])
+    assert flap.clients.users == {"alice": ["subscriber-1", "subscriber-2"]}
+    assert all(a.mode == "flap" for a in flap.actions) and flap.actions[0].duration == 60
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("alice: [", "al#ice: [", "not a user id"),
+    ("subscriber-2]", "subscriber-4]", "not one of the clients"),
+    ("subscriber-2]", "subscriber-2], bob: [subscriber-1]", "instance of alice and bob"),
+    ("alice: [subscriber-1, subscriber-2]", "alice: []", "name its clients"),
+    ("params: {down: 3s, up: 500ms}", "params: {down: 3s}", "needs params.up"),
+    ("params: {down: 3s, up: 500ms}", "params: {down: 0s, up: 1s}", "needs params.down"),
+    ("params: {down: 3s, up: 500ms}", "params: {down: 1s, up: 1s, ms: 3}", "not known"),
+])
+def test_bad_users_and_flap(old: str, new: str, words: str) -> None:
+    assert old in DEVICES
+    with pytest.raises(ScenarioError, match=words):
+        loads(DEVICES.replace(old, new), "d.yaml")

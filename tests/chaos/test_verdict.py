@@ -123,3 +123,76 @@ def test_views_with_different_member_lists_disagree() -> None:
     v = check(_events(h))
     assert _counts(v)["view_disagreements"] == 1
     assert "view 2" in v["view_disagreements"]["examples"][0]
+
+
+# -- view-change accounting (issue 29: a user's devices flapping must not cause a storm) ------
+
+def _sv(ts: float, event: str, **f: Any) -> Line:
+    return {"ts": ts, "event": event, "node": "server", "group": "g1", **f}
+
+
+def _install(ts: float, view: int, *members: str) -> Line:
+    return _sv(ts, "view.install", view=view, members=list(members))
+
+
+def _away(ts: float, member: str, *, resumed_after: float | None = None) -> list[Line]:
+    """`member`'s link drops at `ts` (its own log and the server's suspicion), and with
+    `resumed_after` it is back within the suspect timeout (the server resumes it)."""
+    out = [{"ts": ts, "event": "client.disconnect", "node": member, "member": member},
+           _sv(ts, "member.suspect", member=member)]
+    if resumed_after is not None:
+        out.append(_sv(ts + resumed_after, "member.resume", member=member,
+                       gap_ms=resumed_after * 1000))
+    return out
+
+
+PUB, A, B = "publisher-1#x", "alice#phone", "alice#laptop"
+
+
+def _two_devices() -> list[Line]:
+    """alice's laptop blips (resumed: no view change), her phone is away long enough to be
+    removed and then rejoins: 1 install for the joins, 2 for the phone."""
+    return [_install(0.0, 1, PUB, A, B), *_away(1.0, B, resumed_after=1.0),
+            *_away(2.0, A), _install(4.0, 2, PUB, B), _install(5.0, 3, PUB, B, A)]
+
+
+def test_a_users_devices_coming_and_going_explain_its_view_changes() -> None:
+    vc = check(_two_devices())["view_changes"]
+    assert vc["ok"] and vc["unexplained"]["count"] == 0
+    assert (vc["installs"], vc["explained_installs"]) == (3, 3)
+    assert vc["changes"] == {"joins": 3, "rejoins": 1, "removals": 1, "leaves": 0}
+    assert vc["explained_changes"] == 5 and vc["resumed"] == 1
+    assert vc["by_user"]["alice"] == {"instances": 2, "disconnects": 2, "suspects": 2,
+                                      "resumed": 1, "removals": 1, "rejoins": 1, "installs": 3}
+
+
+def test_a_leave_is_its_own_going() -> None:
+    ev = [_install(0.0, 1, PUB, A, B),
+          _sv(1.0, "view.propose", view=1, proposed=2, reason="leave", members=[PUB, A]),
+          _install(1.1, 2, PUB, A)]
+    vc = check(ev)["view_changes"]
+    assert vc["ok"] and vc["changes"]["leaves"] == 1
+
+
+@pytest.mark.parametrize(("extra", "rule"), [
+    # a view change that changes nobody, again and again
+    ([_install(6.0, 4, PUB, B, A), _install(7.0, 5, PUB, B, A)], "no_change"),
+    # the laptop removed while its connection was up (never suspected), then back
+    ([_install(6.0, 4, PUB, A), _install(7.0, 5, PUB, A, B)], "removed_connected"),
+    # the phone removed again: the server suspected it, but its own log lost no connection
+    ([_sv(6.0, "member.suspect", member=A), _install(8.0, 4, PUB, B),
+      _install(9.0, 5, PUB, B, A)], "more_removals_than_disconnects"),
+])
+def test_a_view_change_storm_is_flagged(extra: list[Line], rule: str) -> None:
+    v = check([*_two_devices(), *extra])
+    vc = v["view_changes"]
+    assert not vc["ok"] and not v["ok"]
+    assert vc["unexplained"]["by_rule"].get(rule, 0) >= 1, vc["unexplained"]
+    assert vc["unexplained"]["examples"]
+    # the safety categories are clean: only the accounting fails
+    assert _counts(v) == dict.fromkeys(CATS, 0)
+
+
+def test_the_handmade_history_removes_carol_after_her_suspicion() -> None:
+    vc = check(_events(handmade.clean_history()))["view_changes"]
+    assert vc["ok"] and vc["changes"]["removals"] == 1 and vc["resumed"] == 1

@@ -44,9 +44,12 @@ BUILD_DIR = Path(os.environ.get("NOTIFY_COMPILED_DIR") or ROOT / ".compiled")
 GROUP = "notify_replay"
 #: the top-level names of the project's modules a failed load may have imported
 _OURS = frozenset({"notify", "client_sdk", "state_transfer", "spark_analysis", f"{GROUP}__mypyc"})
-#: the modules outside notify/core that the replay runs
+#: the modules outside notify/core that the replay runs (the frame encoding, the memory log and
+#: state transfer's bookkeeping too: called for every frame, write or deadline, they were most
+#: of what the compiled replay still interpreted)
 MORE = ("client_sdk/protocol.py", "client_sdk/requests.py", "notify/runtime/driver.py",
-        "spark_analysis/replay.py")
+        "notify/runtime/frames.py", "notify/storage/memory.py", "spark_analysis/replay.py",
+        "state_transfer/position.py", "state_transfer/relay.py", "state_transfer/uploads.py")
 
 
 def sources() -> list[str]:

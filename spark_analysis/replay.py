@@ -406,7 +406,9 @@ class ReplayHost:
         while True:
             d = self._hub_deadline()
             w = self._due[0][0] if self._due else None
-            nxt = min((x for x in (d, w) if x is not None), default=None)
+            # the earlier of the two (either may be None); no generator: this loop turns for
+            # every frame and deadline of the replay
+            nxt = w if d is None or (w is not None and w < d) else d
             if nxt is None or nxt > t:
                 break
             self.now = max(self.now, nxt)

@@ -84,7 +84,7 @@ class Writes:
         out: list[Action] = []
         holding = busy
         for a in actions:
-            if isinstance(a, Append | StoreView):
+            if isinstance(a, (Append, StoreView)):
                 holding = True
                 out.append(a)
             elif holding and isinstance(a, _SAYS) and not (isinstance(a, Send) and a.overtakes):

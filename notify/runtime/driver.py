@@ -116,7 +116,7 @@ class Driver:
             if group is not None:
                 self._hold(self._loads[group], conn, frame)
                 return
-        if isinstance(frame, Join | Publish) and frame.group not in self.hub.groups:
+        if isinstance(frame, (Join, Publish)) and frame.group not in self.hub.groups:
             self._fault_in(conn, frame)
         else:
             self._handle(conn, frame)
@@ -264,7 +264,7 @@ class Driver:
                 self._hold(self._loads[self._waiting[conn]], conn, item)
             elif isinstance(item, _Closed):
                 self.closed(conn, item.code, item.reason)
-            elif not isinstance(item, Join | Publish) or item.group != load.group:
+            elif not isinstance(item, (Join, Publish)) or item.group != load.group:
                 self.frame(conn, item)
             elif error is None:  # the group is in memory now, or new (the log never had it)
                 self._handle(conn, item)

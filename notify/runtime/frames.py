@@ -9,33 +9,38 @@ frames to one member is packed into one `batch` frame without re-encoding (DESIG
 from __future__ import annotations
 
 import importlib.machinery
-import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from notify.core.actions import Error
-
-
-def _fields(frame: Any) -> dict[str, Any]:
-    return {k: getattr(frame, k) for k in frame.__dataclass_fields__}
-
+from notify.core import actions
 
 #: Are the core's frame classes compiled by mypyc (spark_analysis/compiled_replay.py loads them
 #: for the replay)? orjson serialises a CPython dataclass through its internals, which a
 #: compiled class does not have (the process crashes), so those get their fields copied out.
-COMPILED_FRAMES = (getattr(sys.modules[Error.__module__], "__file__", None) or "").endswith(
+COMPILED_FRAMES: Final = (getattr(actions, "__file__", None) or "").endswith(
     tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
-if COMPILED_FRAMES:
-    def dumps(frame: object) -> bytes:
-        """Serialise an out-frame dataclass (its fields are the wire fields)."""
+#: a compiled frame class's field names (the wire fields), by class
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields(frame: Any) -> dict[str, Any]:
+    names = _FIELDS.get(type(frame))
+    if names is None:
+        names = _FIELDS[type(frame)] = tuple(frame.__dataclass_fields__)
+    return {k: getattr(frame, k) for k in names}
+
+
+def dumps(frame: object) -> bytes:
+    """Serialise an out-frame dataclass (its fields are the wire fields).
+
+    One definition with the test inside, not one definition per case: mypyc compiles this
+    module for the replay and takes no conditional function definitions."""
+    if COMPILED_FRAMES:
         return orjson.dumps(frame, default=_fields, option=orjson.OPT_PASSTHROUGH_DATACLASS)
-else:
-    def dumps(frame: object) -> bytes:
-        """Serialise an out-frame dataclass (its fields are the wire fields)."""
-        return orjson.dumps(frame)
+    return orjson.dumps(frame)
 
 
 #: a `batch` frame holds at most this many frames, and about this many bytes: well under any

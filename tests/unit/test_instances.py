@@ -17,6 +17,16 @@ def join(net: Net, conn: int, *others: int) -> None:
     net.flush(*others)
 
 
+def two_tabs(net: Net) -> tuple[int, int, int]:
+    """carol, then two instances of alice (t1, t2), each joined in turn: views 1-3."""
+    (carol,) = form(net, "carol")
+    tab1 = net.connect("alice", instance="t1")
+    tab2 = net.connect("alice", instance="t2")
+    join(net, tab1, carol)
+    join(net, tab2, carol, tab1)
+    return carol, tab1, tab2
+
+
 def test_member_ids_say_user_and_instance() -> None:
     assert member_id("alice", "t1") == "alice#t1"
     assert member_id("alice", None) == "alice"
@@ -26,11 +36,7 @@ def test_member_ids_say_user_and_instance() -> None:
 
 def test_two_instances_of_one_user_are_two_members_with_their_own_streams() -> None:
     net = Net()
-    (carol,) = form(net, "carol")
-    tab1 = net.connect("alice", instance="t1")
-    tab2 = net.connect("alice", instance="t2")
-    join(net, tab1, carol)
-    join(net, tab2, carol, tab1)
+    carol, tab1, tab2 = two_tabs(net)
     assert view(net) == (3, ("carol", "alice#t1", "alice#t2"))
     assert net.closed == set()
     for c in (carol, tab1, tab2):
@@ -151,11 +157,7 @@ def test_grants_are_the_users_and_a_token_names_the_user_not_the_instance() -> N
 
 def test_each_instance_gets_every_message_once_in_order() -> None:
     net = Net()
-    (carol,) = form(net, "carol")
-    tab1 = net.connect("alice", instance="t1")
-    tab2 = net.connect("alice", instance="t2")
-    join(net, tab1, carol)
-    join(net, tab2, carol, tab1)
+    carol, tab1, tab2 = two_tabs(net)
     for c in (carol, tab1, tab2):
         net.take(c)
     for i in range(5):

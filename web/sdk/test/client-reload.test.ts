@@ -7,21 +7,8 @@
 
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { Client } from "../src/client.js";
-import type { StorageLike } from "../src/storage.js";
-import { deliver, fakeClient, install, welcome } from "./fake-socket.js";
+import { deliver, fakeClient, install, MapStorage, welcome } from "./fake-socket.js";
 
-class MapStorage implements StorageLike {
-  readonly map = new Map<string, string>();
-  getItem(key: string): string | null {
-    return this.map.get(key) ?? null;
-  }
-  setItem(key: string, value: string): void {
-    this.map.set(key, value);
-  }
-  removeItem(key: string): void {
-    this.map.delete(key);
-  }
-}
 
 const page = globalThis as { window?: EventTarget; document?: EventTarget & { visibilityState: string } };
 let clients: Client[] = [];

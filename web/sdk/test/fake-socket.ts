@@ -5,6 +5,7 @@
 
 import { type Client, type ClientOptions, createClient, type WebSocketLike } from "../src/client.js";
 import type { Frame } from "../src/protocol.js";
+import type { StorageLike } from "../src/storage.js";
 
 export class FakeSocket implements WebSocketLike {
   readyState = 0;
@@ -124,4 +125,24 @@ export function deliver(group: string, offset: number, stream: string, seq: numb
     ts: 1_700_000_000,
     ...over,
   };
+}
+
+/** Web Storage in a Map (a tab's `sessionStorage`); `new MapStorage(other)` copies `other`, as a duplicated tab does. */
+export class MapStorage implements StorageLike {
+  readonly map: Map<string, string>;
+  constructor(from?: MapStorage) {
+    this.map = new Map(from?.map); // a duplicated tab starts with a copy
+  }
+  getItem(key: string): string | null {
+    return this.map.get(key) ?? null;
+  }
+  setItem(key: string, value: string): void {
+    this.map.set(key, value);
+  }
+  removeItem(key: string): void {
+    this.map.delete(key);
+  }
+  saved(): { member: string; instance: string | null; session: string | null; groups: Record<string, unknown> } {
+    return JSON.parse([...this.map.values()][0]!);
+  }
 }

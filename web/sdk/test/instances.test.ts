@@ -11,27 +11,8 @@ import type { Client, ReplacedEvent } from "../src/client.js";
 import { Replaced } from "../src/errors.js";
 import type { ViewEvent } from "../src/events.js";
 import { userOf, usersOf } from "../src/presence.js";
-import type { StorageLike } from "../src/storage.js";
-import { deliver, type Harness, fakeClient, install, welcome } from "./fake-socket.js";
+import { deliver, type Harness, fakeClient, install, MapStorage, welcome } from "./fake-socket.js";
 
-class MapStorage implements StorageLike {
-  readonly map: Map<string, string>;
-  constructor(from?: MapStorage) {
-    this.map = new Map(from?.map); // a duplicated tab starts with a copy
-  }
-  getItem(key: string): string | null {
-    return this.map.get(key) ?? null;
-  }
-  setItem(key: string, value: string): void {
-    this.map.set(key, value);
-  }
-  removeItem(key: string): void {
-    this.map.delete(key);
-  }
-  saved(): { member: string; instance: string | null; session: string | null; groups: Record<string, unknown> } {
-    return JSON.parse([...this.map.values()][0]!);
-  }
-}
 
 /** BroadcastChannel as the tabs of one origin share it: every other open channel of the same
  * name gets each message, a task later (a microtask here: the test's timers are fake). */

@@ -287,8 +287,15 @@ class ClusterLeases:
             now = self._clock()
             if now >= self._next_beat:
                 self._next_beat = now + self.heartbeat
-                if self._beat is None or self._beat.done():  # at most one in flight
-                    self._beat = self._spawn(self._heartbeat(), "heartbeat")
+                if self._beat is not None and not self._beat.done():
+                    # Its answer is a whole interval late (lost in a reconnect of our NATS
+                    # connection, say): this beat replaces it, on time. Waiting for it held
+                    # the next beats for up to `op_timeout`, past `node_ttl`, and the other
+                    # nodes declared us dead and closed our members (cluster review C5).
+                    self._beat.cancel()
+                    self.heartbeat_failures += 1
+                    log.warning("lease_heartbeat_late", node=self.node)
+                self._beat = self._spawn(self._heartbeat(), "heartbeat")  # one in flight
             deadline = self.machine.next_deadline()
             if deadline is not None and deadline <= now:
                 self._feed(self.machine.tick(now))

@@ -420,3 +420,39 @@ async def test_a_task_that_dies_is_reported_not_silent(nats_cluster: NatsCluster
         assert leases.failure == inst.failures[0] and len(inst.failures) == 1
     finally:
         await close(inst)
+
+
+@pytest.mark.timeout(60)
+async def test_a_heartbeat_lost_in_a_reconnect_does_not_make_the_node_look_dead(
+        nats_cluster: NatsCluster) -> None:
+    """C5 (cluster review 2026-11-26): a heartbeat whose answer is lost (the node's NATS
+    connection was reset with the put in flight) held every later one for `op_timeout`
+    (lease_ttl/4 = 2.5 s at the defaults), so with `node_ttl` 3 s the others declared the node
+    dead and closed every member on it. Now the next beat replaces a late one, on time, and one
+    lost answer never reaches `node_ttl`."""
+    ttl = {"lease_ttl": 10.0, "node_ttl": 3.0, "heartbeat": 1.0, "settle": 0.3}  # `notify serve`
+    insts = await started(nats_cluster, **ttl)
+    try:
+        victim = insts[0]
+        kv = victim.leases._nodes_kv
+        assert kv is not None
+        real_put = kv.put
+        lost: list[float] = []
+
+        async def put(*args: Any, **kw: Any) -> int:
+            if not lost:  # the first put after this: its answer never comes
+                lost.append(time.monotonic())
+                await asyncio.Event().wait()
+            return await real_put(*args, **kw)
+
+        kv.put = put  # type: ignore[method-assign]
+        t0 = time.monotonic()
+        await until(lambda: bool(lost), 5, "a heartbeat put")
+        await asyncio.sleep(3 * ttl["node_ttl"])
+        for other in insts[1:]:
+            down = [a for a in other.actions(NodeDown, t0) if a.node == victim.name]
+            assert down == [], (other.name, down)
+        assert victim.leases.heartbeat_failures == 1
+        assert not any(i.failures for i in insts)
+    finally:
+        await close(*insts)

@@ -292,6 +292,57 @@ async def test_c3_an_append_with_no_answer_is_not_refused_nor_overwritten_by_a_v
         await log.close()
 
 
+@pytest.mark.timeout(120)
+async def test_c3_a_publisher_is_not_refused_a_message_that_is_stored(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 32, C3 end to end: on `NotifyServer(store=JetStreamLog(...))`, a publish is stored
+    but its commit's answer is lost and the log cannot be read back. The publisher must not be
+    told `storage_failed`: the group is dropped (connections closed), and after resuming, a
+    retry of the same publish id answers with the stored offset, and the other member gets the
+    message once, in the view it was sent in."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C3E", timeout=1.0)
+    srv = NotifyServer(CoreConfig(Timeouts(suspect_timeout=5.0, flush_timeout=1.0)), port=port,
+                       store=store)
+    await srv.start()
+    a = await bounded(Connection.connect(srv.url, "a"))
+    b = await bounded(Connection.connect(srv.url, "b"))
+    try:
+        await bounded(a.join("g"))
+        assert (await bounded(b.join("g"))).view == 2
+        assert (await bounded(a.publish("g", "p1", publish_id="p1"))).offset == 1
+        real = store._last_record, store._nc.request
+
+        async def unreadable(group: str) -> tuple[int, str | None]:
+            raise nats.errors.TimeoutError
+
+        store._last_record = unreadable  # type: ignore[method-assign]
+        _lose_answers(store, answer_nothing_more=True)
+        pub = asyncio.ensure_future(a.publish("g", "p2", publish_id="p2"))
+        assert a._reader is not None
+        await asyncio.wait([pub, a._reader], timeout=TIMEOUT,
+                           return_when=asyncio.FIRST_COMPLETED)
+        assert not pub.done(), pub.result()  # not refused (storage_failed): dropped instead
+        store._last_record, store._nc.request = real  # type: ignore[method-assign]
+        pub.cancel()
+        await a.drop()
+        await b.drop()
+        await bounded(a.reconnect())
+        await bounded(b.reconnect())
+        assert (await bounded(a.publish("g", "p2", publish_id="p2"))).offset == 2
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 2)
+        got = [(e.offset, e.payload, e.view) for e in evs if isinstance(e, Message)]
+        assert [x for x in got if x[0] == 2] == [(2, "p2", 2)]  # once, in view 2
+        assert [e for e in evs if isinstance(e, ViewInstalled) and e.view > 2] == []
+    finally:
+        for c in (a, b):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.close(), TIMEOUT)
+        await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+
 @pytest.mark.timeout(90)
 async def test_checkpoints_round_trip_and_clean_up(nats_cluster: NatsCluster) -> None:
     """A checkpoint on JetStream: chunks staged, committed, read back in order by a new log

@@ -23,7 +23,8 @@ I/O and never a rule, and the simulator and the replay run exactly what the serv
   as when the log cannot be read, and a late answer is ignored). At most `MAX_HELD` frames
   wait for one load (G14): a connection that sends more is closed (it resumes, and resends).
   A host that can pause reading (the server) stops reading a connection while `holds(conn)`.
-- **Fences.** A write refused as `Fenced` means another node owns the group now: the group
+- **Fences.** A write answered `Fenced` means another node owns the group now, or the log
+  cannot say whether the write is stored (so it must not be retracted): the group
   is dropped here (its members are told to reconnect, and resume at the owner) and the store
   forgets it, instead of failing the write. `drop_groups` does the same for a shard this node
   lost.

@@ -31,9 +31,11 @@ Done = Callable[[str | None], None]
 
 
 class Fenced(str):
-    """A write's refusal that means another node owns the group now: the log is the fence
-    (DESIGN §9), and a deposed owner that wrote is told so. The driver then drops the group
-    here (its members reconnect and resume at the owner) instead of failing the write."""
+    """A write's answer that means this node's copy of the group can no longer be trusted:
+    another node owns the group now (the log is the fence, DESIGN §9, and a deposed owner that
+    wrote is told so), or the log could not say whether the write is stored (it may be: it
+    must not be retracted). The driver then drops the group here (its members reconnect and
+    resume, at the owner, which rebuilds it from the log) instead of failing the write."""
 
     __slots__ = ()
 

@@ -22,14 +22,32 @@ of the stream's replicas (with `sync_interval: always`, fsynced there).
 
 A batch larger than `max_batch` messages is split into consecutive atomic batches, each fenced
 on the previous one's ack (NOT atomic as a whole: if a later part fails, the earlier parts stay
-in the log although the core retracted them; they are superseded when the core reuses those
-offsets, see below). The server's own limit on an atomic batch is 1000 messages.
+in the log, so the write is answered `Fenced`, see below). The server's own limit on an atomic
+batch is 1000 messages.
 
-Ambiguous answers. A publish that times out (or loses its connection) may or may not be stored.
-The log then reads the group's last record back: if it is this write's last record (its msg id),
-the write is stored and answered `None`; otherwise it is answered with the reason. If even that
-cannot be read, the group is marked unknown and its next write first resolves it the same way:
-the fence moves only onto a record this writer wrote, never onto someone else's.
+Ambiguous answers (issue 32, C2/C3). A publish that times out (or loses its connection) may or
+may not be stored, and a write is never answered as refused unless the log shows that nothing
+of it is stored: the core retracts a refused append and gives its offsets to the next messages,
+so a refused-but-stored append would be delivered to a new owner's members (refused to its
+publisher), and after a later view record, in a view later than the one it was sent in (G2).
+An unclear write is resolved against the log by its msg ids, within the write's bound:
+
+- the group's last record (read from the stream leader) is this write's last record: stored;
+- otherwise the batch is sent again with the same msg ids, and JetStream itself says whether
+  they are stored: 10201 ("atomic publish batch contains duplicate message id", checked before
+  the fence's CAS) means stored; then, if the group's last record is still this write's, it is
+  a success, else another writer appended after it (a new owner's fence) and it is `FENCED`.
+  An ack means stored now, 10071 that it was not and the group has another writer (`FENCED`);
+- if the bound passes first (no stream leader, no answer), the write is answered as a `Fenced`
+  `UNRESOLVED`, never as a refusal: the driver drops the group, as it does for a fence, and its
+  next load rebuilds it from what the log holds (with the write, or without it). The group is
+  marked unknown until then: a later write to it without a load is answered the same way, so
+  nothing (a view record, say) is ever written on top of a write the core may have retracted.
+
+The same holds for a write split into several batches: once a part is stored, a later part
+that fails makes the whole write `Fenced` (rebuilt from the log), not refused.
+The duplicate window (`duplicate_window`, 2 min) is far longer than a write's bound
+(`timeout` x 4 at most), so a re-send always finds the ids of an attempt that was stored.
 
 Reading back (`load`, `load_group`). The group's last sequence is read from the stream leader
 (`STREAM.MSG.GET`, last per subject); then batched direct gets (`next_by_subj` over
@@ -108,8 +126,12 @@ def unescape_group(token: str) -> str:
     return out.decode()
 
 
-class _NotStored(Exception):
-    """A batch whose answer was lost, and which reading back showed is not stored."""
+class _Unclear(Exception):
+    """A batch's commit got no answer (timeout, lost connection): it may or may not be stored."""
+
+
+class _Unresolved(Exception):
+    """A batch that may be stored, and the log could not say within the write's bound."""
 
 
 class FenceError(Exception):
@@ -123,8 +145,13 @@ class FenceError(Exception):
 #: the reason a write is answered with when another writer appended to the group since this
 #: one loaded it (10071): the group has a new owner, and this one must stop serving it
 FENCED = "fenced: another writer owns the group now"
+#: the reason a write is answered with (as a `Fenced`) when the log could not say, within the
+#: write's bound, whether it is stored: the group is dropped and rebuilt from the log
+UNRESOLVED = "unresolved: the log could not say whether the write is stored"
 #: "wrong last sequence": 10071 for a single publish, 10164 inside an atomic batch
 WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
+#: "atomic publish batch contains duplicate message id": a re-sent batch is already stored
+DUPLICATE_MSG_ID = 10201
 
 
 class JetStreamLog:
@@ -154,7 +181,8 @@ class JetStreamLog:
         self._cp: tuple[ObjectStore, KeyValue] | None = None
         #: the stream sequence of the group's last record, as this writer knows it
         self._last: dict[str, int] = {}
-        #: groups whose last write got no clear answer -> that write's last msg id
+        #: groups with a write that may be stored and was answered `Fenced` (`UNRESOLVED`) ->
+        #: why: no write goes on top of it until the group is loaded again
         self._unknown: dict[str, str] = {}
         self._tasks: set[Future[Any]] = set()
         self.batches = 0
@@ -248,9 +276,13 @@ class JetStreamLog:
 
     async def _write(self, w: Write) -> str | None:
         group = w.group
+        if group in self._unknown:
+            # an earlier write of this group may be stored, and the core was told `Fenced`
+            # for it (it drops the group): nothing goes on top of it until it is loaded again
+            self._held.discard(group)
+            return Fenced(f"{UNRESOLVED} (an earlier write of {group!r})")
+        stored_parts = 0
         try:
-            if group in self._unknown:
-                await self._resolve(group)
             if group not in self._last:
                 self._last[group] = await self._last_seq(group)
             if isinstance(w, Append):
@@ -263,6 +295,7 @@ class JetStreamLog:
             for start in range(0, len(records), self.max_batch):
                 part = slice(start, start + self.max_batch)
                 await self._batch(group, records[part], ids[part])
+                stored_parts += 1
             return None
         except FenceError as e:
             if e.code in WRONG_LAST_SEQUENCE:
@@ -270,31 +303,91 @@ class JetStreamLog:
                 # and fenced, again
                 self._held.discard(group)
                 return Fenced(f"{FENCED} ({e})")
+            if stored_parts:
+                return self._unresolved(group, f"part {stored_parts + 1} refused: {e}")
             return f"refused by JetStream: {e}"
+        except _Unresolved as e:
+            return self._unresolved(group, str(e))
         except Exception as e:
+            if stored_parts:
+                return self._unresolved(group, f"part {stored_parts + 1}: {_reason(e)}")
             return _reason(e)
+
+    def _unresolved(self, group: str, why: str) -> Fenced:
+        """The write may be (partly) stored: the group is rebuilt from the log, never told
+        refused (module docstring, "Ambiguous answers")."""
+        self._held.discard(group)
+        self._unknown[group] = why
+        log.warning("jetstream_unresolved", group=group, error=why)
+        return Fenced(f"{UNRESOLVED} ({why})")
 
     async def _batch(self, group: str, records: list[tuple[str, bytes]],
                      ids: list[str]) -> None:
-        """One atomic batch, fenced on the group's last known record; on an unclear answer
-        (timeout, connection), read back whether it is stored."""
+        """One atomic batch, fenced on the group's last known record. Raises `FenceError`
+        only when nothing of it is stored, `_Unresolved` when it may be; on an unclear answer
+        it is resolved by its msg ids (module docstring, "Ambiguous answers")."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout * 2
         delay = 0.1
+        unclear: str | None = None  # why an earlier attempt's outcome is not known
         for attempt in itertools.count():
             try:
                 return await self._batch_once(group, records, ids, attempt)
-            except (nats.errors.NoRespondersError, _NotStored):
+            except FenceError as e:
+                if e.code == DUPLICATE_MSG_ID:  # an earlier attempt is stored
+                    return await self._stored(group, ids[-1], deadline, str(e))
+                if unclear is not None and e.code not in WRONG_LAST_SEQUENCE:
+                    # (10071 is checked after 10201: then the earlier attempt is not stored)
+                    raise _Unresolved(f"{unclear}; then {e}") from e
+                raise
+            except nats.errors.NoRespondersError as e:
                 # nobody listens on the subject (the stream has no leader at the moment: just
-                # created, or electing after a server died, which takes seconds), or the
-                # answer was lost and reading back showed the batch is not stored. Nothing was
-                # stored: try again until the deadline, rather than refuse the publishers
-                # of a batch a few seconds would have stored.
+                # created, or electing after a server died, which takes seconds): this attempt
+                # is not stored. Try again until the deadline, rather than refuse the
+                # publishers of a batch a few seconds would have stored.
                 if loop.time() + delay > deadline:
+                    if unclear is not None:
+                        raise _Unresolved(f"{unclear}; then {_reason(e)}") from e
                     raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            except _Unclear as e:
+                unclear = str(e)
+                if await self._try_resolve(group, ids[-1], deadline):
+                    return  # the group's last record is this batch's: stored
+                # not the last record (not stored, or someone appended after it), or not
+                # readable: sent again with the same msg ids, which JetStream answers 10201
+                # if they are stored
+                if loop.time() + delay > deadline:
+                    raise _Unresolved(f"no answer from JetStream ({unclear})") from e
+            except Exception as e:
+                if unclear is not None:
+                    raise _Unresolved(f"{unclear}; then {_reason(e)}") from e
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
+
+    async def _stored(self, group: str, mine: str, deadline: float, why: str) -> None:
+        """The batch whose last msg id is `mine` is stored (JetStream said 10201): a success
+        if it is still the group's last record, else another writer appended after it."""
+        seq, last_id = await self._last_record_by(group, deadline, why)
+        if last_id == mine:
+            self._last[group] = max(self._last.get(group, 0), seq)
+            self.batches += 1
+            return
+        raise FenceError(f"10071 stored, then another writer appended after it ({why})", 10071)
+
+    async def _last_record_by(self, group: str, deadline: float,
+                              why: str) -> tuple[int, str | None]:
+        """The group's last record, asked again (a stream electing a leader answers nothing
+        for a few seconds) until a second past `deadline`; `_Unresolved` if it cannot be read."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await asyncio.wait_for(self._last_record(group), self.timeout)
+            except Exception as e:
+                if loop.time() + 0.25 > deadline + 1.0:
+                    raise _Unresolved(f"{why}; last record unreadable: {_reason(e)}") from e
+                await asyncio.sleep(0.25)
 
     async def _batch_once(self, group: str, records: list[tuple[str, bytes]],
                           ids: list[str], attempt: int) -> None:
@@ -318,13 +411,7 @@ class JetStreamLog:
         except nats.errors.NoRespondersError:
             raise
         except Exception as e:
-            self._unknown[group] = ids[-1]
-            stored = await self._try_resolve(group)
-            if stored:
-                return  # it was stored after all
-            if stored is False:  # clearly not stored (the group's last record is not ours)
-                raise _NotStored(_reason(e)) from e
-            raise RuntimeError(f"no answer from JetStream ({_reason(e)})") from e
+            raise _Unclear(_reason(e)) from e
         ack = orjson.loads(reply.data) if reply.data else {}
         if "error" in ack:
             err = ack["error"]
@@ -336,29 +423,17 @@ class JetStreamLog:
         self._last[group] = max(self._last.get(group, 0), int(ack["seq"]))
         self.batches += 1
 
-    async def _try_resolve(self, group: str) -> bool | None:
-        """True: stored; False: not stored; None: still unknown (the group's next write
-        resolves it first). A stream electing a leader answers nothing for a few seconds:
-        asked again until twice `timeout`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout * 2
-        while True:
-            try:
-                return await self._resolve(group)
-            except Exception as e:
-                if loop.time() + 0.25 > deadline:
-                    log.warning("jetstream_unresolved", group=group, error=_reason(e))
-                    return None
-                await asyncio.sleep(0.25)
-
-    async def _resolve(self, group: str) -> bool:
-        """After an unclear answer: True if the group's last record is that write's (stored);
-        the fence moves onto it. Otherwise the fence stays where it was."""
-        mine = self._unknown[group]
-        seq, msg_id = await asyncio.wait_for(self._last_record(group), self.timeout)
-        del self._unknown[group]
-        if msg_id == mine:
-            self._last[group] = seq
+    async def _try_resolve(self, group: str, mine: str, deadline: float) -> bool:
+        """After an unclear answer: True if the group's last record is `mine` (stored; the
+        fence moves onto it). False if it is not, or cannot be read by `deadline` (a stream
+        electing a leader answers nothing for a few seconds): the batch is then sent again."""
+        try:
+            seq, last_id = await self._last_record_by(group, deadline, "")
+        except _Unresolved:
+            return False
+        if last_id == mine:
+            self._last[group] = max(self._last.get(group, 0), seq)
+            self.batches += 1
             return True
         return False
 

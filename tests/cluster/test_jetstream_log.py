@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +16,8 @@ import pytest
 
 from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
 from notify.core import CoreConfig, Timeouts
-from notify.core.actions import Append, Write
+from notify.core.actions import Append, StoreView, ViewInstall, Write
+from notify.runtime.ports import Fenced
 from notify.server.app import NotifyServer
 from notify.storage.base import StoredGroup
 from notify.storage.sqlite import SqliteLog
@@ -26,8 +27,11 @@ from tests.storage.test_sqlite_log import msg, plain, view
 
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
 
+import nats.errors
+
 from notify.storage.jetstream import (
     FENCED,
+    UNRESOLVED,
     JetStreamLog,
     escape_group,
     unescape_group,
@@ -157,6 +161,186 @@ async def test_an_owner_that_loads_a_group_fences_the_previous_one(
     finally:
         await old.close()
         await new.close()
+
+
+def _on_log_loop(log: JetStreamLog, coro: Coroutine[Any, Any, T]) -> Awaitable[T]:
+    """`coro` run on `log`'s own loop (where its connection lives), awaitable from any loop."""
+    return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, log._loop))
+
+
+def _lose_answers(log: JetStreamLog, *, then: Callable[[], Awaitable[None]] | None = None,
+                  answer_nothing_more: bool = False) -> None:
+    """Fault injection: `log`'s next commit is sent for real (and stored), then `then()` runs,
+    then the request raises a timeout (its answer was lost). With `answer_nothing_more`, every
+    later request times out without being sent (no stream leader reachable)."""
+    real = log._nc.request
+    calls = 0
+
+    async def request(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await real(*args, **kwargs)
+            if then is not None:
+                await then()
+        elif not answer_nothing_more:
+            return await real(*args, **kwargs)
+        raise nats.errors.TimeoutError
+
+    log._nc.request = request  # type: ignore[method-assign]
+
+
+@pytest.mark.timeout(90)
+async def test_c2_a_stored_write_whose_answer_was_lost_is_never_refused(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 32, C2: n1 commits a batch for real, n2 loads (and fences) the group, then n1's
+    request times out. Reading back, n1 sees n2's fence as the last record and sends the batch
+    again: JetStream answers 10201 (duplicate msg id), which means stored. The answer must be
+    `FENCED` (the message is in the log, n2 delivers it), never a refusal: the core would
+    retract it and refuse its publishers (an `Append`), or halt the node (a `StoreView`)."""
+    n1 = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C2", owner="n1")
+    n2 = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C2", owner="n2")
+    try:
+        assert await asyncio.to_thread(n1.load_group, "g", 10) is None
+        assert await write(n1, view("g", 1, ("a",))) is None
+        assert await append(n1, msg(1, payload="p1")) is None
+
+        async def n2_takes_over() -> None:
+            await _on_log_loop(n2, n2._load_group("g", 10))
+
+        _lose_answers(n1, then=n2_takes_over)
+        reason = await append(n1, msg(2, payload="p2"))
+        assert isinstance(reason, Fenced) and reason.startswith(FENCED), reason
+        sg = await asyncio.to_thread(n2.load_group, "g", 10)
+        assert sg is not None and sg.head == 2
+        assert [plain(m).payload for m in sg.recent] == ["p1", "p2"]
+        # the same for a view record (which the core cannot retract: it would halt the node)
+        async def n1_takes_over() -> None:
+            await _on_log_loop(n1, n1._load_group("g", 10))
+
+        _lose_answers(n2, then=n1_takes_over)
+        reason = await write(n2, view("g", 2, ("a", "b")))
+        assert isinstance(reason, Fenced) and reason.startswith(FENCED), reason
+    finally:
+        await n1.close()
+        await n2.close()
+
+
+@pytest.mark.timeout(90)
+async def test_c2_a_stored_write_that_reading_back_missed_is_a_success(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 32, C2: the answer of a stored batch is lost and the read-back does not show it
+    yet (a stream leader that changed): the re-send gets 10201, the batch is still the group's
+    last record, so the write succeeded, and the fence moved onto it."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C2B")
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        assert await append(log, msg(1, payload="p1")) is None
+        real = log._last_record
+        stale = await _on_log_loop(log, real("g"))
+        reads = 0
+
+        async def last_record(group: str) -> tuple[int, str | None]:
+            nonlocal reads
+            reads += 1
+            return stale if reads == 1 else await real(group)
+
+        log._last_record = last_record  # type: ignore[method-assign]
+        _lose_answers(log)
+        assert await append(log, msg(2, payload="p2")) is None
+        assert await append(log, msg(3, payload="p3")) is None  # fenced on p2: accepted
+        sg = await asyncio.to_thread(log.load_group, "g", 10)
+        assert sg is not None and sg.head == 3
+        assert [plain(m).payload for m in sg.recent] == ["p1", "p2", "p3"]
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_c3_an_append_with_no_answer_is_not_refused_nor_overwritten_by_a_view(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 32, C3 (G2): an append is stored but its answer is lost, and the log cannot be
+    read within the write's bound. It must not be answered as refused (the core would retract
+    it, refuse its publisher `storage_failed`, and install the next view at an offset below
+    it: reloaded, the message would be delivered in that later view). It is answered `Fenced`
+    (`UNRESOLVED`): the group is dropped and rebuilt from the log. A view write that comes
+    anyway is refused the same way; reloaded, the message is in its own view, at the head."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C3", timeout=1.0)
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        assert await append(log, msg(1, payload="p1")) is None
+        real = log._last_record, log._nc.request
+
+        async def unreadable(group: str) -> tuple[int, str | None]:
+            raise nats.errors.TimeoutError
+
+        log._last_record = unreadable  # type: ignore[method-assign]
+        _lose_answers(log, answer_nothing_more=True)
+        reason = await append(log, msg(2, payload="p2"))
+        assert isinstance(reason, Fenced) and reason.startswith(UNRESOLVED), reason
+        log._last_record, log._nc.request = real  # type: ignore[method-assign]
+        # what the core did before: retract p2 and install view 2 at offset 1
+        v2 = StoreView(next(_ticket), ViewInstall("g", 2, ("a", "b"), ("b",), (), 5, 1), ())
+        reason = await write(log, v2)
+        assert isinstance(reason, Fenced) and reason.startswith(UNRESOLVED), reason
+        sg = await asyncio.to_thread(log.load_group, "g", 10)  # the driver's rebuild
+        assert sg is not None and (sg.view, sg.head) == (1, 2)
+        assert [(plain(m).payload, m.view) for m in sg.recent] == [("p1", 1), ("p2", 1)]
+        assert await write(log, dataclasses.replace(v2, install=dataclasses.replace(
+            v2.install, offset=2))) is None  # loaded again: it writes again
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(120)
+async def test_c3_a_publisher_is_not_refused_a_message_that_is_stored(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 32, C3 end to end: on `NotifyServer(store=JetStreamLog(...))`, a publish is stored
+    but its commit's answer is lost and the log cannot be read back. The publisher must not be
+    told `storage_failed`: the group is dropped (connections closed), and after resuming, a
+    retry of the same publish id answers with the stored offset, and the other member gets the
+    message once, in the view it was sent in."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="C3E", timeout=1.0)
+    srv = NotifyServer(CoreConfig(Timeouts(suspect_timeout=5.0, flush_timeout=1.0)), port=port,
+                       store=store)
+    await srv.start()
+    a = await bounded(Connection.connect(srv.url, "a"))
+    b = await bounded(Connection.connect(srv.url, "b"))
+    try:
+        await bounded(a.join("g"))
+        assert (await bounded(b.join("g"))).view == 2
+        assert (await bounded(a.publish("g", "p1", publish_id="p1"))).offset == 1
+        real = store._last_record, store._nc.request
+
+        async def unreadable(group: str) -> tuple[int, str | None]:
+            raise nats.errors.TimeoutError
+
+        store._last_record = unreadable  # type: ignore[method-assign]
+        _lose_answers(store, answer_nothing_more=True)
+        pub = asyncio.ensure_future(a.publish("g", "p2", publish_id="p2"))
+        assert a._reader is not None
+        await asyncio.wait([pub, a._reader], timeout=TIMEOUT,
+                           return_when=asyncio.FIRST_COMPLETED)
+        assert not pub.done(), pub.result()  # not refused (storage_failed): dropped instead
+        store._last_record, store._nc.request = real  # type: ignore[method-assign]
+        pub.cancel()
+        await a.drop()
+        await b.drop()
+        await bounded(a.reconnect())
+        await bounded(b.reconnect())
+        assert (await bounded(a.publish("g", "p2", publish_id="p2"))).offset == 2
+        evs = await events_until(b, "g", lambda e: isinstance(e, Message) and e.offset == 2)
+        got = [(e.offset, e.payload, e.view) for e in evs if isinstance(e, Message)]
+        assert [x for x in got if x[0] == 2] == [(2, "p2", 2)]  # once, in view 2
+        assert [e for e in evs if isinstance(e, ViewInstalled) and e.view > 2] == []
+    finally:
+        for c in (a, b):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(c.close(), TIMEOUT)
+        await asyncio.wait_for(srv.stop(), TIMEOUT)
 
 
 @pytest.mark.timeout(90)

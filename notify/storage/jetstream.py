@@ -184,6 +184,13 @@ class JetStreamLog:
         #: groups with a write that may be stored and was answered `Fenced` (`UNRESOLVED`) ->
         #: why: no write goes on top of it until the group is loaded again
         self._unknown: dict[str, str] = {}
+        #: each group's stream seqs as stored (loaded, then from this writer's acked appends),
+        #: and how many message records were stored since its last state record (`.s`);
+        #: its head and the aborts that may still be retained (carried by each view record)
+        self._seqs: dict[str, dict[str, int]] = {}
+        self._since: dict[str, int] = {}
+        self._head: dict[str, int] = {}
+        self._aborted: dict[str, set[int]] = {}
         self._tasks: set[Future[Any]] = set()
         self.batches = 0
         self._loop = asyncio.new_event_loop()
@@ -285,17 +292,22 @@ class JetStreamLog:
         try:
             if group not in self._last:
                 self._last[group] = await self._last_seq(group)
+            state: tuple[str, bytes] | None = None
             if isinstance(w, Append):
                 records = [(self._subject(group, "m"), _encode_message(m)) for m in w.messages]
+                state = self._state_record(group, w.messages)
+                if state is not None:  # before the last message: in the batch's last part
+                    records.insert(len(records) - 1, state)
             else:
                 assert isinstance(w, StoreView)
-                records = [(self._subject(group, "v"), _encode_view(w))]
+                records = [(self._subject(group, "v"), _encode_view(w, self._aborts(group, w)))]
             n = next(self._writes)
             ids = [f"{self.writer}:{n}:{i}" for i in range(len(records))]
             for start in range(0, len(records), self.max_batch):
                 part = slice(start, start + self.max_batch)
                 await self._batch(group, records[part], ids[part])
                 stored_parts += 1
+            self._acked(group, w, state is not None)
             return None
         except FenceError as e:
             if e.code in WRONG_LAST_SEQUENCE:
@@ -320,6 +332,54 @@ class JetStreamLog:
         self._unknown[group] = why
         log.warning("jetstream_unresolved", group=group, error=why)
         return Fenced(f"{UNRESOLVED} ({why})")
+
+    # The stream seqs outlive count retention (C1). `max_msgs_per_subject` keeps a group's
+    # newest N message records, all senders together: a sender whose last message is older
+    # would start again at seq 1 after a reload, and every receiver drop its next messages as
+    # duplicates. So an append that brings the message records stored since the group's last
+    # state record to N/2 carries a new one (`.s`, a subject of its own, so its own retention):
+    # every stream's seq after that append, and the append's last offset. A stream's last
+    # message therefore leaves the newest N only after a state record that holds its seq was
+    # stored (N/2 is slack: a writer counts only the records of its acknowledged writes and
+    # of its last load, not, say, a write stored although its answer was lost). The record sits
+    # before the append's last message: the batch's last part (all or nothing with it), and the
+    # group's last record is still a message (`_last_record`). Cost: one record of
+    # O(streams) per N/2 messages.
+
+    def _state_record(self, group: str, messages: Sequence[Message]) -> tuple[str, bytes] | None:
+        n = self.max_msgs_per_subject
+        if n is None or n <= 0:
+            return None
+        if self._since.get(group, 0) + len(messages) < max(1, n // 2):
+            return None
+        seqs = dict(self._seqs.get(group, {}))
+        for m in messages:
+            seqs[m.stream] = m.seq
+        return self._subject(group, "s"), orjson.dumps({"o": messages[-1].offset, "seqs": seqs})
+
+    def _aborts(self, group: str, w: StoreView) -> list[int]:
+        """The aborts a view record carries: its own, and (with count retention) every earlier
+        one whose message may still be retained, i.e. is among the newest N offsets. A view
+        record leaves retention after N more views; its aborted messages may not (S12), and
+        an aborted message read back without its abort would come back as committed (G5)."""
+        n = self.max_msgs_per_subject
+        if n is None or n <= 0:
+            return list(w.aborted)
+        floor = max(self._head.get(group, 0), w.install.offset) - n
+        kept = {o for o in self._aborted.get(group, ()) if o > floor}
+        self._aborted[group] = kept
+        return sorted(kept.union(w.aborted))
+
+    def _acked(self, group: str, w: Write, state: bool) -> None:
+        """`w` was stored (acked), with a state record if `state`."""
+        if isinstance(w, StoreView):
+            self._aborted.setdefault(group, set()).update(w.aborted)
+            return
+        seqs = self._seqs.setdefault(group, {})
+        for m in w.messages:
+            seqs[m.stream] = m.seq
+        self._head[group] = max(self._head.get(group, 0), w.messages[-1].offset)
+        self._since[group] = 0 if state else self._since.get(group, 0) + len(w.messages)
 
     async def _batch(self, group: str, records: list[tuple[str, bytes]],
                      ids: list[str]) -> None:
@@ -517,6 +577,10 @@ class JetStreamLog:
 
     async def _replay(self, group: str, recent: int, last: int) -> StoredGroup | None:
         messages: list[Message] = []
+        #: state records: (the last offset they cover, the stream seqs then)
+        states: list[tuple[int, dict[str, int]]] = []
+        since = 0  # message records after the last state record
+        own = False  # the next message record is the last of the last state record's append
         aborted: set[int] = set()
         view: dict[str, Any] | None = None
         async for subject, _seq, data in self._read(group, last):
@@ -524,7 +588,17 @@ class JetStreamLog:
                 m = _decode_message(group, data)
                 while messages and messages[-1].offset >= m.offset:
                     messages.pop()  # a retracted append's offsets, reused: superseded
+                if not (own and m.offset == states[-1][0]):
+                    while states and states[-1][0] >= m.offset:
+                        states.pop()  # (its append's state, the same)
+                own = False
                 messages.append(m)
+                since += 1
+            elif subject.endswith(".s"):
+                state = orjson.loads(data)
+                states.append((state["o"], state["seqs"]))
+                own = True
+                since = 0
             elif subject.endswith(".v"):
                 view = orjson.loads(data)
                 aborted.update(view["aborted"])
@@ -534,10 +608,20 @@ class JetStreamLog:
         install = ViewInstall(group, view["view"], members, tuple(view["joined"]),
                               tuple(view["left"]), view["epoch"], view["offset"])
         head = max(messages[-1].offset if messages else 0, view["offset"])
-        # the streams' last seqs, over what was not superseded
+        # the streams' last seqs, over what was not superseded: the retained messages and the
+        # state records (which hold the streams whose last message left retention)
         seqs: dict[str, int] = {}
+        for _o, st in states:
+            for stream, seq in st.items():
+                seqs[stream] = max(seqs.get(stream, 0), seq)
         for m in messages:
             seqs[m.stream] = max(seqs.get(m.stream, 0), m.seq)
+        known = self._seqs.setdefault(group, {})  # (never backwards: a write may have been
+        for stream, seq in seqs.items():          # acked meanwhile)
+            known[stream] = max(known.get(stream, 0), seq)
+        self._since[group] = max(self._since.get(group, 0), since)
+        self._head[group] = max(self._head.get(group, 0), head)
+        self._aborted.setdefault(group, set()).update(aborted)
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
                            messages[-recent:] if recent > 0 else [], frozenset(aborted),
                            await self._checkpoint_or_none(group), install)
@@ -755,11 +839,11 @@ def _decode_message(group: str, data: bytes) -> Message:
                    d["t"], d["i"], d["fm"], len(body))
 
 
-def _encode_view(w: StoreView) -> bytes:
+def _encode_view(w: StoreView, aborted: list[int]) -> bytes:
     i = w.install
     return orjson.dumps({"epoch": i.epoch, "view": i.view, "members": list(i.members),
                          "joined": list(i.joined), "left": list(i.left), "offset": i.offset,
-                         "aborted": list(w.aborted)})
+                         "aborted": aborted})
 
 
 def _reason(e: BaseException) -> str:

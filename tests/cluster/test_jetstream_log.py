@@ -17,6 +17,7 @@ import pytest
 from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
 from notify.core import CoreConfig, Timeouts
 from notify.core.actions import Append, StoreView, ViewInstall, Write
+from notify.core.actions import Message as Accepted
 from notify.runtime.ports import Fenced
 from notify.server.app import NotifyServer
 from notify.storage.base import StoredGroup
@@ -341,6 +342,81 @@ async def test_c3_a_publisher_is_not_refused_a_message_that_is_stored(
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(c.close(), TIMEOUT)
         await asyncio.wait_for(srv.stop(), TIMEOUT)
+
+
+def sent(offset: int, sender: str, seq: int) -> Accepted:
+    return Accepted("g", offset, f"fifo:{sender}", seq, sender, 1, False, {"n": offset},
+                   1000.0 + offset, f"{sender}{seq}")
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("owner", [None, "n2"])
+async def test_stream_seqs_outlive_count_retention(nats_cluster: NatsCluster,
+                                                   owner: str | None) -> None:
+    """C1: with `max_msgs_per_subject` N, a sender whose last message left the newest N records
+    still has its seq after a reload (a new owner, or a restart), as the SQLite log keeps it in
+    `floors`: restarting the stream at 1 would make every receiver drop its next messages as
+    duplicates. Single-message batches (the common case) and one batch larger than N."""
+    stream = f"SEQS{owner or ''}".upper()
+    a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream=stream,
+                                max_msgs_per_subject=5, owner="n1")
+    try:
+        assert await write(a, view("g", 1, ("a", "b"))) is None
+        for seq in (1, 2, 3):
+            assert await append(a, sent(seq, "a", seq)) is None
+        for seq in range(1, 13):  # b: one message per batch, more than twice N
+            assert await append(a, sent(3 + seq, "b", seq)) is None
+        assert await append(a, sent(16, "c", 1)) is None
+        # d's only message leaves the newest N inside its own batch
+        assert await append(a, sent(17, "d", 1),
+                            *[sent(17 + s, "b", 12 + s) for s in range(1, 8)]) is None
+    finally:
+        await a.close()
+    b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream=stream,
+                                max_msgs_per_subject=5, owner=owner)
+    try:
+        sg = await asyncio.to_thread(b.load_group, "g", 100)
+        assert sg is not None and sg.head == 24
+        assert [m.offset for m in sg.recent] == list(range(20, 25))  # only N retained
+        assert sg.seqs == {"fifo:a": 3, "fifo:b": 19, "fifo:c": 1, "fifo:d": 1}
+        # and it goes on from there: a write after the reload, then another reload
+        assert await append(b, sent(25, "c", 2)) is None
+        for seq in range(20, 27):
+            assert await append(b, sent(6 + seq, "b", seq)) is None
+        again = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream=stream,
+                                        max_msgs_per_subject=5, owner="n3")
+        try:
+            sg = await asyncio.to_thread(again.load_group, "g", 100)
+            assert sg is not None and sg.head == 32
+            assert sg.seqs == {"fifo:a": 3, "fifo:b": 26, "fifo:c": 2, "fifo:d": 1}
+        finally:
+            await again.close()
+    finally:
+        await b.close()
+
+
+@pytest.mark.timeout(90)
+async def test_aborts_outlive_their_view_record(nats_cluster: NatsCluster) -> None:
+    """S12 (G5): with `max_msgs_per_subject` N, a view record leaves retention after N more
+    views; an aborted message still retained must not come back as committed."""
+    a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="ABORTS",
+                                max_msgs_per_subject=3, owner="n1")
+    try:
+        assert await write(a, view("g", 1, ("a",))) is None
+        assert await append(a, msg(1), msg(2)) is None
+        assert await write(a, view("g", 2, ("a", "b"), aborted=(2,))) is None
+        for v in range(3, 8):
+            assert await write(a, view("g", v, ("a", "b"))) is None
+    finally:
+        await a.close()
+    b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="ABORTS",
+                                max_msgs_per_subject=3, owner="n2")
+    try:
+        sg = await asyncio.to_thread(b.load_group, "g", 10)
+        assert sg is not None and sg.view == 7 and [m.offset for m in sg.recent] == [1, 2]
+        assert sg.aborted == {2}
+    finally:
+        await b.close()
 
 
 @pytest.mark.timeout(90)

@@ -3,12 +3,16 @@
 Layout. One stream (R3 by default; `replicas`) holds every group; each group has a subject
 space of its own, `<prefix>.<g>.>`, where `<g>` is the group name escaped into ONE subject token
 (`escape_group`: letters, digits and `-` as they are, every other byte `_XX`, so `.`, `:`, `/`,
-`@` and non-ASCII names are safe and the escape is reversible). Two kinds of record:
+`@` and non-ASCII names are safe and the escape is reversible). The records:
 
 - `<prefix>.<g>.m`: one accepted message. Its body is the message's metadata as JSON, a newline,
   and the payload bytes exactly as the edge wrote them (read back as an `orjson.Fragment`, never
   parsed again);
-- `<prefix>.<g>.v`: one stored view (`StoreView`): the install and the atomic messages it aborted.
+- `<prefix>.<g>.v`: one stored view (`StoreView`): the install and the atomic messages it aborted
+  (with count retention, also the earlier aborts whose messages may still be retained);
+- `<prefix>.<g>.s`: with count retention, every stream's last seq, in an append's batch every
+  N/2 messages, so that seqs outlive the messages (see "The stream seqs outlive count retention");
+- `<prefix>.<g>.f`: cluster mode, the fence a node appends when it loads the group.
 
 Writes. Each `write` is ONE JetStream atomic batch (`Nats-Batch-Id/-Sequence/-Commit`, the stream
 has `allow_atomic`): an `Append`'s messages, or a view's one record. The first record carries
@@ -65,9 +69,9 @@ Threads. The seam is partly blocking (`load` is called on the event loop at star
 private event loop in a thread of its own (as SQLite has its writer thread). `write` hands the
 publish to that loop and `done` is answered on the caller's loop; every wait is bounded.
 
-Not built (yet): checkpoints (their methods raise `NotImplementedError`; an Object Store is the
-plan), `floors` (retention is the stream's `max_msgs_per_subject`/`max_age`; a group whose
-records all aged out loses its head and stream seqs), leases, routing and failover.
+Not built (yet): floors for age retention (`max_age`: a group whose records all aged out
+loses its head and stream seqs; count retention keeps them, in the state records), publish ids
+beyond retention (a retry of an id whose message aged out is accepted as new).
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ LEASE_TTL = 2.0
 class NotifyNode(NotifyProcess):
     """A test node: short lease, a suspect timeout longer than a failover, info logs."""
 
-    def __init__(self, name: str, port: int, nats: list[str], dir: Path) -> None:
+    def __init__(self, name: str, port: int, nats: list[str], dir: Path,
+                 extra: tuple[str, ...] = ()) -> None:
         super().__init__(name, port, dir, nats,
-                         ["--lease-ttl", str(LEASE_TTL), "--suspect-timeout", "8"])
+                         ["--lease-ttl", str(LEASE_TTL), "--suspect-timeout", "8", *extra])
 
 
 @dataclass
@@ -69,7 +70,9 @@ class NotifyCluster:
             n.stop()
 
 
-def make_cluster(nats: list[str], tmp: Path, n: int = 3) -> NotifyCluster:
+def make_cluster(nats: list[str], tmp: Path, n: int = 3,
+                 extra: tuple[str, ...] = ()) -> NotifyCluster:
+    """`n` nodes on the NATS cluster `nats`; `extra`: more `notify serve` options for each."""
     ports = free_ports(n)
-    return NotifyCluster([NotifyNode(f"n{i + 1}", ports[i], nats, tmp)
+    return NotifyCluster([NotifyNode(f"n{i + 1}", ports[i], nats, tmp, extra)
                           for i in range(n)])

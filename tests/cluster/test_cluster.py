@@ -52,6 +52,21 @@ def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[Notify
 
 
 @pytest.fixture
+def retaining_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    """Two nodes that keep only the newest 20 messages of a group (`--retain-messages 20`)."""
+    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+                           extra=("--retain-messages", "20"))
+    try:
+        for n in cluster.nodes:
+            n.start()
+        cluster.wait_ready()
+        yield cluster
+    finally:
+        cluster.stop()
+        print(cluster.logs())
+
+
+@pytest.fixture
 async def clients() -> AsyncIterator[list[Client]]:
     made: list[Client] = []
     yield made
@@ -175,6 +190,44 @@ async def test_members_on_three_nodes_share_a_group(notify_cluster: NotifyCluste
     finally:
         for col in cols:
             await col.stop()
+
+
+@pytest.mark.timeout(150)
+async def test_a_quiet_senders_stream_goes_on_after_its_messages_left_retention(
+        retaining_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """C1 (G3, G10): alice publishes 3, bob 30 with `--retain-messages 20` (alice's last
+    message has left the stored records), the owner is SIGKILLed, alice publishes 3 more: the
+    new owner goes on with alice's stream at seq 4, so carol's application gets all six of
+    alice's messages and her SDK drops nothing as a duplicate."""
+    cluster = retaining_cluster
+    owner, edge = cluster.nodes
+    g = group_on(cluster, owner.name)
+    alice, bob, carol = [await client(clients, [edge.url, owner.url], m)
+                         for m in ("alice", "bob", "carol")]
+    ga = await asyncio.wait_for(alice.join(g), TIMEOUT)
+    gb = await asyncio.wait_for(bob.join(g), TIMEOUT)
+    gc = await asyncio.wait_for(carol.join(g), TIMEOUT)
+    col = Collector(gc)
+    try:
+        for k in range(3):
+            await asyncio.wait_for(ga.publish({"from": "alice", "k": k}, order="fifo",
+                                              publish_id=f"a{k}"), TIMEOUT)
+        for k in range(30):
+            await asyncio.wait_for(gb.publish({"from": "bob", "k": k}, order="fifo",
+                                              publish_id=f"b{k}"), TIMEOUT)
+        await col.wait_for(lambda s: len(s.messages) >= 33)
+        owner.kill()
+        for k in range(3, 6):
+            await asyncio.wait_for(ga.publish({"from": "alice", "k": k}, order="fifo",
+                                              publish_id=f"a{k}"), 60)
+        assert cluster.wait_owner(g, [edge]).name == edge.name
+        await col.wait_for(lambda s: sum(m.payload["from"] == "alice"
+                                         for m in s.messages) >= 6)
+        got = [(m.seq, m.payload["k"]) for m in col.messages if m.payload["from"] == "alice"]
+        assert got == [(k + 1, k) for k in range(6)]
+        assert carol.protocol.groups[g].duplicates == 0
+    finally:
+        await col.stop()
 
 
 @pytest.mark.timeout(200)

@@ -248,8 +248,10 @@ class ClientProtocol:
     def rejoin_all(self, new_req: Callable[[], str] | None = None) -> list[Rejoin]:
         """After a reconnect: queue a join of every group not left (nor abandoned), with its
         resume point and its own `accept_from`, or afresh when it has no resume point (never
-        installed, or refused); a leave still waiting (asked while away, or lost with the
-        connection) is sent again after its group's join. What was queued before is dropped:
+        installed, or refused). A group with a leave still waiting (asked while away, or lost
+        with the connection) is not joined again: only its leave is sent again (C6: the server
+        may have the leave already, and a join then would let the member in again after it; the
+        install that removes it, or `not_member`, answers). What was queued before is dropped:
         it was for the old connection, and the rejoin replaces it (ACKs are sent again at the
         install or resume), except the frames of a checkpoint still waiting, queued after the
         joins. `new_req` makes each join's req (default: `new_req("r")`). Returns the joins
@@ -262,12 +264,13 @@ class ClientProtocol:
             if g.phase is GroupPhase.LEFT or name in q.abandoned:
                 continue
             q.join_retries.pop(name, None)
-            req = new_req() if new_req is not None else q.new_req("r")
-            self.join(req, name, resume=True, accept_from=g.accept_from)
-            rejoins.append(Rejoin(req, name, g.resuming))
             leave = q.leaves.get(name)
             if leave is not None:
                 self.leave(leave, name)
+                continue
+            req = new_req() if new_req is not None else q.new_req("r")
+            self.join(req, name, resume=True, accept_from=g.accept_from)
+            rejoins.append(Rejoin(req, name, g.resuming))
         self._out.extend(kept)
         return rejoins
 

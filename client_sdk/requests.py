@@ -24,7 +24,7 @@ Theory of operation (DESIGN §3; issue 16):
   installs it after all, the protocol leaves at once. So is a leave it gave up on: the group is
   not rejoined after a reconnect.
 - A leave refused `not_member`/`no_group` (`LEFT_LEAVE_REFUSALS`) is done: the member is out.
-  A leave still waiting at a reconnect is sent again after its group's rejoin.
+  A leave still waiting at a reconnect is sent again instead of its group's rejoin (C6).
 - Every table is emptied by what answers it, by `forget_*` (the host's deadline passed) or by
   `close()` (G14: nothing waits forever).
 """

@@ -267,9 +267,9 @@ class Group:
                 ErrorCode.NOT_MEMBER
             out.append(Send(conn, Error(code, f"not a member of {self.name}", req)))
             return out
+        self._leaver_conns[member] = conn  # (a leave sent again after a reconnect: this one)
         if self.membership.is_leaving(member) and member not in self.membership.leaves:
             return out  # already on its way out: the install will answer
-        self._leaver_conns[member] = conn
         self._request_removal(out, member, Reason.LEAVE, now)
         return out
 

@@ -238,6 +238,21 @@ def test_G7_member_failing_mid_flush_is_dropped_and_the_flush_restarts_without_i
     assert view(net) == (4, ("a", "b", "d"))
 
 
+def test_C6_a_leave_sent_again_after_a_reconnect_is_answered_on_the_new_connection() -> None:
+    """The leaver's link drops while its removal waits for a flush; the SDK sends the leave
+    again on its new connection (issue 32). The install that removes it goes there."""
+    net = Net()
+    a, b, c = form(net, "a", "b", "c")
+    net.send(c, Leave("l", G))
+    net.send(a, FlushOk(G, 4))  # b has not flushed yet
+    net.drop(c)
+    c2 = net.connect("c", session=net.sessions[c])
+    net.send(c2, Leave("l", G))
+    net.send(b, FlushOk(G, 4))
+    assert view(net) == (4, ("a", "b"))
+    assert [f["left"] for f in net.take(c2, "view_install")] == [["c"]]
+
+
 def test_G7_flush_timeout_removes_a_member_that_never_answers() -> None:
     net = Net()
     a, _b, c = form(net, "a", "b", "c")

@@ -19,6 +19,7 @@ from client_sdk.events import GroupEvent
 from client_sdk.options import PublishResult
 from client_sdk.protocol import ClientProtocol, Frame
 from client_sdk.requests import Answer, JoinedAfresh, RequestOutput, RetryJoin, StrayError
+from state_transfer.codec import Chunk
 
 CASES_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "protocol_cases.json"
 CASES: list[dict[str, Any]] = json.loads(CASES_FILE.read_text())
@@ -109,6 +110,11 @@ def _refresh(p: ClientProtocol, s: dict[str, Any]) -> None:
     p.open_refresh(s["token"])
 
 
+def _checkpoint(p: ClientProtocol, s: dict[str, Any]) -> None:
+    p.open_checkpoint(s["group"], [Chunk(**c) for c in s["chunks"]], s["position"],
+                      req=s.get("req"))
+
+
 def _forget_leave(p: ClientProtocol, s: dict[str, Any]) -> None:
     p.forget_leave(s["group"], s["req"])
 
@@ -125,6 +131,7 @@ CALLS: dict[str, Callable[[ClientProtocol, dict[str, Any]], Frame | None]] = {
     "rejoin_all": _rejoin_all,
     "connection_lost": _connection_lost,
     "refresh": _refresh,
+    "checkpoint": _checkpoint,
     "forget_leave": _forget_leave,
     "take_instance": _take_instance,
 }
@@ -142,10 +149,10 @@ def matches(got: Any, want: Any) -> bool:
     return bool(type(got) is type(want) and got == want)
 
 
-def replay(case: dict[str, Any]) -> dict[str, list[Any]]:
+def replay(case: dict[str, Any]) -> dict[str, Any]:
     """Run a case's steps; what came out of the protocol, as JSON."""
     p = ClientProtocol(case.get("member", "a"), case.get("instance"))
-    out: dict[str, list[Any]] = {"frames": [], "events": [], "answers": []}
+    out: dict[str, Any] = {"frames": [], "events": [], "answers": []}
     # A host writes nothing from `connection_lost` until the step after the next `hello` (a
     # reconnect: the hello, then `rejoin_all`, then what waited).
     connected = True
@@ -166,6 +173,8 @@ def replay(case: dict[str, Any]) -> dict[str, list[Any]]:
         if connected:
             out["frames"].extend(p.data_to_send())
         out["answers"].extend(answer_json(a) for a in p.answers())
+    # what still waits at the end, by kind (all zeros: nothing is left to time out)
+    out["waiting"] = {str(k): n for k, n in p.requests.waiting().items()}
     return out
 
 

@@ -305,8 +305,9 @@ export class ClientProtocol {
 
   /**
    * After a (re)connect: queue a join of every group not left nor abandoned, with its resume
-   * point and its own `acceptFrom`, or afresh when it has none; a leave still waiting is sent
-   * again after it. What was queued before is dropped (`discardOutput`). `newReq` makes each
+   * point and its own `acceptFrom`, or afresh when it has none; a group with a leave still
+   * waiting gets only its leave again (C6: a join could let it in again after a leave the server
+   * has). What was queued before is dropped (`discardOutput`). `newReq` makes each
    * join's req. Returns the joins queued, in order.
    */
   rejoinAll(newReq: () => string = () => this.requests.newReq("r")): Rejoin[] {
@@ -315,14 +316,17 @@ export class ClientProtocol {
     const kept = this.#out;
     this.#out = [];
     const rejoins: Rejoin[] = [];
-    for (const [name, g] of [...this.groups]) {
+    // (a resume join changes its group in place: the map is not changed while this walks it)
+    for (const [name, g] of this.groups) {
       if (g.phase === "left" || q.abandoned.has(name)) continue;
       q.joinRetries.delete(name);
-      const req = newReq();
-      this.join(req, name, { resume: true, acceptFrom: g.acceptFrom });
-      rejoins.push({ req, group: name, resume: g.resuming });
-      const leave = q.leaves.get(name);
-      if (leave !== undefined) this.leave(leave, name); // asked while away, or lost with the link
+      const leave = q.leaves.get(name); // asked while away, or lost with the link
+      if (leave) this.leave(leave, name);
+      else {
+        const req = newReq();
+        this.join(req, name, { resume: true }); // (with the group's own acceptFrom)
+        rejoins.push({ req, group: name, resume: g.resuming });
+      }
     }
     this.#out.push(...kept);
     return rejoins;

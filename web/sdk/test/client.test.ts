@@ -580,3 +580,38 @@ describe("protocol violations", () => {
     expect(h.last().ofType("join")[0]).toMatchObject({ resume: { streams: { "fifo:a": 1 } } });
   });
 });
+
+describe("issue 32: requests the link drops (C6)", () => {
+  it("a leave whose answer the link lost is sent again alone after the reconnect, and resolves", async () => {
+    const h = harness();
+    const ws = connect(h, { session: "s1" });
+    const g = await joined(h);
+    const left = g.leave();
+    vi.advanceTimersByTime(0); // the last leave goes after the current task
+    expect(ws.ofType("leave")).toHaveLength(1); // it left
+    ws.serverClose(1006);
+    vi.advanceTimersByTime(100);
+    const ws2 = h.last();
+    expect(ws2).not.toBe(ws);
+    ws2.open();
+    ws2.push(welcome({ session: "s1", resumed: true }));
+    expect(ws2.sent.map((f) => f.type)).toEqual(["hello", "leave"]); // no join: it could let us back in
+    ws2.push(install("g", { view: 2, members: [], joined: [], left: ["me"] }));
+    expect(await settled(left)).toHaveProperty("ok");
+    expect(Object.values(h.client.protocol.requests.waiting()).every((n) => n === 0)).toBe(true);
+  });
+
+  it("a token refresh the link cut off is answered by the welcome of the hello that carries it", async () => {
+    const h = harness({ token: "t-1" });
+    const ws = connect(h);
+    const refreshed = h.client.setToken("t-2");
+    expect(ws.ofType("refresh")).toEqual([{ type: "refresh", token: "t-2" }]);
+    ws.serverClose(1006);
+    vi.advanceTimersByTime(100);
+    const ws2 = h.last();
+    ws2.open();
+    expect(ws2.sent[0]).toMatchObject({ type: "hello", token: "t-2" });
+    ws2.push(welcome({ resumed: true }));
+    expect(await settled(refreshed)).toHaveProperty("ok");
+  });
+});

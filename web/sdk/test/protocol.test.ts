@@ -491,3 +491,75 @@ describe("replies", () => {
     ]);
   });
 });
+
+describe("issue 32: a request the link drops is sent again, or fails to the application", () => {
+  const welcome: Frame = { type: "welcome", session: "s-1", member: "me", heartbeat_ms: 5000, limits: {} };
+  const point = { epoch: 7, offset: 10, view: 1, streams: {} };
+  const chunk = { index: 0, last: true, data: "eJwrSS0uAQAEXQHB", sha256: "ab" };
+  const rows: {
+    kind: string;
+    joined: boolean;
+    ask: (p: ClientProtocol) => string; // the answer's key
+    resent: string[]; // the frames after the reconnect, by type
+    answer: Frame[]; // the server's, after the reconnect
+    failed?: boolean;
+  }[] = [
+    { kind: "join", joined: false, ask: (p) => (p.openJoin(G, { req: "j1" }), G), resent: ["join"], answer: [install()] },
+    {
+      kind: "leave", // C6: the leave again, and no join (it could let the member in after the leave)
+      joined: true,
+      ask: (p) => (p.openLeave(G, { req: "l1" }), G),
+      resent: ["leave"],
+      answer: [install({ view: 2, members: ["a"], joined: [], left: ["me"], offset: 11 })],
+    },
+    {
+      kind: "checkpoint", // part of it may be lost: it fails at the loss (take it again)
+      joined: true,
+      ask: (p) => p.openCheckpoint(G, [chunk], point, { req: "c1" }),
+      resent: ["join"],
+      answer: [{ type: "view_resume", group: G, view: 1 }],
+      failed: true,
+    },
+    { kind: "refresh", joined: false, ask: (p) => p.openRefresh("t-2"), resent: [], answer: [] }, // the welcome
+    {
+      kind: "publish", // same id, once the group is resumed
+      joined: true,
+      ask: (p) => p.openPublish(G, "x-1", 1, { req: "p1" }).frame.id,
+      resent: ["join", "publish"],
+      answer: [
+        { type: "view_resume", group: G, view: 1 },
+        { type: "published", req: "p1", id: "x-1", offset: 11 },
+      ],
+    },
+  ];
+
+  it.each(rows.map((r) => [r.kind, r] as const))("%s: dropped after its frame left", (kind, r) => {
+    const p = new ClientProtocol("me");
+    p.receive(welcome);
+    if (r.joined) {
+      p.openJoin(G, { req: "j1" });
+      p.receive(install());
+    }
+    p.dataToSend();
+    p.answers();
+    const key = r.ask(p);
+    expect(p.dataToSend().map((f) => f.type)).toContain(kind); // the frame left
+    p.connectionLost();
+    const answers = p.answers();
+    p.hello(true);
+    p.receive(welcome);
+    p.rejoinAll(() => "r1");
+    answers.push(...p.answers());
+    const frames = p.dataToSend();
+    for (const f of r.answer) {
+      p.receive(f);
+      frames.push(...p.dataToSend());
+      answers.push(...p.answers());
+    }
+    expect(frames.map((f) => f.type)).toEqual(r.resent);
+    expect(answers.map((a) => (a.type === "answer" ? [a.kind, a.key, a.error !== null] : [a.type]))).toEqual([
+      [kind, key, r.failed === true],
+    ]);
+    expect(Object.values(p.requests.waiting()).every((n) => n === 0)).toBe(true);
+  });
+});

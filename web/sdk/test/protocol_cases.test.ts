@@ -12,6 +12,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import type { EncodedChunk } from "../src/codec.js";
 import { GroupLeftError, NotifyError, PublishRejected, ServerRefused } from "../src/errors.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, type ResumePoint } from "../src/protocol.js";
 import type { RequestOutput } from "../src/requests.js";
@@ -24,7 +25,7 @@ interface Case {
   member?: string;
   instance?: string | null;
   steps: Step[];
-  expect: { [key: string]: Json[] };
+  expect: { [key: string]: Json };
 }
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -143,6 +144,11 @@ const CALLS: Record<string, (p: ClientProtocol, s: Step) => Frame | void> = {
   refresh: (p, s) => {
     p.openRefresh(str(s, "token"));
   },
+  checkpoint: (p, s) => {
+    p.openCheckpoint(str(s, "group"), s.chunks as unknown as EncodedChunk[], s.position as unknown as ResumePoint, {
+      req: opt<string | undefined>(s, "req", undefined),
+    });
+  },
   forget_leave: (p, s) => p.forgetLeave(str(s, "group"), str(s, "req")),
   take_instance: (p, s) => p.takeInstance(str(s, "instance")),
 };
@@ -162,9 +168,9 @@ function matches(got: unknown, want: Json): boolean {
 }
 
 /** Run a case's steps; what came out of the protocol, as the fixture writes it. */
-export function replay(c: Case): Record<"frames" | "events" | "answers", Json[]> {
+export function replay(c: Case): Record<"frames" | "events" | "answers", Json[]> & { waiting?: Json } {
   const p = new ClientProtocol(c.member ?? "a", c.instance ?? null);
-  const out: Record<"frames" | "events" | "answers", Json[]> = { frames: [], events: [], answers: [] };
+  const out: Record<"frames" | "events" | "answers", Json[]> & { waiting?: Json } = { frames: [], events: [], answers: [] };
   // A host writes nothing from `connection_lost` until the step after the next `hello` (a
   // reconnect: the hello, then `rejoin_all`, then what waited).
   let connected = true;
@@ -187,6 +193,7 @@ export function replay(c: Case): Record<"frames" | "events" | "answers", Json[]>
     if (connected) out.frames.push(...p.dataToSend().map(plain));
     out.answers.push(...p.answers().map(answerJson));
   }
+  out.waiting = { ...p.requests.waiting() }; // by kind, at the end (zeros: nothing left to time out)
   return out;
 }
 

@@ -13,7 +13,13 @@ Core NATS is at most once, so each direction says what it does about loss:
   batch per edge, published without waiting (an owner must never wait for an edge: that is
   what per-member outboxes are for, G11). Each batch carries a per-link sequence number; an
   edge that sees a gap (`DownlinkGaps`) cannot know which frames it missed, so it closes the
-  connections that owner serves, and their clients resume.
+  connections that owner serves, and their clients resume. A gap shows when a later batch
+  arrives; when none follows (the *tail* of a burst lost, cluster review S1), the link's beats
+  show it: once a link has been quiet for `BEAT_AFTER` after a batch, the owner sends the edge
+  a beat carrying the last sequence sent (`DownlinkBeats`), repeated at doubling intervals
+  `BEAT_COUNT` times in all (a beat lost in the same reset as the batch is covered by the
+  next), and then nothing until the next batch: an idle link costs nothing. An edge that has
+  not received that sequence has lost frames, and does what a gap does.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +41,12 @@ log = structlog.get_logger("notify.cluster")
 
 #: room kept in a NATS message for the batch header
 _HEADER_ROOM = 1024
+
+#: a link quiet this long (s) after a batch gets a beat with the last sequence sent ...
+BEAT_AFTER = 0.25
+#: ... and this many in all, each after twice the previous wait (0.25, 0.75, 1.75, 3.75 s
+#: after the batch), then none until the next batch
+BEAT_COUNT = 4
 
 
 def in_subject(prefix: str, node: str) -> str:
@@ -146,15 +159,60 @@ class UplinkDedup:
             del self._last[key]
 
 
-class Downlinks:
-    """Owner → edges: one batch per edge per loop turn, fire and forget, numbered per link."""
+class DownlinkBeats:
+    """Owner side, sans-I/O: when to tell an edge the last sequence sent on its link (see the
+    module docstring). Fed `now`; reads no clock. An entry lives from a batch to its last beat
+    (or `forget`): at most one per edge, and none for an idle link."""
 
-    def __init__(self, nc: Client, prefix: str, header: dict[str, Any]) -> None:
+    def __init__(self, *, after: float = BEAT_AFTER, count: int = BEAT_COUNT) -> None:
+        if after <= 0 or count < 1:
+            raise ValueError("after and count must be positive")
+        self.after, self.count = after, count
+        #: edge -> (last sequence sent, when its next beat is due, beats sent since that batch)
+        self._due: dict[str, tuple[int, float, int]] = {}
+
+    def sent(self, edge: str, seq: int, now: float) -> None:
+        """Batch `seq` left for `edge`: its beats start again from now."""
+        self._due[edge] = (seq, now + self.after, 0)
+
+    def due(self, now: float) -> list[tuple[str, int]]:
+        """The beats to send now: (edge, last sequence sent to it)."""
+        out: list[tuple[str, int]] = []
+        for edge, (seq, at, sent) in list(self._due.items()):
+            if at > now:
+                continue
+            out.append((edge, seq))
+            sent += 1
+            if sent >= self.count:
+                del self._due[edge]
+            else:
+                self._due[edge] = (seq, now + self.after * 2 ** sent, sent)
+        return out
+
+    def next_deadline(self) -> float | None:
+        return min((at for _seq, at, _sent in self._due.values()), default=None)
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def forget(self, edge: str) -> None:
+        self._due.pop(edge, None)
+
+
+class Downlinks:
+    """Owner → edges: one batch per edge per loop turn, fire and forget, numbered per link;
+    beats after a burst (`beat`, called by the node's tick) say where each link stands."""
+
+    def __init__(self, nc: Client, prefix: str, header: dict[str, Any], *,
+                 beats: DownlinkBeats | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._nc, self._prefix, self._header = nc, prefix, header
         self._pending: dict[str, list[DownEntry]] = {}
         self._seq: dict[str, itertools.count[int]] = {}
+        self._beats = beats if beats is not None else DownlinkBeats()
+        self._clock = clock
         self._scheduled = False
-        self.batches = self.failures = 0
+        self.batches = self.failures = self.beats = 0
 
     def push(self, edge: str, conn: int, kind: int, data: bytes) -> None:
         entries = self._pending.setdefault(edge, [])
@@ -185,22 +243,32 @@ class Downlinks:
 
     def _publish(self, edge: str, entries: list[DownEntry]) -> None:
         seq = next(self._seq.setdefault(edge, itertools.count(1)))
-        payload = encode_down({**self._header, "seq": seq}, entries)
+        self._send(edge, encode_down({**self._header, "seq": seq}, entries))
+        self._beats.sent(edge, seq, self._clock())
+        self.batches += 1
+
+    def beat(self, now: float) -> None:
+        """Send the beats due (the node's tick calls this)."""
+        for edge, last in self._beats.due(now):
+            self._send(edge, encode_down({**self._header, "beat": last}, []))
+            self.beats += 1
+
+    def _send(self, edge: str, payload: bytes) -> None:
         task = asyncio.get_running_loop().create_task(
             self._nc.publish(out_subject(self._prefix, edge), payload))
         task.add_done_callback(self._published)
-        self.batches += 1
 
     def _published(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or task.exception() is None:
             return
-        # the edge sees the gap in the sequence and has the clients resume
+        # the edge sees the gap in the sequence (or at the next beat) and has the clients resume
         self.failures += 1
         log.warning("downlink_publish_failed", error=repr(task.exception()))
 
     def forget(self, edge: str) -> None:
         self._pending.pop(edge, None)
         self._seq.pop(edge, None)
+        self._beats.forget(edge)
 
 
 class DownlinkGaps:
@@ -216,6 +284,19 @@ class DownlinkGaps:
         known = self._next.get(owner)
         self._next[owner] = (inc, seq + 1)
         return known is None or known[0] != inc or known[1] == seq
+
+    def beat(self, owner: str, inc: str, last: int) -> bool:
+        """The owner says `last` is the last batch it sent on this link: True if this edge has
+        it; False if batches were lost (the link then goes on from `last`).
+
+        An owner never heard from is taken at its word: the batches it counts may have been
+        for this edge's previous incarnation (an owner numbers a link per edge name). A new
+        incarnation of a known owner counts from 1, all of it sent to this edge: lost."""
+        known = self._next.get(owner)
+        if known is not None and known[0] == inc and known[1] > last:
+            return True
+        self._next[owner] = (inc, last + 1)
+        return known is None
 
     def forget(self, owner: str) -> None:
         self._next.pop(owner, None)

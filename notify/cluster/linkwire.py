@@ -2,7 +2,7 @@
 (`notify.out.<edge>`), over core NATS (docs/cluster.md, "Routing").
 
 A batch is one NATS message: a JSON header line (who sent it, its incarnation, the batch's
-sequence on that link), then entries, each a fixed binary prefix and its bytes. Client frames
+sequence on that link, `seq`), then entries, each a fixed binary prefix and its bytes. Client frames
 and the frames for clients travel as the very bytes the WebSocket carried or will carry: the
 owner parses a client frame with the same strict parser as the edge, and the edge forwards an
 owner's frame without reading it.
@@ -16,7 +16,8 @@ Edge → owner entries are `(conn, kind, data)`:
 
 Owner → edge entries are `(kind, conns, data)`: `DATA` is serialised frame(s) for each of
 `conns` (a `deliver` to ten members on one edge crosses once); `CLOSE` closes them (code,
-reason, drain).
+reason, drain). A *beat* (links.py, `DownlinkBeats`) is an owner → edge batch whose header
+has `beat` (the last sequence sent on the link) instead of `seq`, and no entries.
 """
 
 from __future__ import annotations

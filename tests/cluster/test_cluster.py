@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import signal
 import time
@@ -561,3 +562,45 @@ async def test_one_user_on_two_nodes_is_two_instances_and_a_clash_across_nodes_s
             await asyncio.sleep(0.02)
     finally:
         await col.stop()
+
+
+@pytest.mark.timeout(150)
+async def test_the_lost_tail_of_a_burst_reaches_a_quiet_receiver(
+        nats_cluster: NatsCluster, tmp_path: Path, clients: list[Client]) -> None:
+    """Cluster review S1: the owner → edge batch carrying a burst's last message is lost (the
+    nodes' NATS publish drops it: tests/cluster/faults) and nothing follows. The receiver on
+    that edge never publishes, so only the owner's beat (the last sequence sent, after
+    BEAT_AFTER of quiet) tells the edge: it closes the receiver's connection, which resumes
+    and gets the message, within the bound (a beat, a reconnect, a resume)."""
+    marker = "tail-of-the-burst-7f3a"
+    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes")
+    faults = str(Path(__file__).parent / "faults")
+    env = {**os.environ, "NOTIFY_TEST_DROP_OUT": marker,
+           "PYTHONPATH": os.pathsep.join(p for p in (faults, os.environ.get("PYTHONPATH"))
+                                         if p)}
+    cols: list[Collector] = []
+    try:
+        for n in cluster.nodes:
+            n.env = env
+            n.start()
+        cluster.wait_ready()
+        owner, edge = cluster.nodes[0], cluster.nodes[1]
+        _g, ga, _gb, cols = await pair(cluster, clients, owner, owner.url, edge.url)
+        receiver = cols[1]
+        await receiver.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+        for k in range(5):
+            await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
+        await asyncio.wait_for(ga.publish({"k": 5, "m": marker}), TIMEOUT)
+        published = time.monotonic()
+        await receiver.wait_for(lambda s: len(s.messages) >= 6, 10)
+        took = time.monotonic() - published
+        print(f"the lost tail reached the receiver {took:.2f} s after its publish")
+        assert [m.payload["k"] for m in receiver.messages] == list(range(6))
+        assert "fault: dropped an owner batch" in owner.tail()
+        assert "owner_batch_gap" in edge.tail()
+        assert took < 5.0
+    finally:
+        for col in cols:
+            await col.stop()
+        cluster.stop()
+        print(cluster.logs())

@@ -1,12 +1,21 @@
 """The bytes and bookkeeping between cluster nodes (notify/cluster/linkwire.py, links.py):
 batches decode to what was encoded, an edge batch is applied once per edge incarnation, and an
-edge notices a lost owner batch."""
+edge notices a lost owner batch, also the last one of a burst (the owner's beats)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from notify.cluster.links import DownlinkGaps, UplinkDedup
+from notify.cluster.links import (
+    BEAT_AFTER,
+    BEAT_COUNT,
+    DownlinkBeats,
+    DownlinkGaps,
+    Downlinks,
+    UplinkDedup,
+)
 from notify.cluster.linkwire import (
     CLOSE,
     DATA,
@@ -71,3 +80,94 @@ def test_an_edge_sees_a_lost_owner_batch() -> None:
     assert gaps.check("n2", "i1", 9)
     assert gaps.check("n2", "i2", 1)  # the owner restarted
     assert gaps.check("n3", "i9", 40)
+
+
+def test_beats_follow_a_burst_at_doubling_intervals_then_stop() -> None:
+    beats = DownlinkBeats(after=0.25, count=4)
+    assert beats.next_deadline() is None and beats.due(100.0) == []  # idle: nothing
+    beats.sent("e1", 1, 0.0)
+    beats.sent("e1", 2, 0.1)  # a batch restarts the wait
+    assert beats.due(0.3) == [] and beats.next_deadline() == 0.35
+    times = []
+    now = 0.0
+    while beats.next_deadline() is not None:
+        now = beats.next_deadline() or now
+        assert beats.due(now) == [("e1", 2)]
+        times.append(round(now - 0.1, 6))
+    assert times == [0.25, 0.75, 1.75, 3.75]
+    assert len(beats) == 0 and beats.due(1000.0) == []  # the table empties by itself
+    beats.sent("e2", 7, 0.0)
+    beats.forget("e2")
+    assert len(beats) == 0
+
+
+def test_an_edge_hears_a_beat_for_what_it_has() -> None:
+    gaps = DownlinkGaps()
+    assert gaps.beat("n2", "i1", 3)  # never heard of n2: taken at its word
+    assert gaps.check("n2", "i1", 4)
+    assert gaps.beat("n2", "i1", 4) and gaps.beat("n2", "i1", 4)
+    assert gaps.beat("n2", "i1", 3)  # an old beat: nothing lost
+    assert not gaps.beat("n2", "i1", 5)  # 5 never came
+    assert gaps.beat("n2", "i1", 5)  # told once
+    assert gaps.check("n2", "i1", 6)
+    assert not gaps.beat("n2", "i2", 2)  # n2 restarted: its batches 1 and 2 never came
+
+
+class _Nats:
+    """Core NATS as the owner's downlinks see it; `lose` drops the publishes it names."""
+
+    max_payload = 1 << 20
+
+    def __init__(self) -> None:
+        self.out: list[tuple[str, bytes]] = []
+        self.lose: set[int] = set()
+        self.published = 0
+
+    async def publish(self, subject: str, payload: bytes) -> None:
+        self.published += 1
+        if self.published not in self.lose:
+            self.out.append((subject, payload))
+
+
+@pytest.mark.parametrize("lost", [{3}, {3, 4}], ids=["batch", "batch-and-first-beat"])
+async def test_the_lost_tail_of_a_burst_is_noticed_within_the_bound(lost: set[int]) -> None:
+    """Cluster review S1: the last batch of a burst is lost and nothing follows. The edge
+    notices at the first beat, BEAT_AFTER + one tick after the batch (the clock is the
+    test's), and, if that beat is lost too, at the next one."""
+    clock = [0.0]
+    nc = _Nats()
+    nc.lose = lost
+    down = Downlinks(nc, "notify", {"node": "own", "inc": "o1"},  # type: ignore[arg-type]
+                     clock=lambda: clock[0])
+    gaps = DownlinkGaps()
+    noticed: list[float] = []
+
+    async def deliver() -> None:
+        await asyncio.sleep(0)  # the publish tasks run
+        for subject, payload in nc.out:
+            assert subject == "notify.out.edge"
+            header, _entries = decode_down(payload)
+            ok = (gaps.beat(header["node"], header["inc"], header["beat"])
+                  if "beat" in header else
+                  gaps.check(header["node"], header["inc"], header["seq"]))
+            if not ok:
+                noticed.append(clock[0])
+        nc.out.clear()
+
+    for k in range(3):  # a burst of three batches; the third is lost
+        down.push("edge", 1, DATA, f"m{k}".encode())
+        down.flush()
+        await deliver()
+    assert noticed == []
+    tick = 0.25  # the node's tick (node.py TICK)
+    while clock[0] < 10 and not noticed:  # quiet: only the node's tick runs
+        clock[0] += tick
+        down.beat(clock[0])
+        await deliver()
+    bound = BEAT_AFTER + tick if lost == {3} else BEAT_AFTER * 3 + tick
+    assert noticed and noticed[0] <= bound, noticed
+    while clock[0] < 10:  # then the link stays quiet: the beats stop, nothing more is seen
+        clock[0] += tick
+        down.beat(clock[0])
+        await deliver()
+    assert len(noticed) == 1 and down.beats == BEAT_COUNT

@@ -39,9 +39,8 @@ TIMEOUT = 30.0
 FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)
 
 
-@pytest.fixture
-def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
-    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes")
+def _running(cluster: NotifyCluster) -> Iterator[NotifyCluster]:
+    """Start every node, wait until they are ready, stop them after the test."""
     try:
         for n in cluster.nodes:
             n.start()
@@ -53,18 +52,15 @@ def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[Notify
 
 
 @pytest.fixture
+def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes"))
+
+
+@pytest.fixture
 def retaining_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
     """Two nodes that keep only the newest 20 messages of a group (`--retain-messages 20`)."""
-    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
-                           extra=("--retain-messages", "20"))
-    try:
-        for n in cluster.nodes:
-            n.start()
-        cluster.wait_ready()
-        yield cluster
-    finally:
-        cluster.stop()
-        print(cluster.logs())
+    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+                                     extra=("--retain-messages", "20")))
 
 
 @pytest.fixture

@@ -223,7 +223,8 @@ class Settings(BaseSettings):
                    max_instances_per_user=lim.max_instances_per_user,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
                    max_pending_atomic=lim.max_pending_atomic),
-            event_log=self.server.event_log is not None)
+            event_log=self.server.event_log is not None,
+            shared_log=bool(self.server.cluster))
 
     def ssl_context(self) -> ssl.SSLContext | None:
         s = self.server

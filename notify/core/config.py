@@ -82,3 +82,7 @@ class CoreConfig:
     #: emit the group events that metrics count (view changes, installs, atomic outcomes,
     #: suspects, rejects) as `LogEvent`s even without the event log; never per-message ones
     metrics: bool = False
+    #: the groups' log is shared with other nodes (cluster mode): another owner may have
+    #: written past what this node's copy of a group knows, so a resume point past its head
+    #: is answered `unavailable` (retry), not `bad_resume` (the client's point is wrong)
+    shared_log: bool = False

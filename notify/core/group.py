@@ -393,6 +393,13 @@ class Group:
                             accept_from: AcceptFrom) -> tuple[ErrorCode, str] | None:
         if rp.epoch != self.epoch:
             return ErrorCode.OFFSET_UNAVAILABLE, f"log epoch is {self.epoch}, not {rp.epoch}"
+        if rp.offset > self.topic.head and self.config.shared_log:
+            # Another owner may have written past what this copy knows (a deposed owner told
+            # late serves from memory until it is fenced, docs/cluster.md): not the client's
+            # mistake, and not a reason to reset it. It asks again, and by then this node has
+            # dropped the group (its members reconnect to the owner) or was right all along.
+            return ErrorCode.UNAVAILABLE, (f"offset {rp.offset} is past this owner's head "
+                                           f"{self.topic.head}; retry")
         if rp.offset > self.topic.head or any(s < 0 for s in rp.streams.values()):
             return ErrorCode.BAD_RESUME, f"offset {rp.offset} is past the head {self.topic.head}"
         if not self.topic.can_replay(rp.offset, rp.streams,

@@ -56,6 +56,7 @@ BENIGN_ERRORS = {
     "wrong_view",  # a flush_ok that crossed a cancel or an install
     "join_pending",
     "no_group",
+    "unavailable",  # (cluster) a resume past a deposed owner's head: the SDK asks again
 }
 
 

@@ -141,7 +141,7 @@ class SimNode:
         self.sim, self.name, self.inc = sim, name, inc
         self.dead = False
         tokens = iter(range(1, 1 << 30))
-        self.hub = Hub(CoreConfig(timeouts=sim.cfg.timeouts),
+        self.hub = Hub(CoreConfig(timeouts=sim.cfg.timeouts, shared_log=True),
                        new_token=lambda: f"{name}.{inc}.s{next(tokens)}", epoch=EPOCH)
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: sim.now)

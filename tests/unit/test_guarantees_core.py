@@ -421,3 +421,25 @@ def test_G5_a_resume_from_a_view_whose_install_is_forgotten_still_gets_its_held_
     got = [(f["type"], f.get("offsets")) for f in net.take(b2)
            if f["type"] in ("abort", "confirm", "view_install")]
     assert got[:2] == [("abort", [x]), ("view_install", None)], got
+
+
+@pytest.mark.parametrize(("shared_log", "code"), [(False, "bad_resume"), (True, "unavailable")])
+def test_a_resume_past_the_head_is_a_retry_where_another_owner_may_have_written(
+        shared_log: bool, code: str) -> None:
+    """Single node: a resume point past the head is the client's mistake (`bad_resume`: the SDK
+    joins afresh). Cluster (`shared_log`): it may be this owner's copy that is behind (a
+    deposed owner told late answers from memory until it is fenced; cluster simulator seed 75
+    at 10,000 steps), so it is `unavailable` and the SDK asks again, with its point intact."""
+    from dataclasses import replace
+
+    net = Net()
+    net.hub.config = replace(net.hub.config, shared_log=shared_log)
+    a, b = form(net, "a", "b")
+    net.publish(a, "x")
+    session = net.sessions[b]
+    net.take(b)
+    net.drop(b)
+    b2 = net.connect("b", session)
+    net.send(b2, Join("jr", G, resume=RP(1, 5, {}, view=3)))  # the head is 1
+    (err,) = net.take(b2, "error")
+    assert (err["code"], err["req"]) == (code, "jr")

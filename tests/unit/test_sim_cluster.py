@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from sim_cluster import run
 
-#: fixed seeds, 10,000 steps each (about a second each)
-FIXED_SEEDS = [100, 101, 102, 103, 105, 106, 107, 108]
+#: fixed seeds, 10,000 steps each (about a second each); 4 and 75 found faults at 10,000 steps
+#: (a resume from a forgotten view missing its outcomes; a deposed owner's stale `bad_resume`)
+FIXED_SEEDS = [4, 75, 100, 101, 102, 103, 105, 106, 107, 108]
 
 
 @pytest.mark.parametrize("seed", FIXED_SEEDS)

@@ -242,8 +242,15 @@ class ClientProtocol:
         """Become another instance of the same user: after a clash (another connection claimed
         this one, close 4002), so as never to reconnect into it. The session is the other
         connection's now, so the next hello starts a new one, and `rejoin_all()` joins each
-        group afresh from its resume point (a new member, caught up from where this one was)."""
+        group afresh from its resume point (a new member, caught up from where this one was).
+        Publishes still unanswered fail with `PublishRejected("replaced")`."""
         self.instance, self.me, self.session = instance, member_id(self.user, instance), None
+        # A publish still unanswered may be stored under the old instance: sent again under
+        # this one (its ids are per instance) it could be delivered twice. Its outcome is
+        # unknown, and the application is told so rather than risk that.
+        q = self.requests
+        for group in {p.group for p in q.publishes.values()}:
+            q.fail_publishes(group, PublishRejected("replaced"), sent_too=True)
 
     def rejoin_all(self, new_req: Callable[[], str] | None = None) -> list[Rejoin]:
         """After a reconnect: queue a join of every group not left (nor abandoned), with its

@@ -269,7 +269,10 @@ class Group:
             return out
         self._leaver_conns[member] = conn  # (a leave sent again after a reconnect: this one)
         if self.membership.is_leaving(member) and member not in self.membership.leaves:
-            return out  # already on its way out: the install will answer
+            # Already on its way out: the install will answer. A removal a resume could call
+            # off (it went quiet) becomes one it cannot: the member asked to go.
+            self.membership.request_leave(member, Reason.LEAVE, now)
+            return out
         self._request_removal(out, member, Reason.LEAVE, now)
         return out
 

@@ -385,7 +385,7 @@ class Hub:
                                        "publish_rate": int(lim.publish_rate),
                                        "publish_burst": lim.publish_burst,
                                        "max_pending_atomic": lim.max_pending_atomic,
-                                      "max_instances_per_user": lim.max_instances_per_user},
+                                       "max_instances_per_user": lim.max_instances_per_user},
                                       resumed, session.user, session.instance)))
         if self.config.event_log:
             out.append(LogEvent("conn.open", now, {"member": session.member,

@@ -299,7 +299,10 @@ class JetStreamLog:
             state: tuple[str, bytes] | None = None
             if isinstance(w, Append):
                 records = [(self._subject(group, "m"), _encode_message(m)) for m in w.messages]
-                state = self._state_record(group, w.messages)
+                # (not when the last part would hold the last message alone: the record must be
+                # stored with it, all or nothing; the next append carries it, within N/2)
+                state = self._state_record(group, w.messages) \
+                    if len(w.messages) % self.max_batch else None
                 if state is not None:  # before the last message: in the batch's last part
                     records.insert(len(records) - 1, state)
             else:
@@ -560,8 +563,14 @@ class JetStreamLog:
         raise RuntimeError(f"could not fence {group!r}: its owner keeps appending")
 
     def forget(self, group: str) -> None:
-        """This node no longer owns `group` (cluster mode): its next load fences it again."""
-        self._loop.call_soon_threadsafe(self._held.discard, group)
+        """This node no longer owns `group` (cluster mode): its next load fences it again, and
+        rebuilds what the log keeps of it per group (G14: nothing of it stays here)."""
+        self._loop.call_soon_threadsafe(self._forget, group)
+
+    def _forget(self, group: str) -> None:
+        self._held.discard(group)
+        for table in (self._seqs, self._since, self._head, self._aborted):
+            table.pop(group, None)
 
     async def _fence(self, group: str) -> bool:
         """Take the group over (cluster mode): append a fence record on its last record. From

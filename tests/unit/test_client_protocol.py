@@ -11,6 +11,7 @@ from client_sdk import (
     GroupPhase,
     Message,
     ProtocolViolation,
+    PublishRejected,
     Reset,
     ViewInstalled,
 )
@@ -306,3 +307,27 @@ def test_a_leave_asked_while_away_is_sent_alone_after_the_reconnect(
     assert [a.key for a in proto.answers()] == ["g"]
     proto.connection_lost()
     assert proto.rejoin_all() == [] and proto.data_to_send() == []  # left: nothing again
+
+
+def test_a_clash_fails_the_unanswered_publishes_instead_of_sending_them_as_another_instance(
+        ) -> None:
+    """Issue 29: a publish may be stored under the old instance when the clash (4002) comes.
+    Sent again under the new instance (publish ids are per instance) it could be delivered
+    twice; so `take_instance` fails it with `PublishRejected("replaced")`, and the rejoin does
+    not send it."""
+    p = ClientProtocol("alice", "A")
+    p.receive({**WELCOME, "member": "alice#A", "user": "alice", "instance": "A"})
+    p.open_join("g", req="j1")
+    p.receive(install(1, ["alice#A", "b"], offset=5))
+    p.data_to_send()
+    p.answers()
+    pid = p.open_publish("g", "x-1", 1, req="p1").frame["id"]
+    assert [f["type"] for f in p.data_to_send()] == ["publish"]
+    p.connection_lost()
+    p.answers()
+    p.take_instance("B")
+    (answer,) = [a for a in p.answers() if getattr(a, "key", None) == pid]
+    assert isinstance(answer.error, PublishRejected) and answer.error.code == "replaced"
+    p.rejoin_all()
+    assert [f["type"] for f in p.data_to_send()] == ["join"]
+    assert p.me == "alice#B" and p.requests.publishes == {}

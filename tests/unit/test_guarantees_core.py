@@ -443,3 +443,24 @@ def test_a_resume_past_the_head_is_a_retry_where_another_owner_may_have_written(
     net.send(b2, Join("jr", G, resume=RP(1, 5, {}, view=3)))  # the head is 1
     (err,) = net.take(b2, "error")
     assert (err["code"], err["req"]) == (code, "jr")
+
+
+def test_C6_a_leave_sent_again_while_suspected_is_not_called_off_by_a_resume() -> None:
+    """b went quiet, and its removal for that is proposed; it comes back on a new connection
+    and asks to leave (its leave lost with the old one), then presents a resume point (as an
+    SDK before C6 did). The resume used to call off the removal (a suspicion is cancellable)
+    and the leave was never answered; now the leave makes the removal one a resume cannot
+    call off, and the install that removes b answers it."""
+    net = Net()
+    a, b = form(net, "a", "b")
+    session = net.sessions[b]
+    net.drop(b)
+    net.advance(3.1)  # suspect_timeout: b's removal is proposed
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
+    b2 = net.connect("b", session)
+    net.send(b2, Leave("l-again", G))
+    net.send(b2, Join("jr", G, resume=RP(1, 0, {}, view=2)))
+    net.send(a, FlushOk(G, 3))
+    assert view(net) == (3, ("a",))
+    installs = net.take(b2, "view_install")
+    assert installs and installs[-1]["left"] == ["b"]

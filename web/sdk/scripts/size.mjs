@@ -23,8 +23,10 @@ import { fileURLToPath } from "node:url";
 // policy (a new instance or `Replaced`) and presence by user (view.users, usersJoined/Left,
 // userOf/usersOf: presence.ts, ~280 B alone). All of it is needed before the first hello or at
 // every view, so none of it can move to a lazy chunk; the budget is raised to the measured entry,
-// again with no headroom, and said so here and in docs/web.md ("Size").
-export const BUDGET = 13_239; // bytes, min+gzip, entry chunk
+// again with no headroom, and said so here and in docs/web.md ("Size"). 13,264 B (+25 B) since a
+// clash fails the publishes still unanswered (sent again under the new instance, whose ids are
+// new, one could be delivered twice).
+export const BUDGET = 13_264; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

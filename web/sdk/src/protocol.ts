@@ -301,6 +301,11 @@ export class ClientProtocol {
     this.instance = instance;
     this.me = `${this.user}#${instance}`;
     this.session = null;
+    // An unanswered publish may be stored under the old instance; sent again under this one
+    // (ids are per instance) it could be delivered twice: its outcome is unknown, say so.
+    const q = this.requests;
+    for (const [id] of q.publishes) q.answer("publish", id, null, new PublishRejected("replaced", "replaced"));
+    q.publishes.clear();
   }
 
   /**

@@ -177,7 +177,7 @@ describe("a duplicated tab", () => {
 });
 
 describe("a clash: close 4002", () => {
-  it("an instance the SDK picked: a new instance, a fresh session, the groups rejoined from their points, the app told", async () => {
+  it("an instance the SDK picked: a new instance, a fresh session, the groups rejoined from their points, the app told, unanswered publishes failed", async () => {
     const h = tab(null);
     const seen: ReplacedEvent[] = [];
     h.client.on("replaced", (e) => seen.push(e));
@@ -190,7 +190,7 @@ describe("a clash: close 4002", () => {
     h.last().push(install("g", { members: ["b", old], joined: [old], epoch: 2, offset: 7 }));
     await p;
     h.last().push(deliver("g", 8, "fifo:b", 1));
-    const pub = g.publish({ n: 1 });
+    const pub = g.publish({ n: 1 }).then(() => null, (e: unknown) => e);
 
     h.last().serverClose(4002, "replaced");
     const fresh = h.client.member;
@@ -212,10 +212,10 @@ describe("a clash: close 4002", () => {
     ws.push(deliver("g", 9, "fifo:b", 2));
     expect(g.view?.members).toEqual(["b", fresh]);
     expect(messages).toEqual([8, 9]);
-    // the publish waiting is sent again after the rejoin, same id
-    expect(ws.ofType("publish")).toHaveLength(1);
-    ws.push({ type: "published", req: ws.ofType("publish")[0]!.req as string, id: ws.ofType("publish")[0]!.id as string, offset: 10 });
-    await expect(pub).resolves.toMatchObject({ offset: 10 });
+    // the publish waiting may be stored under the old instance: it fails (outcome unknown)
+    // rather than go out again under the new one, where its id is new (it could be delivered twice)
+    expect(ws.ofType("publish")).toHaveLength(0);
+    expect(await pub).toMatchObject({ code: "replaced" });
   });
 
   it("an instance the application named: closed with Replaced, the app told, no reconnect into the clash", async () => {

@@ -87,6 +87,7 @@ from typing import Any, TypeVar
 
 import nats
 import nats.errors
+import nats.js.errors
 import orjson
 import structlog
 from nats.aio.client import Client
@@ -721,15 +722,17 @@ class JetStreamLog:
     @staticmethod
     async def _again(op: Callable[[], Awaitable[T]], budget: float) -> T:
         """`op()`, asked again while it times out, for up to `budget` seconds: only for what
-        may be asked twice (a read, finding or making a bucket). Object-store reads and bucket
-        lookups are meta-layer requests (a consumer, a stream), which can stall for seconds
-        on a busy or recovering cluster while the stream itself answers."""
+        may be asked twice (a read, finding or making a bucket, a put of the same value).
+        Object-store reads and bucket lookups are meta-layer requests (a consumer, a stream),
+        which can stall for seconds on a busy or recovering cluster while the stream itself
+        answers; a bucket just made may have no leader yet ("no response from stream")."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
         while True:
             try:
                 return await op()
-            except (TimeoutError, nats.errors.TimeoutError):
+            except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
+                    nats.js.errors.NoStreamResponseError):
                 if loop.time() + 0.2 > deadline:
                     raise
                 await asyncio.sleep(0.2)
@@ -769,10 +772,12 @@ class JetStreamLog:
         _obs, kv = await self._buckets()
         old = await self._checkpoint(group)
         rp = cp.position
-        await kv.put(escape_group(group), orjson.dumps({
+        pointer = orjson.dumps({
             "id": cp.id, "member": cp.member, "epoch": rp.epoch, "offset": rp.offset,
             "view": rp.view, "streams": rp.streams, "accept_any": cp.accept_any,
-            "bytes": cp.bytes, "chunks": cp.chunks, "sha256": cp.sha256, "ts": cp.ts}))
+            "bytes": cp.bytes, "chunks": cp.chunks, "sha256": cp.sha256, "ts": cp.ts})
+        # the same value put twice is the same pointer (history 1): it may be asked again
+        await self._again(lambda: kv.put(escape_group(group), pointer), self.timeout * 2)
         if old is not None and old.id != cp.id:
             await self._delete_chunks(group, old.id)
 
@@ -808,7 +813,7 @@ class JetStreamLog:
     async def _checkpoint(self, group: str) -> Checkpoint | None:
         _obs, kv = await self._buckets()
         try:
-            entry = await kv.get(escape_group(group))
+            entry = await self._again(lambda: kv.get(escape_group(group)), self.timeout * 2)
         except KeyNotFoundError:
             return None
         if not entry.value:

@@ -752,12 +752,20 @@ class JetStreamLog:
             except (NotFoundError, nats.errors.Error):
                 kv = await js.create_key_value(KeyValueConfig(
                     bucket=kv_name, history=1, replicas=self.replicas))
+            # A bucket just made may not have elected its stream's leader yet, and then every
+            # request to it gets "no response from stream": not ready until both have one
+            # (asked again by `_buckets`).
+            for info in ((await obs.status()).stream_info, (await kv.status()).stream_info):
+                if info.cluster is not None and not info.cluster.leader:
+                    raise TimeoutError(f"checkpoint bucket {info.config.name} has no leader yet")
             self._cp = (obs, kv)
         return self._cp
 
     async def _stage(self, group: str, key: str, index: int, data: str) -> None:
         obs, _kv = await self._buckets()
-        await obs.put(f"{escape_group(group)}/{key}/{index}", data.encode())
+        # the same chunk put again replaces it with itself: it may be asked twice
+        await self._again(lambda: obs.put(f"{escape_group(group)}/{key}/{index}", data.encode()),
+                          self.timeout * 2)
 
     async def _chunk(self, group: str, key: str, index: int) -> str | None:
         obs, _kv = await self._buckets()

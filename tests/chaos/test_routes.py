@@ -69,6 +69,13 @@ async def test_route_proxies_carry_the_cluster(tmp_path: Path) -> None:
                     if attempt == 9 or not settling:
                         raise
                     await asyncio.sleep(1.0)
+            # a stream just made may not have elected its leader yet: a publish then gets "no
+            # response from stream" (seen once in CI); wait for it, bounded
+            for _ in range(100):
+                info = await js.stream_info("T")
+                if info.cluster is None or info.cluster.leader:
+                    break
+                await asyncio.sleep(0.1)
             before = await asyncio.to_thread(mesh.bytes)
             for _ in range(N):
                 await js.publish("t.x", b"x" * SIZE, timeout=10)

@@ -437,12 +437,19 @@ class JetStreamLog:
     async def _stored(self, group: str, mine: str, deadline: float, why: str) -> None:
         """The batch whose last msg id is `mine` is stored (JetStream said 10201): a success
         if it is still the group's last record, else another writer appended after it."""
+        if not await self._is_last(group, mine, deadline, why):
+            raise FenceError(f"10071 stored, then another writer appended after it ({why})",
+                             10071)
+
+    async def _is_last(self, group: str, mine: str, deadline: float, why: str) -> bool:
+        """Is the group's last record the batch whose last msg id is `mine`? If so it is
+        stored, and the fence moves onto it. `_Unresolved` if the log cannot say by then."""
         seq, last_id = await self._last_record_by(group, deadline, why)
-        if last_id == mine:
-            self._last[group] = max(self._last.get(group, 0), seq)
-            self.batches += 1
-            return
-        raise FenceError(f"10071 stored, then another writer appended after it ({why})", 10071)
+        if last_id != mine:
+            return False
+        self._last[group] = max(self._last.get(group, 0), seq)
+        self.batches += 1
+        return True
 
     async def _last_record_by(self, group: str, deadline: float,
                               why: str) -> tuple[int, str | None]:
@@ -496,14 +503,9 @@ class JetStreamLog:
         fence moves onto it). False if it is not, or cannot be read by `deadline` (a stream
         electing a leader answers nothing for a few seconds): the batch is then sent again."""
         try:
-            seq, last_id = await self._last_record_by(group, deadline, "")
+            return await self._is_last(group, mine, deadline, "")
         except _Unresolved:
             return False
-        if last_id == mine:
-            self._last[group] = max(self._last.get(group, 0), seq)
-            self.batches += 1
-            return True
-        return False
 
     async def _last_record(self, group: str) -> tuple[int, str | None]:
         """(stream seq, msg id) of the group's last record; (0, None) if it has none."""

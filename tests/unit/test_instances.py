@@ -172,3 +172,18 @@ def test_a_user_id_may_not_hold_the_separator() -> None:
     net.send(1, Hello(1, "alice#t1"))
     (e,) = net.take(1)
     assert (e["type"], e["code"]) == ("error", "bad_frame")
+
+
+def test_G14_the_per_user_index_forgets_a_user_whose_instances_are_gone() -> None:
+    """The hub indexes sessions by user (`max_instances_per_user`); a user whose instances
+    expired or were replaced leaves nothing in that index."""
+    net = Net()
+    a = net.connect("alice", instance="a")
+    b = net.connect("alice", instance="b")
+    net.connect("alice", instance="b")  # a clash: the older b is retired at once
+    assert list(net.hub._users) == ["alice"] and len(net.hub._users["alice"]) == 2
+    net.drop(a)
+    net.drop(max(net.sessions))  # the newer b
+    assert b in net.closed
+    net.advance(60.0)  # past suspect_timeout + flush_timeout: both expire
+    assert net.hub._users == {}

@@ -514,10 +514,13 @@ async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsClu
         loop = asyncio.get_running_loop()
         head, killed_at, after = 0, None, 0
         deadline = loop.time() + 60
-        while after < 100:  # like the core: one write at a time, a failed one is retracted
+        # like the driver: one write at a time; a refused one is retracted, an unresolved one
+        # (`Fenced`: it may be stored) makes the group be loaded again from the log
+        while after < 100:
             assert loop.time() < deadline, (acked[-1:], refused, after)
             batch = [msg(o) for o in range(head + 1, head + 4)]
-            if await append(log, *batch) is None:
+            answer = await append(log, *batch)
+            if answer is None:
                 head += 3
                 acked.extend(m.offset for m in batch)
                 if killed_at is not None:
@@ -525,6 +528,11 @@ async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsClu
             else:
                 refused += 1
                 await asyncio.sleep(0.05)
+                if isinstance(answer, Fenced):
+                    with contextlib.suppress(Exception):  # the cluster may not answer yet
+                        sg = await asyncio.to_thread(log.load_group, "g", 10**6)
+                        assert sg is not None
+                        head = sg.head  # what was stored unanswered is the group's now
             if killed_at is None and head >= 60:
                 killed_at = head
                 await asyncio.to_thread(nats_cluster.kill, kill)
@@ -536,8 +544,10 @@ async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsClu
         sg = await asyncio.to_thread(again.load_group, "g", 10**6)
     finally:
         await again.close()
-    assert sg is not None and sg.head == head == acked[-1]
-    assert [m.offset for m in sg.recent] == acked == list(range(1, head + 1))
+    assert sg is not None and sg.head == head
+    stored = [m.offset for m in sg.recent]
+    assert stored == list(range(1, head + 1))
+    assert set(acked) <= set(stored) and acked == sorted(acked)
     assert sg.seqs == {"fifo:a": head}
 
 

@@ -6,12 +6,13 @@ what happens on it: `opened`, each validated client frame (`handle`), `closed`; 
 is one incarnation of a member (DESIGN §4: a member is `(member id, incarnation)`), and a member
 is one client instance of a user (`user#instance`, notify/core/users.py: two tabs of one user
 are two members). A `hello` that presents the session token of a live or SUSPECT session resumes
-it on the new connection; a `hello` for a member id that already has a session, without its
-token, is a *clash* (two connections claim one instance) and the newer wins: the old session is
-removed from its groups at once and its connection closed with 4002 (`REPLACED`), rather than
-waiting for its timeouts. The SDKs never reconnect into the clash (they take a new instance, or
-close), so it settles within one view change. A user has at most `max_instances_per_user`
-sessions. Group frames are routed to their `Group`.
+it on the new connection; one that presents a token this hub does not know starts a new session
+under that token (a session keeps one token on every node, S11). A `hello` for a member id that
+already has a session, without its token, is a *clash* (two connections claim one instance)
+and the newer wins: the old session is removed from its groups at once and its connection
+closed with 4002 (`REPLACED`), rather than waiting for its timeouts. The SDKs never reconnect
+into the clash (they take a new instance, or close), so it settles within one view change. A
+user has at most `max_instances_per_user` sessions. Group frames are routed to their `Group`.
 
 Authentication happens in the adapter (it holds the keys and the clock): a verified token
 reaches the hub as an `Identity` passed with `hello` (`hello(conn, frame, now, identity)`), and a
@@ -77,6 +78,8 @@ from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+#: a session token a new session may keep (`Hub._token_for`): what our tokens look like
+_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 class SessionState(StrEnum):
@@ -367,7 +370,7 @@ class Hub:
                                          f"user {user!r} has {len(self._users[user])} connected "
                                          "instances, the most allowed (max_instances_per_user)"))]
             out.extend(room)
-            session = Session(token or self._new_token(), member, conn, user, instance)
+            session = Session(token or self._token_for(hello), member, conn, user, instance)
             self._sessions[session.token] = session
             self._members[member] = session
             self._users.setdefault(user, {})[member] = session
@@ -392,6 +395,21 @@ class Hub:
                                                    "session": session.token,
                                                    "resumed": resumed}))
         return out
+
+    def _token_for(self, hello: Hello) -> str:
+        """A new session's token: the one its hello presented, when this hub knows no session
+        by it (expired here, or made by another node: a cluster edge), else a new one.
+
+        One session keeps one token on every node it passes through, so an owner that missed
+        some of its moves (it was paused, or the member resumed through other edges meanwhile)
+        still knows it by the token it presents, and never takes a resume for a new
+        incarnation (S11). The token proves nothing the client did not already hold: a resume
+        needs the same member id too (with auth, the token's `sub`)."""
+        presented = hello.resume_session
+        if presented is not None and _TOKEN.fullmatch(presented) and \
+                presented not in self._sessions:
+            return presented
+        return self._new_token()
 
     def _make_room(self, user: str, now: float) -> list[Action] | None:
         """Room for one more instance of `user` (`max_instances_per_user`): nothing to do, or

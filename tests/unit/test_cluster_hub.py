@@ -43,6 +43,37 @@ def test_resume_through_another_edge_rekeys_the_session_and_keeps_the_membership
     assert net.hub.session_of(c3) is session
 
 
+def test_an_owner_that_missed_a_members_moves_still_resumes_it() -> None:
+    """S11: the owner knew alice's session as T1, then was paused while she resumed through
+    two other edges (another owner held the group meanwhile). When its shard comes back, her
+    session reaches it through a third edge: it is the same session, not a new incarnation,
+    and her membership is kept (no view change)."""
+    owner = Net()
+    c1 = _vhello(owner, "alice", "T1")
+    owner.send(c1, Join("j", G))
+    view = owner.hub.groups[G].view
+    owner.drop(c1)  # her edge closed the routed connection: the owner changed
+    token = "T1"
+    for _edge in range(2):  # she resumes through two edges the owner never hears from
+        edge = Net()
+        token = edge.sessions[edge.connect("alice", token)]
+    c2 = _vhello(owner, "alice", token, resume=token)
+    session = owner.hub.session_of(c2)
+    assert session is not None and G in session.groups
+    assert owner.hub.groups[G].view == view and owner.take(c2, "view_change") == []
+
+
+def test_an_unknown_well_formed_token_is_kept_and_a_known_one_of_another_member_is_not() -> None:
+    net = Net()
+    c = net.connect("alice", "from-another-node")
+    assert net.sessions[c] == "from-another-node"
+    assert net.take(c) == []
+    bob = net.connect("bob", "from-another-node")  # in use by alice: bob gets a token of his own
+    assert net.sessions[bob] not in ("from-another-node", None)
+    odd = net.connect("carol", "not a token!")
+    assert net.sessions[odd] != "not a token!"
+
+
 def test_a_token_of_another_member_is_refused() -> None:
     net = Net()
     _vhello(net, "alice", "T1")

@@ -607,3 +607,67 @@ async def test_the_lost_tail_of_a_burst_reaches_a_quiet_receiver(
             await col.stop()
         cluster.stop()
         print(cluster.logs())
+
+
+@pytest.mark.timeout(150)
+async def test_a_reset_of_an_edges_nats_connection_closes_nobody(
+        nats_cluster: NatsCluster, tmp_path: Path, clients: list[Client]) -> None:
+    """Cluster review C5: one TCP reset of a node's NATS connection (its only configured
+    server is a proxy, which holds the bytes for 1.2 s, then aborts the connection: both ends
+    see a reset, and a heartbeat sent meanwhile is never answered). The node reconnects within
+    its node TTL, so no other node declares it dead (`edge_down`), none of its members is
+    closed, and every message reaches both members once, in order."""
+    from notify_chaos.natsrun import free_ports
+    from notify_chaos.proxy import LinkProxy
+
+    nats_port = int(nats_cluster.urls[0].rsplit(":", 1)[1])
+    proxy = await LinkProxy(nats_port, name="n2-nats").start()
+    ports = free_ports(3)
+    nodes_dir = tmp_path / "nodes"
+    serve = ("--lease-ttl", "10")  # `notify serve`'s ratios: node TTL 3 s, a beat each 1 s
+    cluster = NotifyCluster([
+        NotifyNode("n1", ports[0], nats_cluster.urls, nodes_dir, serve),
+        NotifyNode("n2", ports[1], [f"nats://127.0.0.1:{proxy.port}"], nodes_dir, serve),
+        NotifyNode("n3", ports[2], nats_cluster.urls, nodes_dir, serve)])
+    cols: list[Collector] = []
+    try:
+        for n in cluster.nodes:
+            n.start()
+        await asyncio.to_thread(cluster.wait_ready)  # the proxy runs on this loop meanwhile
+        n1, n2, n3 = cluster.nodes
+        owner = cluster.owner_of("g0")
+        edge = n2 if owner is not n2 else n3  # the member on n2, or n2 the owner
+        _g, ga, _gb, cols = await pair(cluster, clients, owner, n2.url, edge.url)
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for col in cols))
+        changes: list[tuple[str, str]] = []
+        for c in clients:
+            c.on_state_change(lambda old, new, m=c.member: changes.append((m, new.value)))
+        for k in range(10):
+            await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
+        resets = proxy.counters.cuts
+        proxy.stall()  # a blip: what n2 sends now (a heartbeat at least) is in flight ...
+        await asyncio.sleep(1.2)
+        proxy.cut()  # ... when the connection is reset: its answer never comes
+        proxy.unstall()
+        await asyncio.sleep(0.1)
+        proxy.uncut()  # and the server can be reached again at once: one reset
+        assert proxy.counters.cuts == resets + 1
+        for k in range(10, 30):
+            await asyncio.wait_for(ga.publish({"k": k}), 30)
+        for col in cols:
+            await col.wait_for(lambda s: len(s.messages) >= 30, 30)
+        await asyncio.sleep(4.0)  # past the node TTL (3 s): time to be declared dead
+        for col in cols:
+            assert [m.payload["k"] for m in col.messages] == list(range(30))
+            assert col.views[-1][0] == 2 and [v for v, _ in col.views if v > 2] == []
+        assert changes == []  # no client lost its connection
+        for n in (n1, n3):
+            assert "edge_down" not in n.tail(), n.name
+        assert proxy.counters.accepted >= 2  # n2 did reconnect (through it, at least once)
+    finally:
+        for col in cols:
+            await col.stop()
+        cluster.stop()
+        await proxy.close()
+        print(cluster.logs())

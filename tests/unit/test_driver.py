@@ -92,6 +92,30 @@ def test_frames_for_a_group_being_loaded_wait_in_order_with_the_close_behind_the
     assert driver.loading == 0
 
 
+def test_a_slow_load_holds_only_its_own_connections_frames() -> None:
+    """S3 (head-of-line blocking at a takeover): a load in flight holds the frames of the
+    connections that wait for it, and nobody else's. A new owner reloading tens of groups
+    serves every loaded group's frames meanwhile, whichever edge link they come over (a routed
+    connection is a connection of its own here, `Driver.opened_remote`)."""
+    driver, host = _driver()
+    _hello(driver, host, 1, "ana")
+    _hello(driver, host, 2, "bob")
+    driver.frame(2, Join("j0", "loaded"))
+    host.answer()                               # bob's group is in memory
+    assert "view_install" in host.types(2)
+    driver.frame(1, Join("j1", G))              # ana's group is being read, slowly
+    driver.frame(2, Join("j2", "loaded2"))      # another group: read at once, not queued
+    assert [g for g, _ in host.fetches] == [G, "loaded2"]
+    host.fetches.reverse()                      # the second read answers first
+    host.answer()
+    assert "view_install" in host.types(2) and host.frames.get(1) is None
+    driver.frame(2, Leave("l", "loaded"))       # a loaded group's frames go while G is read
+    assert host.types(2) == ["view_install"]  # the view without bob, installed at once
+    assert "bob" not in driver.hub.groups["loaded"].view.members
+    host.answer()
+    assert driver.hub.groups[G].view.members == ("ana",) and driver.loading == 0
+
+
 def test_a_load_that_never_answers_is_refused_at_its_deadline_and_a_late_answer_ignored() -> None:
     driver, host = _driver(write_timeout=5.0)
     _hello(driver, host, 1, "ana")

@@ -327,6 +327,12 @@ class NotifyServer:
         try:
             async for data in ws:
                 self.stats.frames_in += 1
+                if outbox.closing:
+                    # We are closing it (its group moved, a link gave up, it was replaced):
+                    # acting on what it sent meanwhile could put a publish ahead of earlier ones
+                    # lost on the way to a group's old owner (S2). Its client sends again,
+                    # in order, whatever was not answered, once it has resumed.
+                    continue
                 frame = parse_any(data, self.config.limits)
                 if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
                     self.driver.run([Send(conn, frame)])

@@ -132,6 +132,11 @@ class Outbox:
                 self.on_slow()
             self.close(CloseCode.SLOW_CONSUMER, "slow consumer: outbound queue over its bound")
 
+    @property
+    def closing(self) -> bool:
+        """The server decided to close this connection (what it reads now is not acted on)."""
+        return self._closing
+
     def close(self, code: int, reason: str, *, drain: bool = False) -> None:
         """Close the connection. With `drain`, what is queued goes out first (e.g. the `error`
         frame that says why), for at most `_DRAIN_SECONDS`; a slow consumer is never drained."""

@@ -142,3 +142,22 @@ async def test_G13_an_outbox_that_fails_drops_only_its_member_who_resumes(
     assert (await b2.recv())["type"] == "view_resume"  # no view change: it resumes
     assert (await b2.expect("deliver"))["payload"] == 1  # and gets what it missed
     assert srv.hub.groups["g"].view.version == 2
+
+
+async def test_frames_that_arrive_after_the_server_closed_their_connection_are_dropped(
+        make_server: MakeServer, open_raw: OpenRaw) -> None:
+    """Cluster review S2a: once the server decides to close a connection (its group moved to
+    another node, a link gave up), what the client sent meanwhile must not be acted on: in
+    cluster mode it would go to the group's new owner ahead of earlier frames still lost on
+    the way to the old one, and the client sends its unanswered requests again after it
+    resumes, in its own order (per-sender FIFO as sent)."""
+    srv = await make_server()
+    a = await open_raw(srv, "a")
+    await a.join("g")
+    conn = max(srv._outboxes)
+    srv.close(conn, 4000, "the group moved to another node; reconnect", drain=True)
+    await a.send({"type": "publish", "req": "r", "group": "g", "id": "p1", "view": 1,
+                  "payload": 1})
+    assert await a.close_code() == 4000
+    assert srv.hub.groups["g"].topic.head == 0  # neither delivered nor stored
+    assert not [f for f in a.seen if f["type"] in ("published", "deliver")]

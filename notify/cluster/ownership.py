@@ -18,7 +18,12 @@ node sees every renewal of every shard, hundreds a second: that path must not co
 Rules, and why:
 
 1. Liveness. Another node is live while its heartbeat was seen within `node_ttl` by OUR clock,
-   or until its key is deleted (`node_gone`, a graceful leave). KV `max_age` expiry emits no
+   counted only while the bucket demonstrably works (our own heartbeats keep arriving on the
+   watch, each within `(heartbeat + node_ttl) / 2` of the last), or until its key is deleted (`node_gone`, a
+   graceful leave). A bucket without a leader (its stream leader's nats-server died: a 3-6 s
+   election) carries nobody's heartbeat; declaring every other node dead then would close
+   every routed member (the stream-leader-kill chaos run did), so their clocks stop while ours
+   does, and start again, a full `node_ttl` each, with our first heartbeat after it. KV `max_age` expiry emits no
    watch event, so a crashed node's key vanishing is never observed: its death can only be
    inferred from time. A node that goes down is forgotten at once (its entry is removed; a later
    heartbeat makes it a new node, whose `settle` starts again), so the table holds live nodes
@@ -198,11 +203,13 @@ class _Op:
 
 class Ownership:
     def __init__(self, node: str, *, shards: int = SHARDS, lease_ttl: float = 6.0,
-                 node_ttl: float = 3.0, settle: float = 1.0) -> None:
+                 node_ttl: float = 3.0, settle: float = 1.0, heartbeat: float = 1.0) -> None:
         if not node:
             raise ValueError("node id must be non-empty")
         if shards < 1 or lease_ttl <= 0 or node_ttl <= 0 or settle < 0:
             raise ValueError("shards, lease_ttl and node_ttl must be positive, settle >= 0")
+        if not 0 < heartbeat < node_ttl:
+            raise ValueError("heartbeat must be positive and shorter than node_ttl")
         self.node, self.shards = node, shards
         self.lease_ttl, self.node_ttl, self.settle = lease_ttl, node_ttl, settle
         self._renew_every = lease_ttl / 3
@@ -212,6 +219,12 @@ class Ownership:
         self._settled = False
         self._stopped = False
         self._nodes: dict[str, _Node] = {}  # other live nodes
+        # our own heartbeats on the watch (rule 1): the last one, and since when they have been
+        # arriving without a gap (None: not seen yet, nobody is declared down)
+        self._self_seen: float | None = None
+        self._beating_since = 0.0
+        #: the longest gap between two of our heartbeats that still counts as beating
+        self._beat_gap = (heartbeat + node_ttl) / 2
         # routing view, one slot per shard: the lease, when it was last seen, and the highest
         # revision known for the shard (older watch updates are stale)
         self._view: list[Lease | None] = [None] * shards
@@ -246,7 +259,11 @@ class Ownership:
 
     def next_deadline(self) -> float | None:
         """The earliest time at which `tick` has something to do (None: nothing pending)."""
-        times: list[float] = [n.seen + self.node_ttl for n in self._nodes.values()]
+        times: list[float] = []
+        if self._self_seen is not None:  # a node's deadline counts only while we beat (rule 1)
+            beating_until = self._self_seen + self._beat_gap
+            times = [t for t in (self._down_at(n) for n in self._nodes.values())
+                     if t <= beating_until]
         for shard, lease in enumerate(self._view):
             if lease is not None and shard not in self._held:
                 times.append(self._seen[shard] + self.lease_ttl)
@@ -274,14 +291,18 @@ class Ownership:
 
     def node_seen(self, node: str, now: float) -> list[Action]:
         out = self._expire_own(now)
-        if node != self.node:
-            entry = self._nodes.get(node)
-            if entry is None:
-                self._nodes[node] = _Node(since=now, seen=now)
-                self._preferred = None
-                out.append(NodeUp(node))
-                return self._evaluate(now, out)  # who is preferred changed
-            entry.seen = max(entry.seen, now)
+        if node == self.node:
+            if self._self_seen is None or now - self._self_seen > self._beat_gap:
+                self._beating_since = now  # the bucket works again: others' clocks restart
+            self._self_seen = max(self._self_seen or now, now)
+            return self._evaluate(now, out) if self._nodes else out
+        entry = self._nodes.get(node)
+        if entry is None:
+            self._nodes[node] = _Node(since=now, seen=now)
+            self._preferred = None
+            out.append(NodeUp(node))
+            return self._evaluate(now, out)  # who is preferred changed
+        entry.seen = max(entry.seen, now)
         return out
 
     def node_gone(self, node: str, now: float) -> list[Action]:
@@ -365,6 +386,11 @@ class Ownership:
 
     # -- rules -----------------------------------------------------------------------------------
 
+    def _down_at(self, entry: _Node) -> float:
+        """When a node is down if no heartbeat of it comes (rule 1: its clock runs only while
+        our own heartbeats arrive)."""
+        return max(entry.seen, self._beating_since) + self.node_ttl
+
     def _expire_own(self, now: float) -> list[Action]:
         """Rule 5: before anything else, drop what our own clock says may have expired."""
         out: list[Action] = []
@@ -376,8 +402,9 @@ class Ownership:
         return out
 
     def _evaluate(self, now: float, out: list[Action]) -> list[Action]:
+        beating = self._self_seen is not None and now - self._self_seen <= self._beat_gap
         for node, entry in list(self._nodes.items()):  # rule 1
-            if now >= entry.seen + self.node_ttl:
+            if beating and now >= self._down_at(entry):
                 del self._nodes[node]
                 self._preferred = None
                 out.append(NodeDown(node))

@@ -415,6 +415,9 @@ def test_nodes_come_and_go_and_are_forgotten() -> None:
         return [a for a in actions if isinstance(a, (NodeUp, NodeDown))]
 
     assert liveness(m.node_seen("b", 1.0)) == []
+    for t in (1.0, 2.0, 3.0):  # our own heartbeats, each second: the bucket works
+        assert liveness(m.node_seen("a", t)) == []
+    assert m.next_deadline() == 1.0 + NODE_TTL
     assert liveness(m.tick(1.0 + NODE_TTL - 0.01)) == []
     assert liveness(m.tick(1.0 + NODE_TTL)) == [NodeDown("b")]
     assert m.live_nodes() == {"a"}
@@ -425,6 +428,33 @@ def test_nodes_come_and_go_and_are_forgotten() -> None:
         m.node_seen(f"x{i}", 10.0 + i)
         m.node_gone(f"x{i}", 10.0 + i)
     assert m.live_nodes() == {"a"} and not m._nodes
+
+
+def test_a_bucket_that_carries_no_heartbeat_declares_nobody_down() -> None:
+    """Rule 1: the nodes bucket lost its stream leader (an election of 3-6 s): nobody's
+    heartbeat arrives, ours neither. No other node is declared down meanwhile (the chaos run
+    `cluster-stream-leader-kill-churn` saw an owner close every routed member), and once
+    ours arrive again each other node has a full node TTL to show its own."""
+    m = Ownership("a", shards=8, lease_ttl=TTL, node_ttl=NODE_TTL, settle=SETTLE)
+    m.node_seen("a", 0.0)
+    m.node_seen("b", 0.0)
+    m.synced(0.0)
+    m.node_seen("a", 1.0)
+    m.node_seen("b", 1.0)
+    for t in (2.0, 4.0, 6.0, 8.0):  # the bucket is down: no heartbeat of anyone
+        out = m.tick(t)
+        assert not [a for a in out if isinstance(a, NodeDown)] and m.live_nodes() == {"a", "b"}
+        assert m.next_deadline() is None or m.next_deadline() > t  # never a busy loop
+    # it is back: ours first; b's comes a little later (it retried its put later)
+    assert not [a for a in m.node_seen("a", 9.0) if isinstance(a, NodeDown)]
+    assert m.next_deadline() is None or m.next_deadline() >= 9.0 + NODE_TTL / 2
+    m.node_seen("a", 10.0)
+    assert not [a for a in m.node_seen("b", 10.5) if isinstance(a, NodeDown)]
+    assert m.live_nodes() == {"a", "b"}
+    # and a node that really died is still found: b is silent while we beat
+    for t in (11.0, 12.0, 13.0):
+        m.node_seen("a", t)
+    assert [a for a in m.tick(10.5 + NODE_TTL) if isinstance(a, NodeDown)] == [NodeDown("b")]
 
 
 def test_next_deadline_is_never_in_the_past_after_handling_it() -> None:

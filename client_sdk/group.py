@@ -153,6 +153,15 @@ class Group:
         `state_too_large`, `bad_checkpoint`) or `NotifyError` (connection lost: call again)."""
         return await self._client._checkpoint(self)
 
+    @property
+    def duplicates_dropped(self) -> int:
+        """Deliveries of this group the SDK dropped as duplicates (a `deliver` whose seq its
+        stream had already handed over) since the member joined it; reconnects and resumes
+        keep counting. The application never sees them; a server that sends them is still
+        worth knowing about (the chaos verdict requires 0). Read-only; 0 before the join."""
+        g = self._client.protocol.groups.get(self.name)
+        return 0 if g is None else g.duplicates
+
     def resume_point(self) -> dict[str, Any]:
         """Where this member's knowledge of the group ends; save it to come back later with
         `Client.join(name, resume_from=...)` and receive only what was missed."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from notify_chaos import report as report_mod
 from notify_chaos.runner import Runner, prepare_out
 from notify_chaos.scenario import Scenario, ScenarioError, load
-from notify_chaos.verdict import check_run, view_change_lines
+from notify_chaos.verdict import RULES, check_run, view_change_lines
 
 SHIPPED = Path(__file__).parent / "scenarios"
 
@@ -117,12 +117,14 @@ def _print_summary(rep: dict[str, object]) -> None:
     assert isinstance(v, dict)
     print("verdict: " + ("OK" if v["ok"] else "VIOLATIONS") + " — " + ", ".join(
         f"{k} {v[k]['count']}" for k in
-        ("acked_lost", "duplicates", "out_of_order", "view_disagreements"))
+        RULES)
         + f", unexplained view changes {v['view_changes']['unexplained']['count']}")
-    for k in ("acked_lost", "duplicates", "out_of_order", "view_disagreements"):
+    for k in RULES:
         for ex in v[k]["examples"][:3]:
             print(f"  {k}: {ex}")
     for line in view_change_lines(v["view_changes"]):
+        print(line)
+    for line in report_mod.takeover_lines(rep):
         print(line)
 
 

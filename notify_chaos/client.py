@@ -17,6 +17,18 @@ acknowledgement (`published`) goes to `acks_dir/acks-<name>.jsonl` as `{pid, gro
 ts}`; every failure as `{pid, group, error, ts}`. It then waits for the answers still due
 (bounded) and prints `published`.
 
+Every payload carries the publisher's send counter `c` (1, 2, 3, ... in the order its
+application made the publishes, over all its groups), logged with each delivery as `ctr`: the
+verdict checks that each member got each FIFO sender's counters in increasing order (the
+sender's order, not only the server's seqs). With `windows` (the scenario's
+`clients.schedule`) a publisher publishes only within them: a quiet sender, bursts.
+
+A churner (role `churner`) joins its groups, stays `stay` s, leaves, stays away `away` s, and
+again, from `start_at` until `stop_at`, logging each `client.churn{action: join|leave}`.
+
+At the end every client logs `client.sdk_duplicates{group, dropped}` per group: the
+deliveries its SDK dropped as duplicates (`Group.duplicates_dropped`; the verdict wants 0).
+
 Then every client (a subscriber from the start) delivers until the runner writes `stop_file`
 (JSON: group -> the offset of the last acknowledged message, and `_deadline`) and it has
 delivered that offset in each group, or the deadline passes. SIGTERM ends either role cleanly
@@ -69,6 +81,8 @@ class ChaosClient:
         self.delivered: dict[str, int] = {}  # group -> highest offset in the current epoch
         self.n = 0
         self._lost_at: float | None = None
+        #: every group handle this client joined (a churner joins a group many times)
+        self.joined: list[Group] = []
 
     @property
     def member(self) -> str:
@@ -101,7 +115,7 @@ class ChaosClient:
                                view=self.view.get(g), offset=e.offset, stream=e.stream,
                                seq=e.seq, sender=e.sender, atomic=e.atomic, msg_view=e.view,
                                sent_ts=p.get("t"), recv_ts=now, n=self.n, pid=p.get("id"),
-                               bytes=p.get("b"), epoch=self.epoch.get(g, 0))
+                               ctr=p.get("c"), bytes=p.get("b"), epoch=self.epoch.get(g, 0))
                 self.delivered[g] = max(self.delivered.get(g, 0), e.offset)
             elif isinstance(e, ViewInstalled):
                 self.view[g] = e.view
@@ -129,10 +143,18 @@ class ChaosClient:
             c.on_state_change(self._state)
             groups: list[Group] = []
             consumers: list[asyncio.Task[None]] = []
+            if cfg["role"] == "churner":
+                print("ready", flush=True)
+                try:
+                    await self.churn(c)
+                finally:
+                    self.log_duplicates()
+                return
             subscriber = cfg["role"] == "subscriber"
             for g in cfg["groups"]:
                 grp = await c.join(g)
                 groups.append(grp)
+                self.joined.append(grp)
                 consumers.append(asyncio.create_task(self.consume(grp)))
             print("ready", flush=True)
             try:
@@ -142,9 +164,58 @@ class ChaosClient:
                 # every member (a publisher too) delivers up to the last acknowledged offset
                 await self.subscribe()
             finally:
+                self.log_duplicates()
                 for t in consumers:
                     t.cancel()
                 await asyncio.gather(*consumers, return_exceptions=True)
+
+    def log_duplicates(self) -> None:
+        """The deliveries the SDK dropped as duplicates, per group (summed over this client's
+        joins of it): a duplicate the server sent is a fault even when the SDK hides it."""
+        dropped: dict[str, int] = {}
+        for grp in self.joined:
+            dropped[grp.name] = dropped.get(grp.name, 0) + grp.duplicates_dropped
+        now = time.time()
+        for g, n in sorted(dropped.items()):
+            self.log.write("client.sdk_duplicates", now, group=g, member=self.member, dropped=n)
+
+    async def churn(self, c: Client) -> None:
+        """Join, stay, leave, stay away, again (each join a new `Group` of the same name),
+        until `stop_at`; the events are consumed (not logged: nothing is owed to a churner)."""
+        cfg = self.cfg
+
+        async def drain(grp: Group) -> None:
+            async for _ in grp:
+                pass
+
+        async def pause(seconds: float) -> None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), max(0.0, seconds))
+
+        await pause(cfg["start_at"] - time.time())
+        while not self.stop.is_set() and time.time() < cfg["stop_at"]:
+            for g in cfg["groups"]:
+                try:
+                    grp = await c.join(g)
+                except Exception as e:
+                    self.log.write("client.churn", time.time(), group=g, member=self.member,
+                                   action="join", error=type(e).__name__)
+                    continue
+                self.joined.append(grp)
+                self.log.write("client.churn", time.time(), group=g, member=self.member,
+                               action="join", view=grp.view.version if grp.view else None)
+                task = asyncio.create_task(drain(grp))
+                await pause(cfg["stay"])
+                try:
+                    await grp.leave()
+                    self.log.write("client.churn", time.time(), group=g, member=self.member,
+                                   action="leave")
+                except Exception as e:
+                    self.log.write("client.churn", time.time(), group=g, member=self.member,
+                                   action="leave", error=type(e).__name__)
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await pause(cfg["away"])
 
     async def subscribe(self) -> None:
         stop_file = Path(self.cfg["stop_file"])
@@ -169,7 +240,9 @@ class ChaosClient:
             pid = f"{self.name}-{k}"
             sent = time.time()
             try:
-                r = await group.publish({"id": pid, "t": sent, "b": cfg["size"], "pad": pad},
+                # `c`: the send counter (1, 2, 3, ... in the order the application published)
+                r = await group.publish({"id": pid, "c": k + 1, "t": sent, "b": cfg["size"],
+                                         "pad": pad},
                                         order=cfg["order"], atomic=cfg["atomic"],
                                         publish_id=pid)
                 rec: dict[str, Any] = {"pid": pid, "group": group.name, "offset": r.offset,
@@ -188,20 +261,25 @@ class ChaosClient:
                     await asyncio.wait_for(self.stop.wait(), delay)
             interval = 1.0 / cfg["rate"]
             t0, k = time.monotonic(), 0
-            stop_mono = t0 + (cfg["stop_at"] - time.time())
-            while not self.stop.is_set():
-                due = t0 + k * interval
-                now = time.monotonic()
-                if due >= stop_mono:
-                    break
-                if due > now:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stop.wait(), due - now)
-                    continue
-                t = asyncio.create_task(one(groups[k % len(groups)], k))
-                inflight.add(t)
-                t.add_done_callback(inflight.discard)
-                k += 1
+            stop_s = cfg["stop_at"] - cfg["start_at"]
+            # (from, to) seconds from t=0; the scenario's schedule, or the whole run
+            windows = [(a, min(b, stop_s)) for a, b in cfg.get("windows") or [(0.0, stop_s)]]
+            for w_from, w_to in windows:
+                j = 0  # the j-th publish of this window is due at w_from + j / rate
+                while not self.stop.is_set():
+                    due = t0 + w_from + j * interval
+                    now = time.monotonic()
+                    if due >= t0 + w_to:
+                        break
+                    if due > now:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self.stop.wait(), due - now)
+                        continue
+                    t = asyncio.create_task(one(groups[k % len(groups)], k))
+                    inflight.add(t)
+                    t.add_done_callback(inflight.discard)
+                    k += 1
+                    j += 1
             if inflight:  # answers still due: bounded by request_timeout (+ a margin)
                 await asyncio.wait(set(inflight), timeout=cfg["options"]["request_timeout"] + 5)
         finally:

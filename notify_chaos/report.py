@@ -18,6 +18,12 @@ deliveries over the next second reach 90 % of the `before` rate (null if that ne
 before publishing stopped). For `kill` the fault ends when the restart is issued, so the
 node's start-up time is part of the recovery. Payload MB are the payload's padding
 bytes (`size`), 10^6 bytes per MB.
+
+`takeover` (cluster faults on an owner, issue 32): for every group of the run, the time from
+the fault (the `victim` event, just before the SIGKILL or SIGSTOP) until a publish *made after
+it* to that group is answered (`published`): when the group serves again, on the new owner for
+the groups whose shard the victim held (`owned`). The summary compares the victim's groups
+with 2 × `lease_ttl` (DESIGN §9: publishing resumes within 2 × the lease TTL).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from notify_chaos.scenario import Scenario
-from notify_chaos.verdict import log_files, read_jsonl, view_change_lines
+from notify_chaos.verdict import RULES, log_files, read_jsonl, view_change_lines
 
 BIN = 0.5  # seconds per timeline bin
 
@@ -70,6 +76,7 @@ def collect(out: Path) -> dict[str, Any]:
             and str(e.get("node", "")).startswith("subscriber-")]
     return {
         "t0": t0,
+        "acks": acks,
         "acked": Series([(a["ts"] - t0, float(a.get("b", 0) or 0)) for a in acks
                          if "offset" in a]),
         "errors": Series([(a["ts"] - t0, 1.0) for a in acks if "error" in a]),
@@ -112,12 +119,56 @@ def recovery(c: dict[str, Any], end: float, before_rate: float, stop: float) -> 
     return None
 
 
+def takeover(c: dict[str, Any], victim: dict[str, Any], groups: list[str],
+             bound: float) -> dict[str, Any]:
+    """Per group: seconds from the fault (`victim["ts"]`) to the answer of the first publish
+    made after it; null when no publish made after it was answered."""
+    fault = float(victim["ts"])
+    first: dict[str, float] = {}
+    for a in c["acks"]:
+        if "offset" in a and a.get("sent_ts", 0.0) >= fault:
+            g = a["group"]
+            first[g] = min(first.get(g, math.inf), a["ts"] - fault)
+    owned = set(victim.get("groups") or ())
+    per = {g: {"owned": g in owned, "serves_again_s": _r(first.get(g), 3)} for g in groups}
+    times = [first[g] for g in groups if g in owned and g in first]
+    others = [first[g] for g in groups if g not in owned and g in first]
+    return {
+        "victim": victim.get("node"), "fault_t": _r(fault - c["t0"], 3), "bound_s": bound,
+        "owned": len(owned & set(groups)),
+        "owned_served_again": len(times),
+        "owned_within_bound": sum(1 for t in times if t <= bound),
+        "owned_p50_s": _r(_pct(times, 0.5), 3), "owned_max_s": _r(max(times) if times else None, 3),
+        "others_max_s": _r(max(others) if others else None, 3),
+        "groups": per,
+    }
+
+
+def takeover_lines(rep: dict[str, Any]) -> list[str]:
+    out = []
+    for a in rep["actions"]:
+        t = a.get("takeover")
+        if not t:
+            continue
+        out.append(f"takeover after {a['label']} at t={t['fault_t']} s (victim {t['victim']}): "
+                   f"{t['owned_served_again']} of its {t['owned']} groups served again, "
+                   f"{t['owned_within_bound']} within 2 x lease TTL = {t['bound_s']:g} s; "
+                   f"p50 {t['owned_p50_s']} s, max {t['owned_max_s']} s; the other groups' "
+                   f"max {t['others_max_s']} s")
+    return out
+
+
 def build(out: Path, scenario: Scenario, verdict: dict[str, Any],
           failure: str | None = None) -> dict[str, Any]:
     c = collect(out)
     size = scenario.clients.publishers.size
     dur = scenario.duration
     actions = []
+    victims: dict[str, list[dict[str, Any]]] = {}
+    for e in c["run"].get("events") or []:
+        if e.get("event") == "victim" and e.get("node") is not None and "groups" in e:
+            victims.setdefault(e["label"], []).append(e)
+    groups = list(dict.fromkeys(scenario.clients.publishers.groups))
     for i, a in enumerate(scenario.actions):
         L = min(a.duration, a.start, max(0.0, dur - a.end))
         if L <= 0:  # no room after: the window after the fault is the drain
@@ -131,6 +182,9 @@ def build(out: Path, scenario: Scenario, verdict: dict[str, Any],
             "window_s": round(L, 3), "before": before, "during": during, "after": after,
             "recovery_s": recovery(c, a.end, before["subscriber"]["msg_s"] or 0.0, dur),
         })
+        if a.mode in ("kill-owner", "pause-owner") and victims.get(a.label):
+            actions[-1]["takeover"] = takeover(c, victims[a.label].pop(0), groups,
+                                               2 * scenario.system.lease_ttl)
     report = {
         "scenario": scenario.name, "description": scenario.description,
         "store": scenario.system.store, "duration_s": dur,
@@ -267,8 +321,7 @@ def markdown_rows(report: dict[str, Any]) -> list[str]:
     v = report["verdict"]
     storm = (v.get("view_changes") or {}).get("unexplained", {}).get("count", 0)
     verdict = "ok" if v["ok"] else "**fails**: " + ", ".join(
-        [f"{k} {v[k]['count']}" for k in ("acked_lost", "duplicates", "out_of_order",
-                                         "view_disagreements") if v[k]["count"]]
+        [f"{k} {v[k]['count']}" for k in RULES if v.get(k, {}).get("count")]
         + ([f"unexplained view changes {storm}"] if storm else []))
     rows = []
     for a in report["actions"]:
@@ -310,11 +363,14 @@ def render_html(report: dict[str, Any], c: dict[str, Any], scenario: Scenario) -
                 f"<td>{_fmt(w['latency_s']['max'])}</td><td>{w['publisher']['errors']}</td>"
                 f"<td>{w['subscriber']['disconnects']}</td></tr>")
     cats = []
-    for k in ("acked_lost", "duplicates", "out_of_order", "view_disagreements"):
+    for k in RULES:
         ex = "".join(f"<li>{html.escape(e)}</li>" for e in v[k]["examples"])
         cats.append(f"<tr><td>{k}</td><td>{v[k]['count']}</td><td><ul>{ex}</ul></td></tr>")
     views = ("<pre>" + html.escape("\n".join(view_change_lines(v["view_changes"])))
              + "</pre>") if "view_changes" in v else ""
+    taken = takeover_lines(report)
+    if taken:
+        views += "<pre>" + html.escape("\n".join(taken)) + "</pre>"
     status = "OK" if v["ok"] else "VIOLATIONS"
     color = "#2ca02c" if v["ok"] else "#d62728"
     fail = (f"<p style='color:#d62728'>run failed: {html.escape(report['failure'])}</p>"

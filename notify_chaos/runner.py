@@ -223,21 +223,28 @@ class Runner:
             name = f"{role}-{i}"
             urls = []
             # cluster mode: every node's URL, each client's list starting one node further,
-            # so that every node is the edge of some clients (the SDK tries them in turn)
-            for k in range(len(nodes)):
-                node = nodes[(spawned + k) % len(nodes)]
+            # so that every node is the edge of some clients (the SDK tries them in turn);
+            # `clients.edges` names the node a client's list starts at
+            first = spawned
+            if name in c.edges:
+                first = [n.name for n in nodes].index(c.edges[name])
+            for k in range(1 if name in c.pinned else len(nodes)):
+                node = nodes[(first + k) % len(nodes)]
                 proxy = await LinkProxy(node.port, name=f"{name}->{node.name}").start()
                 self.d.links[(name, node.name)] = proxy
                 urls.append(f"ws://127.0.0.1:{proxy.port}")
             spawned += 1
-            groups = (c.subscribers if role == "subscriber" else c.publishers).groups
+            groups = {"subscriber": c.subscribers, "publisher": c.publishers,
+                      "churner": c.churners}[role].groups
             cfg = {"name": name, "role": role, "url": urls[0] if len(urls) == 1 else urls,
                    "user": c.user_of(name),
                    "groups": groups, "log_dir": str(out / "logs"), "acks_dir": str(out / "acks"),
                    "options": c.options.model_dump(), "stop_file": str(out / "clients" / "stop"),
                    "start_at": start_at, "stop_at": start_at + s.duration,
                    "rate": c.publishers.rate, "size": c.publishers.size,
-                   "order": c.publishers.order, "atomic": c.publishers.atomic}
+                   "order": c.publishers.order, "atomic": c.publishers.atomic,
+                   "windows": c.schedule.get(name),
+                   "stay": c.churners.stay, "away": c.churners.away}
             path = out / "clients" / f"{name}.json"
             path.write_text(json.dumps(cfg, indent=1))
             p = ClientProc(name, path, out / "clients" / f"{name}.err")
@@ -248,6 +255,7 @@ class Runner:
         await asyncio.gather(*(p.ready() for p in subs))
         start_at = time.time() + 2.0 + 0.2 * c.publishers.count + s.warmup
         pubs = [await spawn("publisher", i, start_at) for i in range(1, c.publishers.count + 1)]
+        pubs += [await spawn("churner", i, start_at) for i in range(1, c.churners.count + 1)]
         await asyncio.gather(*(p.ready() for p in pubs))
         if time.time() > start_at:
             self.d.note("publishers.late", by_s=round(time.time() - start_at, 3))
@@ -289,6 +297,16 @@ class Runner:
                     proxy.uncut()
         elif a.mode == "disk_full":
             await asyncio.to_thread(self.d.nodes[a.target].disk_full, on)
+        elif a.mode == "reset-nats":
+            node = self.d.nodes[a.target]
+            if not on:
+                if p.get("pause"):
+                    node.resume()
+                return
+            if p.get("pause"):
+                node.pause()
+            reset = await asyncio.to_thread(self.reset_nats, node)
+            self.d.note("nats.reset", node=node.name, paused=bool(p.get("pause")), **reset)
         else:
             for proxy in self.d.link_proxies(a.target):
                 if a.mode == "delay":
@@ -299,6 +317,32 @@ class Runner:
                     proxy.slow(p["bytes_per_s"] if on else None)
                 elif a.mode == "cut":
                     proxy.cut() if on else proxy.uncut()
+
+    def reset_nats(self, node: Node) -> dict[str, Any]:
+        """Reset every TCP connection from `node`'s process to a nats-server's client port
+        (`ss -K`: the kernel aborts the socket, both ends see a reset; needs root or
+        CAP_NET_ADMIN). Returns what was reset, as `{"sockets": [...], "error": ...}`."""
+        import subprocess
+
+        pid = node.proc.pid if node.proc is not None else None
+        ports = {int(u.rsplit(":", 1)[1]) for u in self.d.nats.urls}
+        out = subprocess.run(["ss", "-tnpH", "state", "established"], capture_output=True,
+                             text=True, timeout=5, check=False).stdout
+        done: list[str] = []
+        errors: list[str] = []
+        for line in out.splitlines():
+            if f"pid={pid}," not in line:
+                continue
+            parts = line.split()
+            local, peer = parts[2], parts[3]
+            lport, pport = int(local.rsplit(":", 1)[1]), int(peer.rsplit(":", 1)[1])
+            if pport not in ports:
+                continue
+            r = subprocess.run(["ss", "-K", "dst", peer.rsplit(":", 1)[0], "dport", "=",
+                                str(pport), "sport", "=", str(lport)], capture_output=True,
+                               text=True, timeout=5, check=False)
+            (done if r.returncode == 0 else errors).append(f"{local}->{peer}")
+        return {"sockets": done, **({"errors": errors} if errors else {})}
 
     async def _flap(self, a: Action) -> None:
         """Mode `flap`: the target's links down for `down`, up for `up`, over and over (each
@@ -380,7 +424,15 @@ class Runner:
                 self.d.note("action.no_victim", label=a.label, why="no edge with clients")
                 return
         assert victim is not None
-        self.d.note("victim", label=a.label, node=victim.name, owner=owner.name, group=group)
+        # the groups of the run whose shard the victim holds (issue 32: each one's time until
+        # it serves again is measured in the report)
+        from notify.cluster.shards import shard_of
+
+        held = set((await asyncio.to_thread(victim.view)).get("held", []))
+        every = dict.fromkeys([*self.s.clients.publishers.groups,
+                               *self.s.clients.subscribers.groups])
+        self.d.note("victim", label=a.label, node=victim.name, owner=owner.name, group=group,
+                    groups=[g for g in every if shard_of(g) in held])
         self._victims[id(a)] = ("node", victim.name)
         if a.mode == "pause-owner":
             victim.pause()
@@ -431,7 +483,7 @@ class Runner:
             actions = [asyncio.create_task(self._action(i, a, t0_mono))
                        for i, a in enumerate(s.actions)]
             pubs = [c for n, c in self.d.clients.items() if n.startswith("publisher")]
-            subs = [c for n, c in self.d.clients.items() if n.startswith("subscriber")]
+            subs = [c for n, c in self.d.clients.items() if not n.startswith("publisher")]
             grace = s.clients.options.request_timeout + 10
             await asyncio.sleep(max(0.0, t0_mono + s.duration - time.monotonic()))
             await asyncio.gather(*actions)

@@ -23,6 +23,15 @@ those two clients instances of user `alice` (member ids `alice#subscriber-1`,
 `alice#subscriber-2`), as two devices of one person. Mode `flap` (params `down`, `up`) cuts a
 link for `down`, restores it for `up`, and again, until the action ends.
 
+Placement and timing (issue 32): `clients.edges: {subscriber-1: node-2}` starts a client's
+URL list at that node; `clients.schedule: {publisher-1: [[0s, 0.2s], [20s, 21s]]}` makes a
+publisher publish only in those windows (a quiet sender, bursts); `clients.pinned: [...]` gives
+those clients their `edges` node's URL alone; `clients.churners: {count,
+group, stay, away}` are members that join and leave again and again (view-change churn); a
+group list may hold a range, `t{1..60}`. Mode `reset-nats` (target `node-N`, params `pause`)
+resets that node's NATS client connections (`ss -K`), SIGSTOPped around it with `pause: true`.
+`expect: {late_after_ack: 3s, removals: 0}` adds promises the verdict checks.
+
 Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
 document is composed once to learn where every key and list item sits, then validated.
 """
@@ -101,8 +110,26 @@ class System(_Model):
         return self.nats > 0
 
 
-def _as_list(v: Any) -> Any:
-    return [v] if isinstance(v, str) else v
+_RANGE = re.compile(r"^(?P<pre>[^{}]*)\{(?P<lo>[0-9]+)\.\.(?P<hi>[0-9]+)\}(?P<post>[^{}]*)$")
+
+
+def expand_groups(v: Any) -> Any:
+    """A group name, a list of them, or a range `t{1..60}` (t1, t2, ..., t60) in either."""
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list):
+        return v
+    out: list[Any] = []
+    for x in items:
+        m = _RANGE.match(x) if isinstance(x, str) else None
+        if m is None:
+            out.append(x)
+            continue
+        lo, hi = int(m.group("lo")), int(m.group("hi"))
+        if hi < lo or hi - lo >= 10_000:
+            raise ValueError(f"{x!r}: a range is {{LOW..HIGH}} with LOW <= HIGH, "
+                             "at most 10,000 names")
+        out += [f"{m.group('pre')}{i}{m.group('post')}" for i in range(lo, hi + 1)]
+    return out
 
 
 class ClientOptionsSpec(_Model):
@@ -118,7 +145,7 @@ class ClientOptionsSpec(_Model):
 
 class _Members(_Model):
     count: int = Field(default=1, ge=0)
-    groups: Annotated[list[str], BeforeValidator(_as_list), Field(min_length=1)] = ["g1"]
+    groups: Annotated[list[str], BeforeValidator(expand_groups), Field(min_length=1)] = ["g1"]
 
     @model_validator(mode="before")
     @classmethod
@@ -144,23 +171,75 @@ class Subscribers(_Members):
     pass
 
 
+class Churners(_Members):
+    """Members that join their groups, stay `stay`, leave, stay away `away`, and again, from
+    t=0 until `duration` (view-change churn); they deliver nothing the verdict owes them."""
+
+    count: int = Field(default=0, ge=0)
+    stay: Seconds = Field(default=2.0, gt=0)
+    away: Seconds = Field(default=1.0, gt=0)
+
+
+#: a publisher's active window: it publishes (at its rate) from the first time to the second
+Window = tuple[Seconds, Seconds]
+
+
 #: a user id as `hello.member` accepts it (notify/core/hub.py; no `#`: notify/core/users.py)
 _USER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$")
-_CLIENT = re.compile(r"^(publisher|subscriber)-([1-9][0-9]*)$")
+_CLIENT = re.compile(r"^(publisher|subscriber|churner)-([1-9][0-9]*)$")
+_NODE = re.compile(r"^node-([1-9][0-9]*)$")
 
 
 class Clients(_Model):
     publishers: Publishers = Field(default_factory=Publishers)
     subscribers: Subscribers = Field(default_factory=Subscribers)
+    churners: Churners = Field(default_factory=Churners)
     options: ClientOptionsSpec = Field(default_factory=ClientOptionsSpec)
     #: user -> the clients that are instances of it (issue 29: one user, many devices): each
     #: connects as that user with its own name as the instance (member id `user#client-name`);
     #: a client named nowhere is a user of its own (member `name#<random instance>`)
     users: dict[str, list[str]] = Field(default_factory=dict)
+    #: publisher -> the windows it publishes in (seconds from t=0, `[from, to]`); a publisher
+    #: named nowhere publishes from t=0 to `duration` (a quiet sender, bursts)
+    schedule: dict[str, list[Window]] = Field(default_factory=dict)
+    #: client -> the node its URL list starts at (its edge while that node is up); a client
+    #: named nowhere starts one node further than the client before it
+    edges: dict[str, str] = Field(default_factory=dict)
+    #: clients given only their `edges` node's URL: they reconnect to it, never elsewhere
+    pinned: list[str] = Field(default_factory=list)
+
+    def _client_exists(self, name: str) -> bool:
+        counts = {"publisher": self.publishers.count, "subscriber": self.subscribers.count,
+                  "churner": self.churners.count}
+        m = _CLIENT.match(name)
+        return m is not None and int(m.group(2)) <= counts[m.group(1)]
+
+    @model_validator(mode="after")
+    def _placement(self) -> Clients:
+        for name, windows in self.schedule.items():
+            if not name.startswith("publisher-") or not self._client_exists(name):
+                raise ValueError(f"schedule: {name!r} is not one of the {self.publishers.count} "
+                                 "publishers")
+            if not windows:
+                raise ValueError(f"schedule.{name}: give at least one [from, to] window")
+            for a, b in windows:
+                if b <= a:
+                    raise ValueError(f"schedule.{name}: window [{a:g}, {b:g}] ends before it "
+                                     "starts")
+        for name, node in self.edges.items():
+            if not self._client_exists(name):
+                raise ValueError(f"edges: {name!r} is not one of the clients")
+            if not _NODE.match(node):
+                raise ValueError(f"edges.{name}: {node!r} is not a node (node-N)")
+        for name in self.pinned:
+            if name not in self.edges:
+                raise ValueError(f"pinned: {name!r} has no node in `edges` to be pinned to")
+        return self
 
     @model_validator(mode="after")
     def _users(self) -> Clients:
-        counts = {"publisher": self.publishers.count, "subscriber": self.subscribers.count}
+        counts = {"publisher": self.publishers.count, "subscriber": self.subscribers.count,
+                  "churner": self.churners.count}
         seen: dict[str, str] = {}
         for user, names in self.users.items():
             if not _USER.match(user):
@@ -170,7 +249,7 @@ class Clients(_Model):
                 raise ValueError(f"users.{user}: name its clients (publisher-N, subscriber-N)")
             for n in names:
                 m = _CLIENT.match(n)
-                if not m or int(m.group(2)) > counts[m.group(1)]:
+                if not m or m.group(1) == "churner" or int(m.group(2)) > counts[m.group(1)]:
                     raise ValueError(f"users.{user}: {n!r} is not one of the clients "
                                      f"({counts['publisher']} publishers, "
                                      f"{counts['subscriber']} subscribers)")
@@ -184,7 +263,7 @@ class Clients(_Model):
         return next((u for u, names in self.users.items() if client in names), None)
 
 
-Mode = Literal["kill", "pause", "delay", "loss", "cut", "flap", "slow", "disk_full",
+Mode = Literal["kill", "pause", "delay", "loss", "cut", "flap", "slow", "disk_full", "reset-nats",
                "kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
                "delay-stream-leader"]
 #: cluster faults: the victim is chosen when the action starts (`target` is the group whose
@@ -197,7 +276,7 @@ CLUSTER_MODES = ("kill-owner", "kill-edge", "pause-owner", "kill-nats-leader",
 ROUTE_MODES = ("delay-stream-leader",)
 PROCESS_MODES = ("kill", "pause")
 LINK_MODES = ("delay", "loss", "cut", "flap", "slow")
-NODE_MODES = ("disk_full",)
+NODE_MODES = ("disk_full", "reset-nats")
 
 _TARGET = re.compile(
     r"^(?:(?P<node>node-[1-9][0-9]*)|(?P<nats>nats-[1-9][0-9]*)|(?P<clients>clients)"
@@ -254,7 +333,8 @@ class Action(_Model):
         allowed = {"delay": {"ms", "jitter_ms"}, "loss": {"percent", "rto_ms"},
                    "slow": {"bytes_per_s"}, "cut": set(), "flap": {"down", "up"},
                    "kill": {"signal"}, "pause": set(),
-                   "disk_full": set(), **{m: set() for m in CLUSTER_MODES},
+                   "disk_full": set(), "reset-nats": {"pause"},
+                   **{m: set() for m in CLUSTER_MODES},
                    "delay-stream-leader": {"ms", "jitter_ms"}}[mode]
         unknown = set(p) - allowed
         if unknown:
@@ -277,6 +357,8 @@ class Action(_Model):
                 except ValueError:
                     raise ValueError(f"mode flap needs params.{k} (a duration > 0, e.g. 3s)"
                                      ) from None
+        if mode == "reset-nats" and not isinstance(p.get("pause", False), bool):
+            raise ValueError("params.pause: true (SIGSTOP the node around the reset) or false")
         if mode == "kill" and p.get("signal", "KILL") not in ("KILL", "TERM"):
             raise ValueError("params.signal: KILL or TERM")
         if mode in CLUSTER_MODES:
@@ -288,6 +370,8 @@ class Action(_Model):
             raise ValueError(f"mode {mode} applies to a process, not a link ({self.target})")
         if mode in (*NODE_MODES, "kill") and not self.target.startswith("node-"):
             raise ValueError(f"mode {mode} applies to node-N (a client is not restarted)")
+        if mode == "reset-nats" and (link or not self.target.startswith("node-")):
+            raise ValueError(f"mode {mode} applies to node-N (its NATS client connections)")
         return self
 
     @property
@@ -311,6 +395,18 @@ def _num(v: Any, lo: float, hi: float | None = None) -> bool:
             and (hi is None or v <= hi))
 
 
+class Expect(_Model):
+    """What this scenario promises beyond the safety rules; each broken one is an
+    `expectations` violation in the verdict (issue 32)."""
+
+    #: every delivery of an acknowledged message to a subscriber comes at most this long after
+    #: the acknowledgement (a tail lost on the way to an edge must be noticed, not wait for the
+    #: next burst)
+    late_after_ack: Seconds | None = None
+    #: at most this many members removed (after a suspect timeout) in the whole run
+    removals: int | None = Field(default=None, ge=0)
+
+
 class Scenario(_Model):
     name: str | None = None
     description: str = ""
@@ -322,10 +418,15 @@ class Scenario(_Model):
     system: System = Field(default_factory=System)
     clients: Clients = Clients()
     actions: list[Action] = Field(default_factory=list)
+    expect: Expect = Field(default_factory=Expect)
 
     @model_validator(mode="after")
     def _fit(self) -> Scenario:
         pubs, subs = self.clients.publishers.count, self.clients.subscribers.count
+        for name, node in self.clients.edges.items():
+            if int(node.removeprefix("node-")) > self.system.nodes:
+                raise ValueError(f"clients.edges.{name}: {node} does not exist "
+                                 f"({self.system.nodes} nodes)")
         for i, a in enumerate(self.actions):
             if a.mode in CLUSTER_MODES:
                 if not self.system.cluster:
@@ -344,6 +445,9 @@ class Scenario(_Model):
             if a.end > self.duration:
                 raise ValueError(f"actions[{i}] ends at {a.end:g}s, after duration "
                                  f"{self.duration:g}s")
+            if a.mode == "reset-nats" and not self.system.cluster:
+                raise ValueError(f"actions[{i}]: mode reset-nats needs cluster mode "
+                                 "(system.nats: 3): a single node has no NATS connection")
             for kind, n in (("publisher", pubs), ("subscriber", subs), ("node", self.system.nodes)):
                 for m in re.finditer(rf"{kind}-([0-9]+)", a.target):
                     if int(m.group(1)) > n:

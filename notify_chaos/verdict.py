@@ -20,6 +20,19 @@ Its order, duplicate and virtual-synchrony rules are the Spark `check` job's
   different member lists (G1); or a member that installed v+1 right after v had not delivered
   every view-v message another such member delivered in v (Spark: "G2 virtual synchrony").
 
+- **sender_fifo** (issue 32): within one member and one group, the send counters (`ctr`: the
+  publisher's 1, 2, 3, ... in the order its application published) of each FIFO sender's
+  messages (streams `fifo:*`) strictly increase in delivery order: per-sender FIFO as the
+  sender sent, which server seqs alone cannot show (a sender's two messages given seqs in the
+  wrong order would pass `out_of_order`). A counter acknowledged to its sender but missing at a
+  member that stayed in the group is `acked_lost` (the counter travels with the publish id).
+- **expectations**: the scenario's own promises (`expect`): `late_after_ack` (every delivery
+  of an acknowledged message to a subscriber within that many seconds of its ack) and
+  `removals` (at most that many members removed after a suspect timeout).
+- **sdk_duplicates**: deliveries the members' SDKs dropped as duplicates
+  (`client.sdk_duplicates{dropped}`, logged by each client at its end): the application never
+  saw them, but the server sent them; the count is their total and must be 0.
+
 Delivery order within a member is (`recv_ts`, `n`), as in the Spark job. Each category gives a
 count and up to `EXAMPLES` examples.
 
@@ -27,7 +40,7 @@ count and up to `EXAMPLES` examples.
   accounted for by the members' own comings and goings (`view_changes()`); one that is not
   (a storm: installs that change nobody, members removed while connected) fails the verdict.
 
-`ok` is true when all four counts are zero and every view change is explained.
+`ok` is true when every rule's count (`RULES`) is zero and every view change is explained.
 """
 
 from __future__ import annotations
@@ -40,6 +53,10 @@ from typing import Any
 import orjson
 
 EXAMPLES = 5
+
+#: the rules whose count must be 0, in the order reports list them
+RULES = ("acked_lost", "duplicates", "out_of_order", "view_disagreements", "sender_fifo",
+         "sdk_duplicates", "expectations")
 
 Event = dict[str, Any]
 
@@ -89,19 +106,21 @@ class _Cat:
 
 
 def check(events: list[Event], acks: list[Event] | None = None,
-          subscribers: set[str] | None = None, *, gone_ends_membership: bool = True
-          ) -> dict[str, Any]:
+          subscribers: set[str] | None = None, *, gone_ends_membership: bool = True,
+          expect: dict[str, Any] | None = None) -> dict[str, Any]:
     """The verdict over client (and server) events and publisher acks.
 
     `subscribers`: the members whose deliveries acked messages must reach (default: every
     member that logged a delivery or a view). `gone_ends_membership`: a member whose log ends
     with a disconnect (it never came back) is not owed what was acknowledged after it left; a
-    chaos run turns this off, since its subscribers are all meant to be there at the end."""
+    chaos run turns this off, since its subscribers are all meant to be there at the end.
+    `expect`: the scenario's `expect` (`late_after_ack`, `removals`)."""
     deliveries = sorted((e for e in events if e.get("event") == "client.deliver"),
                         key=lambda e: (_member(e), e.get("recv_ts") or e["ts"], e.get("n") or 0))
     views = sorted((e for e in events if e.get("event") == "client.view"),
                    key=lambda e: (_member(e), e["ts"]))
     lost, dup, order, vd = _Cat(), _Cat(), _Cat(), _Cat()
+    sender_fifo, sdk_dup = _Cat(), _Cat()
 
     # duplicates, by offset within an epoch, and by publish id
     seen_off: dict[tuple[Any, ...], int] = defaultdict(int)
@@ -128,6 +147,30 @@ def check(events: list[Event], acks: list[Event] | None = None,
                       f"after offset {prev['offset']} (seq {prev['seq']})",
                       "G4" if d["stream"] == "total" else "G3")
         last[key] = d
+
+    # sender_fifo: each FIFO sender's send counters strictly increase at each member (across
+    # epochs and reconnects: the sender's order is one sequence whatever the server did)
+    last_ctr: dict[tuple[Any, ...], Event] = {}
+    for d in deliveries:
+        if d.get("ctr") is None or not str(d.get("stream", "")).startswith("fifo"):
+            continue
+        fkey = (d["group"], _member(d), d.get("sender"))
+        prev = last_ctr.get(fkey)
+        if prev is not None and d["ctr"] <= prev["ctr"]:
+            sender_fifo.add(f"{fkey[1]} in {fkey[0]} from {fkey[2]}: counter {d['ctr']} (offset "
+                            f"{d['offset']}) after counter {prev['ctr']} (offset "
+                            f"{prev['offset']})", "repeated" if d["ctr"] == prev["ctr"]
+                            else "went_back")
+        last_ctr[fkey] = d
+
+    # sdk_duplicates: what the SDKs dropped as duplicates (the count is their total)
+    reports = [e for e in events if e.get("event") == "client.sdk_duplicates"]
+    for e in sorted(reports, key=lambda e: (str(e.get("group")), _member(e))):
+        n = int(e.get("dropped") or 0)
+        if n:
+            sdk_dup.add(f"{_member(e)}'s SDK dropped {n} duplicate deliveries of "
+                        f"{e.get('group')}", _member(e))
+    sdk_dup.count = sum(int(e.get("dropped") or 0) for e in reports)
 
     # G1: one member list per (group, epoch, view)
     lists: dict[tuple[Any, ...], dict[tuple[str, ...], list[str]]] = defaultdict(
@@ -215,15 +258,52 @@ def check(events: list[Event], acks: list[Event] | None = None,
                              f"{a['offset']}, t={a['ts']:.3f})", m)
     checked = {"deliveries": len(deliveries), "views": len(views),
                "acks": sum(1 for a in acks or () if "offset" in a),
-               "members": len({(d["group"], _member(d)) for d in deliveries})}
+               "members": len({(d["group"], _member(d)) for d in deliveries}),
+               "with_counter": sum(1 for d in deliveries if d.get("ctr") is not None),
+               "sdk_duplicate_reports": len(reports)}
     res: dict[str, Any] = {"acked_lost": lost.out(), "duplicates": dup.out(),
                            "out_of_order": order.out(), "view_disagreements": vd.out(),
+                           "sender_fifo": sender_fifo.out(), "sdk_duplicates": sdk_dup.out(),
                            "checked": checked}
-    res["ok"] = all(res[k]["count"] == 0 for k in
-                    ("acked_lost", "duplicates", "out_of_order", "view_disagreements"))
     res["view_changes"] = view_changes(events)
+    res["expectations"] = expectations(expect or {}, deliveries, acks or [], subscribers,
+                                       res["view_changes"])
+    res["ok"] = all(res[k]["count"] == 0 for k in RULES)
     res["ok"] = res["ok"] and res["view_changes"]["ok"]
     return res
+
+
+def expectations(expect: dict[str, Any], deliveries: list[Event], acks: list[Event],
+                 subscribers: set[str] | None, vc: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's `expect` checked: each broken promise is one count (a late delivery, or
+    the removals over the limit). `measured` says what was seen, kept or not."""
+    cat = _Cat()
+    measured: dict[str, Any] = {}
+    bound = expect.get("late_after_ack")
+    if bound is not None:
+        acked = {(a["group"], a["pid"]): a["ts"] for a in acks if "offset" in a}
+        worst = 0.0
+        for d in deliveries:
+            if subscribers is not None and _member(d) not in subscribers:
+                continue
+            t = acked.get((d["group"], d.get("pid")))
+            if t is None:
+                continue
+            late = (d.get("recv_ts") or d["ts"]) - t
+            worst = max(worst, late)
+            if late > bound:
+                cat.add(f"{_member(d)} delivered {d['group']} {d.get('pid')} {late:.3f} s after "
+                        f"its ack (bound {bound:g} s)", "late_after_ack")
+        measured["max_after_ack_s"] = round(worst, 3)
+    limit = expect.get("removals")
+    if limit is not None:
+        removals = vc["changes"]["removals"]
+        measured["removals"] = removals
+        if removals > limit:
+            cat.add(f"{removals} members removed after a suspect timeout (expected at most "
+                    f"{limit})", "removals")
+    return {**cat.out(), "expect": {k: v for k, v in expect.items() if v is not None},
+            "measured": measured}
 
 
 def view_change_lines(vc: dict[str, Any]) -> list[str]:
@@ -369,6 +449,14 @@ def check_run(out: Path, subscribers: set[str] | None = None) -> dict[str, Any]:
         # its member id may be another user's instance: `alice#subscriber-1`)
         subscribers = {_member(e) for e in events
                        if str(e.get("node", "")).startswith("subscriber-")} or None
-    res = check(events, acks, subscribers, gone_ends_membership=False)
+    expect = None
+    if (out / "scenario.yaml").exists():
+        from notify_chaos.scenario import ScenarioError, load
+
+        try:
+            expect = load(out / "scenario.yaml").expect.model_dump()
+        except ScenarioError:
+            expect = None  # a run of an older format: no expectations to check
+    res = check(events, acks, subscribers, gone_ends_membership=False, expect=expect)
     res["checked"]["bad_lines"] = bad + bad_acks
     return res

@@ -206,3 +206,64 @@ def test_bad_users_and_flap(old: str, new: str, words: str) -> None:
     assert old in DEVICES
     with pytest.raises(ScenarioError, match=words):
         loads(DEVICES.replace(old, new), "d.yaml")
+
+
+PLACED = """
+duration: 30s
+system: {nodes: 3, nats: 3, store: jetstream}
+clients:
+  publishers: {count: 2, groups: ["t{1..3}", x], order: fifo}
+  subscribers: {count: 2, groups: ["t{1..3}"]}
+  churners: {count: 2, group: g1, stay: 1.5s, away: 500ms}
+  schedule: {publisher-1: [[0s, 200ms], [22s, 24s]]}
+  edges: {publisher-2: node-3, subscriber-1: node-2}
+  pinned: [subscriber-1]
+actions:
+  - {target: node-2, start: 2.3s, duration: 400ms, mode: reset-nats, params: {pause: true}}
+expect: {late_after_ack: 3s, removals: 0}
+"""
+
+
+def test_placement_schedules_churners_ranges_reset_and_expectations() -> None:
+    """Issue 32's fields: where clients connect, when publishers publish, members that churn,
+    group ranges, resetting a node's NATS connections, and what the verdict must also hold."""
+    s = loads(PLACED)
+    c = s.clients
+    assert c.publishers.groups == ["t1", "t2", "t3", "x"] and c.subscribers.groups[-1] == "t3"
+    assert (c.churners.count, c.churners.groups, c.churners.stay, c.churners.away) == (
+        2, ["g1"], 1.5, 0.5)
+    assert c.schedule == {"publisher-1": [(0.0, 0.2), (22.0, 24.0)]}
+    assert c.edges == {"publisher-2": "node-3", "subscriber-1": "node-2"}
+    assert c.pinned == ["subscriber-1"]
+    (a,) = s.actions
+    assert (a.mode, a.target, a.params) == ("reset-nats", "node-2", {"pause": True})
+    assert (s.expect.late_after_ack, s.expect.removals) == (3.0, 0)
+    assert loads(GOOD).clients.churners.count == 0 and loads(GOOD).expect.removals is None
+    sixty = load(shipped()["cluster-takeover-60-groups"])
+    assert sixty.clients.publishers.groups == [f"t{i}" for i in range(1, 61)]
+
+
+@pytest.mark.parametrize(("old", "new", "words"), [
+    ("publisher-1: [[0s", "publisher-3: [[0s", "not one of the 2 publishers"),
+    ("publisher-1: [[0s", "subscriber-1: [[0s", "not one of the 2 publishers"),
+    ("[22s, 24s]", "[24s, 22s]", "ends before it starts"),
+    ("subscriber-1: node-2}", "subscriber-1: node-4}", "does not exist"),
+    ("subscriber-1: node-2}", "subscriber-1: nats-2}", "not a node"),
+    ("subscriber-1: node-2}", "subscriber-9: node-2}", "not one of the clients"),
+    ("pinned: [subscriber-1]", "pinned: [subscriber-2]", "no node in `edges`"),
+    ("\"t{1..3}\", x]", "\"t{3..1}\"]", "LOW <= HIGH"),
+    ("params: {pause: true}", "params: {pause: 2}", "params.pause"),
+    ("target: node-2, start: 2.3s", "target: subscriber-1, start: 2.3s", "node-N"),
+    ("nats: 3, store: jetstream", "nats: 0, store: sqlite, nodes: 1", "needs cluster mode"),
+    ("removals: 0", "removals: -1", "greater than or equal to 0"),
+    ("stay: 1.5s", "stay: 0s", "greater than 0"),
+])
+def test_bad_placement_schedules_and_resets(old: str, new: str, words: str) -> None:
+    assert old in PLACED
+    text = PLACED.replace(old, new)
+    if "nodes: 1" in new:
+        text = text.replace("system: {nodes: 3, ", "system: {").replace(
+            "publisher-2: node-3, subscriber-1: node-2", "subscriber-1: node-1")
+    with pytest.raises(ScenarioError) as e:
+        loads(text, "p.yaml")
+    assert words in str(e.value), str(e.value)

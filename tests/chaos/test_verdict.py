@@ -196,3 +196,96 @@ def test_a_view_change_storm_is_flagged(extra: list[Line], rule: str) -> None:
 def test_the_handmade_history_removes_carol_after_her_suspicion() -> None:
     vc = check(_events(handmade.clean_history()))["view_changes"]
     assert vc["ok"] and vc["changes"]["removals"] == 1 and vc["resumed"] == 1
+
+
+# -- issue 32: the send counter, the SDK's hidden duplicates, the scenario's expectations ----
+
+RULES_32 = ("sender_fifo", "sdk_duplicates", "expectations")
+
+
+def with_counters(h: dict[str, list[Line]]) -> dict[str, list[Line]]:
+    """Every delivery carries its sender's send counter (`ctr`): in the hand-made history each
+    sender sends its messages in offset order, so its counters are 1, 2, 3... by offset."""
+    h = copy.deepcopy(h)
+    offsets: dict[str, list[int]] = {}
+    for lines in h.values():
+        for x in lines:
+            if x["event"] == "client.deliver":
+                offsets.setdefault(x["sender"], []).append(x["offset"])
+    ctr = {(s, o): i + 1 for s, offs in offsets.items() for i, o in enumerate(sorted(set(offs)))}
+    for lines in h.values():
+        for x in lines:
+            if x["event"] == "client.deliver":
+                x["ctr"] = ctr[(x["sender"], x["offset"])]
+    return h
+
+
+def _deliveries(lines: list[Line], sender: str) -> list[Line]:
+    return [x for x in lines if x["event"] == "client.deliver" and x["sender"] == sender]
+
+
+def test_a_clean_history_with_counters_passes_the_new_rules() -> None:
+    h, acks = with_acks(with_counters(handmade.clean_history()))
+    reports = [{"ts": handmade.T0 + 9, "event": "client.sdk_duplicates", "node": m,
+                "member": m, "group": "g1", "dropped": 0} for m in ("alice", "bob")]
+    v = check([*_events(h), *reports], acks)  # (carol dropped for good: no report)
+    assert v["ok"], v
+    assert all(v[k]["count"] == 0 for k in RULES_32)
+    assert v["checked"]["with_counter"] == v["checked"]["deliveries"] == 17
+    assert v["checked"]["sdk_duplicate_reports"] == 2
+
+
+def test_a_fifo_senders_counters_going_back_at_a_member_fail_the_verdict() -> None:
+    """Server seqs in order, but the sender's own order broken (cluster review S2: a later
+    publish accepted before an earlier one): only the counter shows it."""
+    h = with_counters(handmade.clean_history())
+    first, second = _deliveries(h["bob"], "alice")[:2]
+    first["ctr"], second["ctr"] = second["ctr"], first["ctr"]
+    v = check(_events(h))
+    assert not v["ok"]
+    assert v["sender_fifo"]["count"] == 1 and v["sender_fifo"]["by_rule"] == {"went_back": 1}
+    assert "bob in g1 from alice: counter 1" in v["sender_fifo"]["examples"][0]
+    assert _counts(v) == dict.fromkeys(CATS, 0)  # seqs and offsets are all in order
+
+
+def test_a_repeated_counter_fails_and_total_order_streams_are_not_fifo_senders() -> None:
+    h = with_counters(handmade.clean_history())
+    first, second = _deliveries(h["alice"], "alice")[:2]
+    second["ctr"] = first["ctr"]
+    # bob publishes in total order: his counters are not a FIFO stream's, not checked
+    b1, b2 = _deliveries(h["alice"], "bob")[:2]
+    b1["ctr"], b2["ctr"] = 9, 1
+    v = check(_events(h))
+    assert v["sender_fifo"]["count"] == 1 and v["sender_fifo"]["by_rule"] == {"repeated": 1}
+
+
+def test_duplicates_the_sdk_dropped_fail_the_verdict() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    reports = [{"ts": handmade.T0 + 9, "event": "client.sdk_duplicates", "node": "bob",
+                "member": "bob", "group": "g1", "dropped": 3},
+               {"ts": handmade.T0 + 9, "event": "client.sdk_duplicates", "node": "alice",
+                "member": "alice", "group": "g1", "dropped": 0}]
+    v = check([*_events(h), *reports], acks)
+    assert not v["ok"]
+    assert v["sdk_duplicates"]["count"] == 3
+    assert v["sdk_duplicates"]["examples"] == ["bob's SDK dropped 3 duplicate deliveries of g1"]
+
+
+def test_a_delivery_later_than_the_stated_bound_after_its_ack_fails() -> None:
+    h, acks = with_acks(handmade.clean_history())
+    assert check(_events(h), acks, expect={"late_after_ack": 1.0})["ok"]
+    d = _deliveries(h["bob"], "alice")[-1]  # alice's view-2 message, 5 s late at bob
+    d["recv_ts"] += 5.0
+    v = check(_events(h), acks, expect={"late_after_ack": 1.0})
+    assert not v["ok"] and v["expectations"]["count"] == 1
+    assert v["expectations"]["by_rule"] == {"late_after_ack": 1}
+    assert v["expectations"]["measured"]["max_after_ack_s"] > 5.0
+    assert check(_events(h), acks)["ok"]  # no bound stated: late is not lost
+
+
+def test_more_removals_than_the_scenario_expects_fail() -> None:
+    ev = _events(handmade.clean_history())  # carol is removed after her suspect timeout
+    assert check(ev, expect={"removals": 1})["ok"]
+    v = check(ev, expect={"removals": 0})
+    assert not v["ok"] and v["expectations"]["by_rule"] == {"removals": 1}
+    assert v["expectations"]["measured"] == {"removals": 1}

@@ -331,3 +331,21 @@ def test_a_clash_fails_the_unanswered_publishes_instead_of_sending_them_as_anoth
     p.rejoin_all()
     assert [f["type"] for f in p.data_to_send()] == ["join"]
     assert p.me == "alice#B" and p.requests.publishes == {}
+
+
+def test_a_groups_duplicates_dropped_counts_what_the_sdk_hid(proto: ClientProtocol) -> None:
+    """`Group.duplicates_dropped`: the protocol's count of deliveries dropped as duplicates,
+    read through the public handle (the chaos clients log it; it must stay 0)."""
+    from types import SimpleNamespace
+
+    from client_sdk.client import Group
+
+    group = Group(SimpleNamespace(protocol=proto, member="a"), "g", "members")  # type: ignore[arg-type]
+    other = Group(SimpleNamespace(protocol=proto, member="a"), "never-joined", "members")  # type: ignore[arg-type]
+    assert (group.duplicates_dropped, other.duplicates_dropped) == (0, 0)
+    proto.receive(deliver(6, 1))
+    proto.receive(deliver(6, 1))
+    proto.receive({"type": "batch", "frames": [deliver(6, 1), deliver(7, 2)]})
+    assert group.duplicates_dropped == 2 == proto.groups["g"].duplicates
+    with pytest.raises(AttributeError):
+        group.duplicates_dropped = 0  # type: ignore[misc]

@@ -19,15 +19,16 @@ Rules, and why:
 
 1. Liveness. Another node is live while its heartbeat was seen within `node_ttl` by OUR clock,
    counted only while the bucket demonstrably works (our own heartbeats keep arriving on the
-   watch, each within `(heartbeat + node_ttl) / 2` of the last), or until its key is deleted (`node_gone`, a
-   graceful leave). A bucket without a leader (its stream leader's nats-server died: a 3-6 s
-   election) carries nobody's heartbeat; declaring every other node dead then would close
-   every routed member (the stream-leader-kill chaos run did), so their clocks stop while ours
-   does, and start again, a full `node_ttl` each, with our first heartbeat after it. KV `max_age` expiry emits no
-   watch event, so a crashed node's key vanishing is never observed: its death can only be
-   inferred from time. A node that goes down is forgotten at once (its entry is removed; a later
-   heartbeat makes it a new node, whose `settle` starts again), so the table holds live nodes
-   only. Self is live once synced. Node ids must be unique per process incarnation: a lease
+   watch, each within `(heartbeat + node_ttl) / 2` of the last), or until its key is deleted
+   (`node_gone`, a graceful leave). A bucket without a leader (its stream leader's nats-server
+   died: a 3-6 s election) carries nobody's heartbeat; declaring every other node dead then
+   would close every routed member (the stream-leader-kill chaos run did), so their clocks
+   stop while ours does, and start again, a full `node_ttl` each, with our first heartbeat
+   after it. KV `max_age` expiry emits no watch event, so a crashed node's key vanishing is
+   never observed: its death can only be inferred from time. A node that goes down is
+   forgotten at once (its entry is removed; a later heartbeat makes it a new node, whose
+   `settle` starts again), so the table holds live nodes only. Self is live once synced.
+   Node ids must be unique per process incarnation: a lease
    naming us that we did not win in this incarnation is treated as someone else's.
 
 2. Routing view. `owner(shard)` is the latest lease seen for the shard, forgotten when deleted

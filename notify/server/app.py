@@ -337,9 +337,9 @@ class NotifyServer:
                 if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
                     self.driver.run([Send(conn, frame)])
                     continue
-                if isinstance(frame, GROUP_FRAMES) and \
-                        self.placement.route(conn, frame.group, data):
-                    continue  # another node owns the group
+                if isinstance(frame, GROUP_FRAMES) and self.hub.session_of(conn) is not None \
+                        and self.placement.route(conn, frame.group, data):
+                    continue  # another node owns the group (never before hello: S14)
                 if isinstance(frame, Authenticate):
                     self._edge[conn] = (frame.hello.resume_session, None)
                 self._dispatch(conn, frame)

@@ -35,6 +35,7 @@ from client_sdk import (
 from client_sdk import connect as sdk_connect
 from notify.core import CoreConfig, Timeouts
 from notify.core.config import Limits
+from notify.runtime.placement import Placement
 from notify.server.app import NotifyServer
 from notify.storage.base import MessageLog
 
@@ -58,13 +59,15 @@ MakeServer = Callable[..., Awaitable[NotifyServer]]
 
 @pytest.fixture
 async def make_server() -> AsyncIterator[MakeServer]:
-    """`await make_server(suspect_timeout=..., limits=Limits(...))` → a started server."""
+    """`await make_server(suspect_timeout=..., limits=Limits(...))` → a started server
+    (`store=`, `placement=`: its ports, else SQLite in memory and one node)."""
     servers: list[NotifyServer] = []
 
     async def make(*, limits: Limits | None = None, store: MessageLog | None = None,
-                   **timeouts: float) -> NotifyServer:
+                   placement: Placement | None = None, **timeouts: float) -> NotifyServer:
         t = {"suspect_timeout": 0.4, "flush_timeout": 1.0, **timeouts}
-        srv = NotifyServer(CoreConfig(Timeouts(**t), limits or Limits()), port=0, store=store)
+        srv = NotifyServer(CoreConfig(Timeouts(**t), limits or Limits()), port=0, store=store,
+                           placement=placement)
         await srv.start()
         servers.append(srv)
         return srv

@@ -161,3 +161,25 @@ async def test_frames_that_arrive_after_the_server_closed_their_connection_are_d
     assert await a.close_code() == 4000
     assert srv.hub.groups["g"].topic.head == 0  # neither delivered nor stored
     assert not [f for f in a.seen if f["type"] in ("published", "deliver")]
+
+
+async def test_a_group_frame_before_hello_is_refused_here_and_never_routed(
+        make_server: MakeServer, open_raw: OpenRaw) -> None:
+    """Cluster review S14: a socket that has not said hello must not make another node load
+    (and fence: a log write) a group; its group frames are the hub's to refuse, not the
+    placement's to route."""
+    from notify.runtime.placement import LocalPlacement
+
+    routed: list[str] = []
+
+    class Recording(LocalPlacement):
+        def route(self, conn: int, group: str, raw: str | bytes) -> bool:
+            routed.append(group)
+            return False
+
+    srv = await make_server(placement=Recording())
+    raw = await open_raw(srv)
+    await raw.send({"type": "join", "req": "j", "group": "elsewhere"})
+    err = await raw.expect("error")
+    assert err["req"] == "j" and routed == []
+    assert "elsewhere" not in srv.hub.groups

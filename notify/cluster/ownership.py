@@ -28,8 +28,8 @@ Rules, and why:
    never observed: its death can only be inferred from time. A node that goes down is
    forgotten at once (its entry is removed; a later heartbeat makes it a new node, whose
    `settle` starts again), so the table holds live nodes only. Self is live once synced.
-   Node ids must be unique per process incarnation: a lease
-   naming us that we did not win in this incarnation is treated as someone else's.
+   Node ids must be unique per process incarnation: a lease naming us that we did not win in
+   this incarnation is treated as someone else's.
 
 2. Routing view. `owner(shard)` is the latest lease seen for the shard, forgotten when deleted
    or when it was last seen renewed more than `lease_ttl` ago (again: expiry is silent, so it

@@ -33,7 +33,10 @@ Rules, and why:
 
 2. Routing view. `owner(shard)` is the latest lease seen for the shard, forgotten when deleted
    or when it was last seen renewed more than `lease_ttl` ago (again: expiry is silent, so it
-   is inferred by our clock). Watch updates carry the KV revision; one older than what we
+   is inferred by our clock, and, as in rule 1, only while our own heartbeats arrive: a
+   bucket that carries no renewal of anyone must not make every edge close every connection
+   it routed, which then wait for an owner nobody can elect; the owner itself still stops at
+   its own expiry, rule 5, and the log's fence holds whatever the view says). Watch updates carry the KV revision; one older than what we
    already know (our own CAS answers can overtake the watch) is stale and ignored.
    `OwnerChanged` is emitted whenever the view changes node or term, or appears/disappears;
    renewals (same term, new revision) are not changes.
@@ -261,13 +264,15 @@ class Ownership:
     def next_deadline(self) -> float | None:
         """The earliest time at which `tick` has something to do (None: nothing pending)."""
         times: list[float] = []
-        if self._self_seen is not None:  # a node's deadline counts only while we beat (rule 1)
+        if self._self_seen is not None:  # silent expiries count only while we beat (rules 1, 2)
             beating_until = self._self_seen + self._beat_gap
             times = [t for t in (self._down_at(n) for n in self._nodes.values())
                      if t <= beating_until]
-        for shard, lease in enumerate(self._view):
-            if lease is not None and shard not in self._held:
-                times.append(self._seen[shard] + self.lease_ttl)
+            for shard, lease in enumerate(self._view):
+                if lease is not None and shard not in self._held:
+                    t = self._expires_at(shard)
+                    if t <= beating_until:
+                        times.append(t)
         if self._synced_at is not None and not self._stopped:
             if not self._settled:
                 times.append(self._synced_at + self.settle)
@@ -392,6 +397,11 @@ class Ownership:
         our own heartbeats arrive)."""
         return max(entry.seen, self._beating_since) + self.node_ttl
 
+    def _expires_at(self, shard: int) -> float:
+        """When another node's lease is gone if no renewal of it is seen (rule 2: like a
+        node's heartbeat, its clock runs only while our own heartbeats arrive)."""
+        return max(self._seen[shard], self._beating_since) + self.lease_ttl
+
     def _expire_own(self, now: float) -> list[Action]:
         """Rule 5: before anything else, drop what our own clock says may have expired."""
         out: list[Action] = []
@@ -410,8 +420,8 @@ class Ownership:
                 self._preferred = None
                 out.append(NodeDown(node))
         for shard, lease in enumerate(self._view):  # rule 2: silent expiry
-            if (lease is not None and shard not in self._held
-                    and now >= self._seen[shard] + self.lease_ttl):
+            if (beating and lease is not None and shard not in self._held
+                    and now >= self._expires_at(shard)):
                 self._set_view(shard, None, now, out)
         for shard, at in list(self._tried.items()):
             if now >= at + self._retry:

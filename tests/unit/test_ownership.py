@@ -373,6 +373,8 @@ def test_stale_watch_updates_do_not_undo_what_our_answers_said() -> None:
     m = Ownership("a", shards=1, lease_ttl=TTL, node_ttl=NODE_TTL, settle=0)
     m.lease_seen(0, Lease("b", 3, 4), 0.0)  # b held it...
     assert m.synced(0.0) == []
+    for t in range(int(TTL)):  # our own heartbeats: the bucket works (rule 2)
+        assert m.node_seen("a", float(t)) == []
     assert m.tick(TTL) == [OwnerChanged(0, Lease("b", 3, 4), None), Campaign(0)]
     # ...b released it (delete at rev 5, not yet on our watch) and our create got rev 6
     assert m.campaigned(0, 6, TTL)[0] == Acquired(0, 6)
@@ -455,6 +457,22 @@ def test_a_bucket_that_carries_no_heartbeat_declares_nobody_down() -> None:
     for t in (11.0, 12.0, 13.0):
         m.node_seen("a", t)
     assert [a for a in m.tick(10.5 + NODE_TTL) if isinstance(a, NodeDown)] == [NodeDown("b")]
+
+
+def test_a_lease_is_not_taken_for_expired_while_the_bucket_carries_nothing() -> None:
+    """Rule 2, for the same reason as rule 1: during the bucket's election nobody's renewal
+    arrives; the edges keep routing to the owner they know (it stops by its own clock, and the
+    log fences it) instead of closing every routed connection at once."""
+    m = Ownership("a", shards=1, lease_ttl=TTL, node_ttl=NODE_TTL, settle=SETTLE)
+    m.lease_seen(0, Lease("b", 3, 4), 0.0)
+    m.node_seen("a", 0.0)
+    m.synced(0.0)
+    for t in (1.0, 3.0, 6.0, 9.0):  # our heartbeats stop after t=0
+        assert not [a for a in m.tick(t) if isinstance(a, OwnerChanged)]
+    assert m.owner(0) == Lease("b", 3, 4)
+    for t in (10.0, 11.0, 12.0, 13.0, 14.0, 15.0):  # the bucket is back; b never renews again
+        m.node_seen("a", t)
+    assert OwnerChanged(0, Lease("b", 3, 4), None) in m.tick(10.0 + TTL)
 
 
 def test_next_deadline_is_never_in_the_past_after_handling_it() -> None:

@@ -8,7 +8,10 @@ Core NATS is at most once, so each direction says what it does about loss:
   same sequence number, until the owner answers or `give_up_after` passes; the owner applies a
   sequence number once (`UplinkDedup`), so a retry never applies a frame twice. Giving up is
   reported (`on_give_up`): the edge then closes the connections it routed there, and their
-  clients resume (their resume points say exactly what they got).
+  clients resume (their resume points say exactly what they got). The `CLOSED` entries of the
+  dropped batches are kept and go with the next one (at most `MAX_KEPT_CLOSED`): a lost one
+  would leave its member connected at the owner, a zombie nobody suspects (cluster review S8),
+  while the owner ignores one for a connection it does not know.
 - **Owner → edge** (`Downlinks`): frames for clients leave on the next turn of the loop as one
   batch per edge, published without waiting (an owner must never wait for an edge: that is
   what per-member outboxes are for, G11). Each batch carries a per-link sequence number; an
@@ -35,12 +38,22 @@ import nats.errors
 import structlog
 from nats.aio.client import Client
 
-from notify.cluster.linkwire import DownEntry, UpEntry, down_size, encode_down, encode_up, up_size
+from notify.cluster.linkwire import (
+    CLOSED,
+    DownEntry,
+    UpEntry,
+    down_size,
+    encode_down,
+    encode_up,
+    up_size,
+)
 
 log = structlog.get_logger("notify.cluster")
 
 #: room kept in a NATS message for the batch header
 _HEADER_ROOM = 1024
+#: `CLOSED` entries an uplink keeps across a give-up (one per connection the edge closed)
+MAX_KEPT_CLOSED = 10_000
 
 #: a link quiet this long (s) after a batch gets a beat with the last sequence sent ...
 BEAT_AFTER = 0.25
@@ -81,6 +94,10 @@ class Uplink:
     def __len__(self) -> int:
         return len(self._queue)
 
+    def cancel(self) -> None:
+        """Stop at once, dropping what is queued (its owner is gone)."""
+        self._task.cancel()
+
     async def close(self) -> None:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -118,10 +135,11 @@ class Uplink:
                             nats.errors.ConnectionReconnectingError) as e:
                         if loop.time() + delay >= deadline:
                             self.give_ups += 1
-                            dropped = len(batch) + len(self._queue)
-                            self._queue.clear()
+                            kept = [x for x in batch + self._queue if x[1] == CLOSED]
+                            dropped = len(batch) + len(self._queue) - len(kept)
+                            self._queue = kept[-MAX_KEPT_CLOSED:]
                             log.warning("uplink_gave_up", owner=self.owner, dropped=dropped,
-                                        error=type(e).__name__)
+                                        kept_closed=len(self._queue), error=type(e).__name__)
                             self._on_give_up(self.owner)
                             break
                         self.retries += 1

@@ -18,6 +18,7 @@ from notify.cluster.links import (
 )
 from notify.cluster.linkwire import (
     CLOSE,
+    CLOSED,
     DATA,
     FRAME,
     OPEN,
@@ -171,3 +172,45 @@ async def test_the_lost_tail_of_a_burst_is_noticed_within_the_bound(lost: set[in
         down.beat(clock[0])
         await deliver()
     assert len(noticed) == 1 and down.beats == BEAT_COUNT
+
+
+async def test_an_uplink_that_gives_up_keeps_the_closes_it_held() -> None:
+    """Cluster review S8: giving up drops the frames of a batch the owner never answered
+    (their clients resume), but not the `CLOSED` of a connection the edge already closed:
+    lost, its member would stay connected at the owner for good, a zombie nobody suspects."""
+    import nats.errors
+
+    from notify.cluster.links import Uplink
+
+    class Owner:
+        max_payload = 1 << 20
+
+        def __init__(self) -> None:
+            self.up = False
+            self.got: list[list[tuple[int, int, bytes]]] = []
+            self.asked = asyncio.Event()
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            self.asked.set()
+            if not self.up:
+                raise nats.errors.NoRespondersError
+            self.got.append(decode_up(payload)[1])
+
+    owner = Owner()
+    gave_up: list[str] = []
+    up = Uplink(owner, "notify.in.own", {"edge": "e", "inc": "i"},  # type: ignore[arg-type]
+                owner="own", on_give_up=gave_up.append, give_up_after=0.2)
+    try:
+        up.send(1, FRAME, b'{"type":"publish"}')
+        up.send(2, CLOSED, b'{"code":1006,"reason":""}')
+        deadline = asyncio.get_running_loop().time() + 5
+        while not gave_up:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        owner.up = True  # the next batch: the close, kept; not the frame, dropped
+        while not owner.got:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        assert owner.got == [[(2, CLOSED, b'{"code":1006,"reason":""}')]]
+    finally:
+        await up.close()

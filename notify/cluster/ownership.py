@@ -36,10 +36,11 @@ Rules, and why:
    is inferred by our clock, and, as in rule 1, only while our own heartbeats arrive: a
    bucket that carries no renewal of anyone must not make every edge close every connection
    it routed, which then wait for an owner nobody can elect; the owner itself still stops at
-   its own expiry, rule 5, and the log's fence holds whatever the view says). Watch updates carry the KV revision; one older than what we
-   already know (our own CAS answers can overtake the watch) is stale and ignored.
-   `OwnerChanged` is emitted whenever the view changes node or term, or appears/disappears;
-   renewals (same term, new revision) are not changes.
+   its own expiry, rule 5, and the log's fence holds whatever the view says). Watch updates
+   carry the KV revision; one older than what we already know (our own CAS answers can
+   overtake the watch) is stale and ignored. `OwnerChanged` is emitted whenever the view
+   changes node or term, or appears/disappears; renewals (same term, new revision) are not
+   changes.
 
 3. Terms. A lease written by `create` carries no term: its term is the revision of that put;
    renewals write `{"node", "term"}`. Revisions of one bucket only grow, so terms strictly

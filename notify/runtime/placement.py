@@ -88,6 +88,10 @@ class Placement(Protocol):
         """A group frame from a local connection: True if it went (or waits to go) to another
         node, False if this node's driver takes it."""
 
+    def owns(self, group: str) -> bool:
+        """Whether this node serves `group` now (a load that finishes after its shard moved
+        must not bring it back here: cluster review S5)."""
+
     def refuse(self, conn: int, group: str, raw: bytes, *, remote: bool) -> bool:
         """A group frame that reached this node's driver late (routed here by another edge,
         `remote`, or held for an owner): True if the group is not this node's any more (the
@@ -129,6 +133,9 @@ class LocalPlacement:
 
     def route(self, conn: int, group: str, raw: str | bytes) -> bool:
         return False
+
+    def owns(self, group: str) -> bool:
+        return True
 
     def refuse(self, conn: int, group: str, raw: bytes, *, remote: bool) -> bool:
         return False

@@ -156,6 +156,12 @@ class NotifyServer:
             if error is not None:
                 log.error("load_group_failed", group=group, error=repr(error))
                 answer(None, repr(error))
+            elif not self.placement.owns(group):
+                # its shard moved while it was read (cluster review S5): adopted, it would be a
+                # zombie here, with timers that write; its frames are refused (`unavailable`)
+                # and asked again, by then of the new owner
+                log.info("load_group_moved", group=group)
+                answer(None, "the group moved to another node while it was read")
             else:
                 answer(t.result(), None)
             self._pulse()

@@ -79,3 +79,35 @@ async def test_G13_a_load_that_never_ends_is_refused_at_its_deadline_and_reading
     finally:
         store.go.set()
         await srv.stop()
+
+
+async def test_a_group_whose_shard_moved_while_it_was_read_is_not_adopted() -> None:
+    """Cluster review S5: the shard is lost while a load is under way. The load must not bring
+    the group back here (a zombie with timers that write: it removed members the new owner
+    serves); the join that waited is refused `unavailable`, and asked again goes elsewhere."""
+    from notify.runtime.placement import LocalPlacement
+
+    class Moving(LocalPlacement):
+        owned = True
+
+        def owns(self, group: str) -> bool:
+            return self.owned
+
+    store, placement = _SlowLog(), Moving()
+    srv = NotifyServer(CoreConfig(Timeouts()), port=0, store=store, placement=placement)
+    await srv.start()
+    try:
+        async with connect(srv.url) as ws:
+            await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "member": "ana"}))
+            assert orjson.loads(await ws.recv())["type"] == "welcome"
+            await ws.send(orjson.dumps({"type": "join", "req": "j", "group": "g"}))
+            await asyncio.wait_for(asyncio.to_thread(store.asked.wait, TIMEOUT), TIMEOUT)
+            placement.owned = False  # the shard moved meanwhile
+            store.go.set()
+            got = unbatch(orjson.loads(await asyncio.wait_for(ws.recv(), TIMEOUT)))
+            assert [(f["type"], f.get("code"), f["req"]) for f in got] == [
+                ("error", "unavailable", "j")]
+            assert "g" not in srv.hub.groups
+    finally:
+        store.go.set()
+        await srv.stop()

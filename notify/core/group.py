@@ -545,6 +545,12 @@ class Group:
         install); the hub sends them as they are (see `Writes.route`)."""
         write, held = self.writes.done(ticket)
         out: list[Action] = []
+        p = self.membership.proposal
+        if p is not None and any(type(a) is Send and type(a.frame) is ViewChange for a in held):
+            # The view change was held behind this write (a log that did not answer: its
+            # stream leader died); members hear of it only now, and are blamed for not
+            # flushing only a whole flush_timeout later.
+            p.deadline = max(p.deadline, now + self.config.timeouts.flush_timeout)
         if error is None:
             out.extend(held)
         elif isinstance(write, Append):
@@ -838,6 +844,10 @@ class Group:
             if not m.is_leaving(mem):  # G7: not back within suspect_timeout
                 self._request_removal(out, mem, Reason.SUSPECT, now)
         p = m.proposal
+        if p is not None and now >= p.deadline and self.writes.holds(ViewChange):
+            # nobody has been told of it yet (it waits behind a write the log has not
+            # answered): nobody can be blamed; the deadline starts again once it leaves
+            p.deadline = now + self.config.timeouts.flush_timeout
         if p is not None and now >= p.deadline:
             for mem in sorted(m.unflushed()):
                 self._request_removal(out, mem, Reason.FLUSH_TIMEOUT, now)

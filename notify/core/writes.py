@@ -71,6 +71,10 @@ class Writes:
     def held(self) -> int:
         return len(self._held)
 
+    def holds(self, frame_type: type) -> bool:
+        """Whether a frame of that type waits behind the write under way."""
+        return any(type(a) is Send and type(a.frame) is frame_type for a in self._held)
+
     def next_ticket(self) -> int:
         self._tickets += 1
         return self._tickets

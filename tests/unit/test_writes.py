@@ -181,3 +181,28 @@ def test_G5_a_confirm_does_not_wait_for_an_unrelated_write() -> None:
     assert [f["offsets"] for f in net.take(b, "confirm")] == [[1]]
     assert [f["committed"] for f in net.take(a, "outcome")] == [True]
     assert net.take(b, "deliver", "published") == []  # m2 still waits for its write
+
+
+def test_G13_members_are_not_blamed_for_a_view_change_held_behind_a_write_the_log_does_not_answer(
+        ) -> None:
+    """The log stalls (its stream leader died) with an append under way; a join's view change
+    is held behind it, so nobody hears of it. The flush timeout must not remove the members
+    for not answering what they were never told (chaos run cluster-stream-leader-kill-churn:
+    four connected members removed at flush_timeout); they get a whole flush_timeout once it
+    leaves."""
+    net, a, b = held_net()
+    net.publish(a, "m1")  # under way, and the log does not answer
+    c = net.connect("c")
+    net.send(c, Join("jc", G))
+    assert net.take(a, "view_change") == [] and net.take(b, "view_change") == []
+    net.advance(6.0)  # past flush_timeout (5 s): nobody was told
+    net.advance(4.0)
+    assert net.hub.groups[G].view.members == ("a", "b")
+    assert net.hub.groups[G].membership.leave_reason("a") is None
+    net.finish_writes()  # the log answers: m1, then the view change, leave
+    assert [f["proposed"] for f in net.take(a, "view_change")] == [3]
+    net.advance(4.0)  # within its new flush_timeout
+    for x in (a, b):
+        net.send(x, FlushOk(G, 3))
+    net.finish_writes()  # the view
+    assert net.hub.groups[G].view.members == ("a", "b", "c")

@@ -121,7 +121,7 @@ class ClusterLeases:
         self.op_timeout = op_timeout if op_timeout is not None else lease_ttl / 4
         self._on_actions, self._on_failure, self._clock = on_actions, on_failure, clock
         self.machine = Ownership(node, shards=shards, lease_ttl=lease_ttl, node_ttl=node_ttl,
-                                 settle=settle, heartbeat=heartbeat)
+                                 settle=settle)
         #: set once synced, settled, and our first heartbeat is stored
         self.ready = asyncio.Event()
         # counters (metrics)

@@ -18,16 +18,16 @@ node sees every renewal of every shard, hundreds a second: that path must not co
 Rules, and why:
 
 1. Liveness. Another node is live while its heartbeat was seen within `node_ttl` by OUR clock,
-   counted only while the bucket demonstrably works (our own heartbeats keep arriving on the
-   watch, each within `(heartbeat + node_ttl) / 2` of the last), or until its key is deleted
-   (`node_gone`, a graceful leave). A bucket without a leader (its stream leader's nats-server
-   died: a 3-6 s election) carries nobody's heartbeat; declaring every other node dead then
-   would close every routed member (the stream-leader-kill chaos run did), so their clocks
-   stop while ours does, and start again, a full `node_ttl` each, with our first heartbeat
-   after it. KV `max_age` expiry emits no watch event, so a crashed node's key vanishing is
-   never observed: its death can only be inferred from time. A node that goes down is
-   forgotten at once (its entry is removed; a later heartbeat makes it a new node, whose
-   `settle` starts again), so the table holds live nodes only. Self is live once synced.
+   counted only once the bucket demonstrably carries heartbeats past its last one (one of
+   ours, half a TTL later; after a gap in ours longer than a TTL, counted from the first of
+   ours again), or until its key is deleted (`node_gone`, a graceful leave). A bucket without
+   a leader (its stream leader's nats-server died: a 3-6 s election) carries nobody's
+   heartbeat; declaring every other node dead then would close every routed member (the
+   stream-leader-kill chaos run did), so their clocks stop while ours does. KV `max_age`
+   expiry emits no watch event, so a crashed node's key vanishing is never observed: its
+   death can only be inferred from time. A node that goes down is forgotten at once (its
+   entry is removed; a later heartbeat makes it a new node, whose `settle` starts again), so
+   the table holds live nodes only. Self is live once synced.
    Node ids must be unique per process incarnation: a lease naming us that we did not win in
    this incarnation is treated as someone else's.
 
@@ -208,13 +208,11 @@ class _Op:
 
 class Ownership:
     def __init__(self, node: str, *, shards: int = SHARDS, lease_ttl: float = 6.0,
-                 node_ttl: float = 3.0, settle: float = 1.0, heartbeat: float = 1.0) -> None:
+                 node_ttl: float = 3.0, settle: float = 1.0) -> None:
         if not node:
             raise ValueError("node id must be non-empty")
         if shards < 1 or lease_ttl <= 0 or node_ttl <= 0 or settle < 0:
             raise ValueError("shards, lease_ttl and node_ttl must be positive, settle >= 0")
-        if not 0 < heartbeat < node_ttl:
-            raise ValueError("heartbeat must be positive and shorter than node_ttl")
         self.node, self.shards = node, shards
         self.lease_ttl, self.node_ttl, self.settle = lease_ttl, node_ttl, settle
         self._renew_every = lease_ttl / 3
@@ -228,8 +226,6 @@ class Ownership:
         # arriving without a gap (None: not seen yet, nobody is declared down)
         self._self_seen: float | None = None
         self._beating_since = 0.0
-        #: the longest gap between two of our heartbeats that still counts as beating
-        self._beat_gap = (heartbeat + node_ttl) / 2
         # routing view, one slot per shard: the lease, when it was last seen, and the highest
         # revision known for the shard (older watch updates are stale)
         self._view: list[Lease | None] = [None] * shards
@@ -264,16 +260,12 @@ class Ownership:
 
     def next_deadline(self) -> float | None:
         """The earliest time at which `tick` has something to do (None: nothing pending)."""
-        times: list[float] = []
-        if self._self_seen is not None:  # silent expiries count only while we beat (rules 1, 2)
-            beating_until = self._self_seen + self._beat_gap
-            times = [t for t in (self._down_at(n) for n in self._nodes.values())
-                     if t <= beating_until]
-            for shard, lease in enumerate(self._view):
-                if lease is not None and shard not in self._held:
-                    t = self._expires_at(shard)
-                    if t <= beating_until:
-                        times.append(t)
+        times = [t for n in self._nodes.values() if (t := self._down_at(n)) is not None]
+        for shard, lease in enumerate(self._view):
+            if lease is not None and shard not in self._held:
+                t = self._expires_at(shard)
+                if t is not None:
+                    times.append(t)
         if self._synced_at is not None and not self._stopped:
             if not self._settled:
                 times.append(self._synced_at + self.settle)
@@ -299,10 +291,10 @@ class Ownership:
     def node_seen(self, node: str, now: float) -> list[Action]:
         out = self._expire_own(now)
         if node == self.node:
-            if self._self_seen is None or now - self._self_seen > self._beat_gap:
+            if self._self_seen is None or now - self._self_seen > self.node_ttl:
                 self._beating_since = now  # the bucket works again: others' clocks restart
             self._self_seen = max(self._self_seen or now, now)
-            return self._evaluate(now, out) if self._nodes else out
+            return self._evaluate(now, out)
         entry = self._nodes.get(node)
         if entry is None:
             self._nodes[node] = _Node(since=now, seen=now)
@@ -393,15 +385,20 @@ class Ownership:
 
     # -- rules -----------------------------------------------------------------------------------
 
-    def _down_at(self, entry: _Node) -> float:
-        """When a node is down if no heartbeat of it comes (rule 1: its clock runs only while
-        our own heartbeats arrive)."""
+    def _down_at(self, entry: _Node) -> float | None:
+        """When a node is down if no heartbeat of it comes (rule 1); None while no heartbeat
+        of our own came well after its last one (half a TTL): the bucket may carry none."""
+        if self._self_seen is None or self._self_seen <= entry.seen + self.node_ttl / 2:
+            return None
         return max(entry.seen, self._beating_since) + self.node_ttl
 
-    def _expires_at(self, shard: int) -> float:
-        """When another node's lease is gone if no renewal of it is seen (rule 2: like a
-        node's heartbeat, its clock runs only while our own heartbeats arrive)."""
-        return max(self._seen[shard], self._beating_since) + self.lease_ttl
+    def _expires_at(self, shard: int) -> float | None:
+        """When another node's lease is gone if no renewal of it is seen (rule 2, with the
+        same proviso as a node's heartbeat)."""
+        seen = self._seen[shard]
+        if self._self_seen is None or self._self_seen <= seen + self.lease_ttl / 2:
+            return None
+        return max(seen, self._beating_since) + self.lease_ttl
 
     def _expire_own(self, now: float) -> list[Action]:
         """Rule 5: before anything else, drop what our own clock says may have expired."""
@@ -414,15 +411,15 @@ class Ownership:
         return out
 
     def _evaluate(self, now: float, out: list[Action]) -> list[Action]:
-        beating = self._self_seen is not None and now - self._self_seen <= self._beat_gap
         for node, entry in list(self._nodes.items()):  # rule 1
-            if beating and now >= self._down_at(entry):
+            down_at = self._down_at(entry)
+            if down_at is not None and now >= down_at:
                 del self._nodes[node]
                 self._preferred = None
                 out.append(NodeDown(node))
         for shard, lease in enumerate(self._view):  # rule 2: silent expiry
-            if (beating and lease is not None and shard not in self._held
-                    and now >= self._expires_at(shard)):
+            if (lease is not None and shard not in self._held
+                    and (expires := self._expires_at(shard)) is not None and now >= expires):
                 self._set_view(shard, None, now, out)
         for shard, at in list(self._tried.items()):
             if now >= at + self._retry:

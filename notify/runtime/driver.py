@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from notify.core import Action, Close, CloseCode, Fanout, Halt, Hub, LogEvent, Send, Write
-from notify.core.actions import Deliver, Error, Rejected, Welcome
+from notify.core.actions import Deliver, Error, Rejected, StoreView, Welcome
 from notify.core.auth import Identity
 from notify.core.errors import ErrorCode
 from notify.core.events import ClientFrame, Hello, Join, Publish
@@ -434,6 +434,15 @@ class Driver:
             if isinstance(error, Fenced):  # another node owns it now (DESIGN §9)
                 self.stats.fence_refusals += 1
                 log.warning("fenced", group=group)
+                self.drop_groups([group])
+                return
+            if error is not None and type(w) is StoreView and self.hub.config.shared_log:
+                # A view the log refused (it is not stored: an unclear answer is `Fenced`).
+                # On one node that stops the server (G13: a restart recovers from the log);
+                # in a cluster the group alone stops here and is read again from the log,
+                # which is that restart for one group (cluster review S6: one group's view
+                # must not take every group of the node down).
+                log.error("view_write_failed", group=group, ticket=ticket, error=error)
                 self.drop_groups([group])
                 return
             if error is not None:

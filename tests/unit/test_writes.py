@@ -206,3 +206,26 @@ def test_G13_members_are_not_blamed_for_a_view_change_held_behind_a_write_the_lo
         net.send(x, FlushOk(G, 3))
     net.finish_writes()  # the view
     assert net.hub.groups[G].view.members == ("a", "b", "c")
+
+
+def test_G13_in_a_cluster_a_view_that_cannot_be_stored_stops_its_group_not_the_node() -> None:
+    """Cluster review S6: with a shared log, the group whose view the log refused is dropped
+    here (its members resume, and it is read again from the log, where that view is not):
+    the node and its other groups go on."""
+    import dataclasses
+
+    net = Net()
+    net.hub.config = dataclasses.replace(net.hub.config, shared_log=True)
+    a, b = form(net, "a", "b")
+    other = net.connect("o")
+    net.send(other, Join("jo", "other"))
+    net.writes_held = True
+    c = net.connect("c")
+    net.send(c, Join("jc", G))
+    net.flush(a, b)
+    net.finish_writes("refused by JetStream: an atomic batch incomplete")
+    assert net.halts == [] and G not in net.hub.groups
+    assert {a, b} <= net.closed and other not in net.closed
+    net.writes_held = False
+    net.publish(other, "still", group="other")
+    assert [f["type"] for f in net.take(other, "published")] == ["published"]

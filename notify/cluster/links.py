@@ -11,7 +11,10 @@ Core NATS is at most once, so each direction says what it does about loss:
   clients resume (their resume points say exactly what they got). The `CLOSED` entries of the
   dropped batches are kept and go with the next one (at most `MAX_KEPT_CLOSED`): a lost one
   would leave its member connected at the owner, a zombie nobody suspects (cluster review S8),
-  while the owner ignores one for a connection it does not know.
+  while the owner ignores one for a connection it does not know. They are kept across one
+  give-up only: an owner that answers nothing for two give-ups in a row is gone, and its
+  successor does not know those connections. The link's numbering goes on across give-ups
+  (the owner applies each number once, so a link that started again at 1 would be ignored).
 - **Owner → edge** (`Downlinks`): frames for clients leave on the next turn of the loop as one
   batch per edge, published without waiting (an owner must never wait for an edge: that is
   what per-member outboxes are for, G11). Each batch carries a per-link sequence number; an
@@ -84,6 +87,8 @@ class Uplink:
         self._wake = asyncio.Event()
         self._seq = itertools.count(1)
         self.batches = self.retries = self.give_ups = 0
+        #: give-ups since the last answered request (CLOSED entries survive only the first)
+        self._failing = 0
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"uplink-{owner}")
         self._task.add_done_callback(self._ended)
 
@@ -93,10 +98,6 @@ class Uplink:
 
     def __len__(self) -> int:
         return len(self._queue)
-
-    def cancel(self) -> None:
-        """Stop at once, dropping what is queued (its owner is gone)."""
-        self._task.cancel()
 
     async def close(self) -> None:
         self._task.cancel()
@@ -130,12 +131,15 @@ class Uplink:
                         await self._nc.request(self._subject, payload,
                                                timeout=self.request_timeout)
                         self.batches += 1
+                        self._failing = 0
                         break
                     except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
                             nats.errors.ConnectionReconnectingError) as e:
                         if loop.time() + delay >= deadline:
                             self.give_ups += 1
-                            kept = [x for x in batch + self._queue if x[1] == CLOSED]
+                            self._failing += 1
+                            kept = [x for x in batch + self._queue if x[1] == CLOSED] \
+                                if self._failing == 1 else []
                             dropped = len(batch) + len(self._queue) - len(kept)
                             self._queue = kept[-MAX_KEPT_CLOSED:]
                             log.warning("uplink_gave_up", owner=self.owner, dropped=dropped,

@@ -496,9 +496,6 @@ class ClusterNode:
         for messages that no longer come. So the edge is also told to close each of them, on a
         fresh link (what it lost of the old one is moot): if it is alive, they reconnect and
         resume; if it is dead, nobody reads it."""
-        up = self._uplinks.pop(node, None)
-        if up is not None:  # what it still holds for that owner goes nowhere (its CLOSEDs)
-            up.cancel()
         conns = [(vid, c) for (e, _i, c), vid in self._vconns.items() if e == node]
         if conns:
             log.warning("edge_down", node=node, conns=len(conns))

@@ -214,3 +214,31 @@ async def test_an_uplink_that_gives_up_keeps_the_closes_it_held() -> None:
         assert owner.got == [[(2, CLOSED, b'{"code":1006,"reason":""}')]]
     finally:
         await up.close()
+
+
+async def test_an_uplink_keeps_closes_across_one_give_up_only() -> None:
+    """An owner that answers nothing for two give-ups in a row is gone (its successor does not
+    know those connections): the kept CLOSED entries are dropped then, not sent for ever."""
+    import nats.errors
+
+    from notify.cluster.links import Uplink
+
+    class Gone:
+        max_payload = 1 << 20
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            raise nats.errors.NoRespondersError
+
+    gave_up: list[str] = []
+    up = Uplink(Gone(), "notify.in.own", {"edge": "e", "inc": "i"},  # type: ignore[arg-type]
+                owner="own", on_give_up=gave_up.append, give_up_after=0.2)
+    try:
+        up.send(2, CLOSED, b'{"code":1006,"reason":""}')
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(gave_up) < 2:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert len(up) == 0 and len(gave_up) == 2  # nothing left to send, no third give-up
+    finally:
+        await up.close()

@@ -112,6 +112,8 @@ class ClusterSimConfig:
     w_hop: float = 1.0
     #: the owners' DownlinkBeats (False: a negative control, a lost tail goes unnoticed)
     beats: bool = True
+    #: how often the quiescent phase ends with a last message whose batch to one edge is lost
+    p_quiet_tail: float = 0.5
 
 
 @dataclass(eq=False)
@@ -467,6 +469,8 @@ class ClusterSimulation(ClientSim):
         self.prev_owner: dict[int, str] = {}
         #: the edge the next connection opens at (a member hopping), else the rng's
         self.next_edge: str | None = None
+        #: the quiescent phase: no more faults
+        self.calm = False
 
     def link(self, src: str, dst: str) -> deque[tuple[Any, ...]]:
         return self.links.setdefault((src, dst), deque())
@@ -512,6 +516,11 @@ class ClusterSimulation(ClientSim):
                 self.keep(node, w, view)
             self.count(f"write.answer_lost.{'stored' if stored else 'not_stored'}")
             self.unclear.append((node, w, done, view, fence, stored))
+            if not self.calm and self.rng.random() < 0.3:
+                # what lost the answer cost the writer its lease too
+                self.count("write.answer_lost.shard_moved")
+                self.set_owner(self.cfg.groups.index(w.group),
+                               self.rng.choice([n for n in self.names if n != node.name]))
             return
         self.keep(node, w, view)
         if node.dead:
@@ -763,6 +772,8 @@ class ClusterSimulation(ClientSim):
             slow = k == "c" and x.slow
             if slow and rng.random() < 0.9:
                 return
+            if k == "u" and rng.random() < 0.9:  # resolving takes the log a while (seconds)
+                return
             self.move(k, x, 1000 if slow else rng.randint(1, 3))
         elif kind == "publish":
             self.app_publish()
@@ -828,6 +839,7 @@ class ClusterSimulation(ClientSim):
     def quiesce(self) -> None:
         """No more faults: every node acts on what it missed, every shard gets an owner, some
         absent members come back, then every queue drains and every timer fires."""
+        self.calm = True  # (no more owner changes)
         for n in self.nodes.values():
             self.notice(n)
         for shard in range(len(self.cfg.groups)):
@@ -835,6 +847,44 @@ class ClusterSimulation(ClientSim):
                 self.set_owner(shard, self.rng.choice(self.names))
         self.calm_clients()
         self.settle(300, reconnect=True)  # a client whose connection was closed reconnects
+        if self.rng.random() < self.cfg.p_quiet_tail:
+            self.quiet_tail()
+
+    def quiet_tail(self) -> None:
+        """The last burst's tail is lost (cluster review S1): all is quiet; a member publishes
+        once more, and the owner's batch that carries that message to one edge (where the
+        sender is not, so nothing follows it there) is lost. Only the link's beats can tell
+        that edge; its members resume and get the message (`check_complete`), or they never
+        do (without beats: a negative control)."""
+        senders = [(m, g) for m in self.members if m.conn is not None for g in self.active(m)]
+        if not senders:
+            return
+        m, g = self.rng.choice(senders)
+        assert isinstance(m.conn, ClientConn) and m.conn.node is not None
+        edge = m.conn.node.name
+        self.publish(m, g)
+        pid = f"{m.name}.{m.counter}"
+        lost = False
+        for _ in range(10_000):
+            options = self.queues()
+            if not options:
+                break
+            self.steps += 1
+            kind, x = self.rng.choice(options)
+            self.move(kind, x, 1000)
+            offset = self.durable_ids.get((m.name, pid))
+            if lost or offset is None:
+                continue
+            for (_src, dst), q in sorted(self.links.items()):
+                hit = [e for e in q if dst != edge and e[0] == "data" and any(
+                    f["type"] == "deliver" and f["group"] == g and f["offset"] == offset
+                    for f in e[2])]
+                if hit:
+                    q.remove(hit[0])
+                    self.count("quiet_tail_lost")
+                    lost = True
+                    break
+        self.settle(300, reconnect=True)
 
     def final_checks(self) -> None:
         for shard, name in enumerate(self.cfg.groups):
@@ -879,7 +929,7 @@ def main(argv: list[str]) -> int:
             continue
         for k, v in sim.stats.items():
             totals[k] = totals.get(k, 0) + v
-    keys = ("write.answer_lost", "write.resolved", "tail_lost", "batch_lost", "beat_lost", "gap.",
+    keys = ("write.answer_lost", "write.resolved", "tail_lost", "quiet_tail", "batch_lost", "beat_lost", "gap.",
             "hop", "owner_back", "retire.", "write.fenced", "kill", "link_loss")
     print({k: v for k, v in sorted(totals.items()) if k.startswith(keys)})
     print(f"seeds {first}-{last} at {steps} steps: {failed} failed, "

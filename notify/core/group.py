@@ -195,9 +195,17 @@ class Group:
                 and not len(self.atomics))
 
     def connections(self) -> set[ConnId]:
-        """Every connection the group would send to: its members' and its joiners'."""
+        """Every connection the group would send to: its members' and its joiners', and every
+        one still owed an answer: a leaver's or a publisher's (a member's or not), waiting in
+        the intake or held behind the write under way (cluster mode closes them all when the
+        group leaves the node, so that each client asks the group's new owner again)."""
         conns = {s.conn for s in self.slots.values() if s.conn is not None}
         conns.update(self._joiner_conns.values())
+        conns.update(self._leaver_conns.values())
+        for i in self._intake:
+            conns.add(i.conn)
+            conns.update(c for c, _req in i.retries)
+        conns.update(self.writes.waiting())
         return conns
 
     def involves(self, member: MemberId) -> bool:

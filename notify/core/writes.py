@@ -71,6 +71,18 @@ class Writes:
     def held(self) -> int:
         return len(self._held)
 
+    def waiting(self) -> set[int]:
+        """The connections that frames held behind the write under way are for."""
+        conns: set[int] = set()
+        for a in self._held:
+            if isinstance(a, Fanout):
+                conns.update(a.conns)
+                if a.reply is not None:
+                    conns.add(a.reply.conn)
+            elif isinstance(a, (Send, ServeCheckpoint)):
+                conns.add(a.conn)
+        return conns
+
     def next_ticket(self) -> int:
         self._tickets += 1
         return self._tickets

@@ -929,8 +929,9 @@ def main(argv: list[str]) -> int:
             continue
         for k, v in sim.stats.items():
             totals[k] = totals.get(k, 0) + v
-    keys = ("write.answer_lost", "write.resolved", "tail_lost", "quiet_tail", "batch_lost", "beat_lost", "gap.",
-            "hop", "owner_back", "retire.", "write.fenced", "kill", "link_loss")
+    keys = ("write.answer_lost", "write.resolved", "tail_lost", "quiet_tail", "batch_lost",
+            "beat_lost", "gap.", "hop", "owner_back", "retire.", "write.fenced", "kill",
+            "link_loss")
     print({k: v for k, v in sorted(totals.items()) if k.startswith(keys)})
     print(f"seeds {first}-{last} at {steps} steps: {failed} failed, "
           f"{time.monotonic() - t0:.0f} s", file=sys.stderr)

@@ -25,6 +25,22 @@ resumes, new incarnations, joins, leaves, pauses):
   A write it had in flight may still land in the log, unanswered.
 - **Link losses**: what is in flight from one node to another is lost; the edge closes the
   connections opened at that owner (a gap, or a give-up), and they resume.
+- **Lost write answers** (issue 32): the log stores a write, or not, and its answer is lost; it
+  is resolved later as JetStreamLog resolves it (notify/storage/jetstream.py, "Ambiguous
+  answers"): stored and still the group's last record, a success; not stored and the fence
+  still the writer's, sent again and stored (a success) or, for an append, a plain refusal;
+  under another writer's fence, `Fenced`; now and then unresolved, `Fenced` (the driver drops
+  the group, its next load rebuilds it from the log, its members resume). Now and then what
+  lost the answer also costs the writer its shard.
+- **Lost owner -> edge batches** (cluster review S1): one batch (or beat) is lost and nobody
+  closes anything; the edge notices at the owner's next batch (`DownlinkGaps`, numbered per
+  link as `Downlinks` does) or at the link's beat (`DownlinkBeats`, on the node's tick), and
+  does what node.py does: closes the connections opened at that owner. The quiescent phase
+  may end with a *quiet tail*: one last message whose batch to one edge is lost with nothing
+  after it, so only a beat can recover it (`beats=False` is the negative control).
+- **Members moving between edges** (S11): a client drops and resumes at another edge with its
+  session token; a shard goes back to the node that held it before (a paused owner taking it
+  back). The hub is the real one, with a window (`SimHub`) for the S11 check.
 
 The clients (the SDK protocol, the application, the client faults and the checks of what clients
 are told) are tests/unit/sim_clients.py's `ClientSim`, shared with sim.py; this file is the
@@ -33,9 +49,12 @@ cluster around them.
 Checked: G1-G6 by sim_clients.py's `Observer` at every application event, every frame that leaves an
 owner against what the log holds (durable before sent: `deliver`, `published`,
 `view_install`, `abort`), every stored view the next version, outcomes of one atomic never
-contradicting each other across owners, and after a quiescent phase liveness (every group
-stable, every member in the view its client has). A failure says `seed=...`: `run(seed, steps)`
-replays it exactly.
+contradicting each other across owners, a refused publish never stored (nor delivered), a
+session never retired as an older incarnation by a hello of the same client session (S11),
+and after a quiescent phase liveness (every group stable, every member in the view its client
+has, and every member has every stored message it is owed since its join). A failure says
+`seed=...`: `run(seed, steps)` replays it exactly. A range of seeds:
+`PYTHONPATH=.:tests/unit python tests/unit/sim_cluster.py FIRST LAST STEPS`.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_a_member_moving_between_edges_is_never_retired_as_a_new_incarnation(
 @pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
     "not fixed: an owner's first batch to an edge is lost; the edge, never having heard from "
     "that owner, takes its next batch (and its beats) at its word (links.py DownlinkGaps), so "
-    "the member never gets its install (docs/cluster.md, 'Simulated')"))
+    "the member never gets its install (docs/cluster.md, 'The simulator's fault classes')"))
 def test_seed_230_a_lost_first_batch_of_a_link_goes_unnoticed() -> None:
     run(230, 3_000)
 
@@ -111,6 +111,6 @@ def test_seed_230_a_lost_first_batch_of_a_link_goes_unnoticed() -> None:
     "not fixed: a restarted client's old connection (its frames still on their way to the "
     "owner) opens there after the new incarnation did, and, the later hello winning, retires "
     "the new incarnation; its publish is stored after the new one's (docs/cluster.md, "
-    "'Simulated')"))
+    "'The simulator's fault classes')"))
 def test_seed_380_an_older_incarnation_opening_late_at_the_owner_retires_the_newer() -> None:
     run(380, 3_000)

@@ -195,9 +195,17 @@ class Group:
                 and not len(self.atomics))
 
     def connections(self) -> set[ConnId]:
-        """Every connection the group would send to: its members' and its joiners'."""
+        """Every connection the group would send to: its members' and its joiners', and every
+        one still owed an answer: a leaver's or a publisher's (a member's or not), waiting in
+        the intake or held behind the write under way (cluster mode closes them all when the
+        group leaves the node, so that each client asks the group's new owner again)."""
         conns = {s.conn for s in self.slots.values() if s.conn is not None}
         conns.update(self._joiner_conns.values())
+        conns.update(self._leaver_conns.values())
+        for i in self._intake:
+            conns.add(i.conn)
+            conns.update(c for c, _req in i.retries)
+        conns.update(self.writes.waiting())
         return conns
 
     def involves(self, member: MemberId) -> bool:
@@ -364,7 +372,7 @@ class Group:
         m = self.membership
         outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
         out.append(Send(conn, ViewResume(self.name, self.view.version)))
-        count = self._replay(out, conn, since, slot.accept_from)
+        count = self._replay(out, conn, since, slot.accept_from, held_view=join.resume.view)
         out.append(Send(conn, CatchupDone(self.name, self.topic.head, count)))
         if outcome is not None:
             self._after_withdraw(out, outcome, now, skip=member)
@@ -412,13 +420,14 @@ class Group:
         return None
 
     def _replay(self, out: list[Action], conn: ConnId, rp: ResumePoint,
-                accept_from: AcceptFrom) -> int:
+                accept_from: AcceptFrom, *, held_view: int | None = None) -> int:
         """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8).
 
         Atomic outcomes go out as they did live: before the install that followed the message
         (G2, G5). That includes messages the member already holds (it may have lost the confirm
-        with its connection), back to the start of the last view it installed; a repeated
-        confirm or abort is ignored by a member that does not hold the message.
+        with its connection), back to the start of the last view it installed (`held_view`, by
+        its own resume point, when `rp.view` was moved on to skip installs it was not in); a
+        repeated confirm or abort is ignored by a member that does not hold the message.
         """
         installs: Iterator[ViewInstall] = (i for i in self._installs
                                            if i.view > rp.view and i.offset >= rp.offset)
@@ -435,8 +444,7 @@ class Group:
         # that view. When that install is no longer remembered (a reload keeps the installs
         # after the retained messages; a long run drops old ones), from the oldest retained
         # message: more repeated outcomes, but none it holds is missed (G2, G5).
-        began = [i.offset for i in self._installs if i.view == rp.view]
-        start = min(rp.offset, began[0] if began else self.topic.first_retained - 1)
+        start = min(rp.offset, self._view_start(rp.view if held_view is None else held_view))
         accept_any = accept_from is AcceptFrom.ANY
         for m in self.topic.replay(start):
             while nxt is not None and nxt.offset < m.offset:
@@ -457,6 +465,29 @@ class Group:
             nxt = next(installs, None)
         send_resolved()
         return count
+
+    def _view_start(self, view: int) -> int:
+        """The offset view `view` was installed at, or, when that install is no longer
+        remembered, just below the oldest retained message (from there, every atomic of it a
+        member may hold is covered)."""
+        began = [i.offset for i in self._installs if i.view == view]
+        return began[0] if began else self.topic.first_retained - 1
+
+    def _held_outcomes(self, conn: ConnId, rp: ResumePoint) -> list[Send]:
+        """The outcomes of the atomics a member coming back from `rp` in a new membership (G8)
+        may still hold: those it received (up to its point) since the start of the view it last
+        installed, and whose outcome it may never have got (the install that removed it, and
+        its aborts, went out while it was away). Sent before its new install (G2, G5)."""
+        out: list[Send] = []
+        for m in self.topic.replay(self._view_start(rp.view)):
+            if m.offset > rp.offset:
+                break
+            if m.atomic:
+                committed = self.topic.outcome(m.offset)
+                if committed is not None:
+                    out.append(Send(conn, self._outcome_frame((m.offset,), committed),
+                                    replay=True))
+        return out
 
     # -- messaging -------------------------------------------------------------------------------
 
@@ -751,8 +782,11 @@ class Group:
         self._installs.append(install)
         for mem, s in self.slots.items():
             if s.conn is not None:
-                sends.append(Send(s.conn, install))
                 joined = p.joining.get(mem)
+                if joined is not None and joined.resume is not None:
+                    # what it holds of its last membership is resolved before this install
+                    sends.extend(self._held_outcomes(s.conn, joined.resume))
+                sends.append(Send(s.conn, install))
                 if joined is not None and joined.resume is not None:
                     catchup: list[Action] = []
                     # The joiner gets this install first: replay no older install (it was not

@@ -75,6 +75,18 @@ class Writes:
         """Whether a frame of that type waits behind the write under way."""
         return any(type(a) is Send and type(a.frame) is frame_type for a in self._held)
 
+    def waiting(self) -> set[int]:
+        """The connections that frames held behind the write under way are for."""
+        conns: set[int] = set()
+        for a in self._held:
+            if isinstance(a, Fanout):
+                conns.update(a.conns)
+                if a.reply is not None:
+                    conns.add(a.reply.conn)
+            elif isinstance(a, (Send, ServeCheckpoint)):
+                conns.add(a.conn)
+        return conns
+
     def next_ticket(self) -> int:
         self._tickets += 1
         return self._tickets

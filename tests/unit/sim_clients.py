@@ -120,6 +120,8 @@ class Track:
 
     last_view: int | None = None
     removed: bool = False
+    #: the view this run of the member's membership began in (its join's install)
+    joined_view: int | None = None
     delivered: set[int] = field(default_factory=set)
     #: offsets app-delivered, by sending view (messages from members only)
     by_view: dict[int, set[int]] = field(default_factory=dict)
@@ -163,7 +165,7 @@ class Observer:
     def fresh_join(self, member: str, group: str) -> None:
         """The client starts knowing nothing of `group` (a join without a resume point)."""
         t = self.track(member, group)
-        t.last_view, t.removed = None, False
+        t.last_view, t.removed, t.joined_view = None, False, None
         t.stream_last.clear()
         t.sender_n.clear()
 
@@ -262,6 +264,7 @@ class Observer:
         if who in e.joined:  # a (re)join starts a new run of views
             if t.last_view is not None and e.view <= t.last_view:
                 self.fail(f"G1: {who} joined {e.group} v{e.view} after v{t.last_view}")
+            t.joined_view = e.view
         elif t.last_view is None or t.removed:
             self.fail(f"G1: {who} installed {e.group} v{e.view} (not as a joiner) while outside "
                       f"(last view {t.last_view}, removed={t.removed})")
@@ -479,6 +482,11 @@ class ClientSim:
             m.unanswered.pop(r.id, None)
             if r.id in m.published:
                 self.obs.fail(f"idempotency: {r.id} published then rejected")
+            at = self.obs.stored_at.get(r.id)
+            if (m.name, r.id) in self.durable_ids and at is not None and \
+                    self.now - at < self.cfg.timeouts.departed_ids:
+                self.obs.fail(f"{m.name}'s publish {r.id} refused ({r.code}) but stored at "
+                              f"{self.durable_ids[(m.name, r.id)]}")
             self.obs.rejected_ids.setdefault(r.id, self.now)
             self.count(f"rejected.{r.code}")
         elif isinstance(r, Outcome):
@@ -764,6 +772,28 @@ class ClientSim:
                     and m.name not in view.members:
                 fail(f"G1: {m.name} thinks it is in {name} v{gp.view}, {server} has "
                      f"{view.members} at v{view.version}")
+
+    def check_complete(self, name: str, g: Group) -> None:
+        """After quiescence: every member of `g`'s view has every stored message it is owed:
+        each one stored in a view of its current run of membership (from its join on), from a
+        member or (with `accept_from: any`) from anyone, committed if atomic. A message lost on
+        its way to a member (a lost tail batch nobody noticed) fails here, even when every
+        member missed it (which G2's check cannot see)."""
+        for mem in g.view.members:
+            t = self.obs.track(mem, name)
+            if t.joined_view is None:
+                continue  # (its join install is older than what this run saw: not checked)
+            anyone = self.member(mem).accept_from.get(name, "members") == "any"
+            missing = sorted(
+                off for (grp, off), info in self.obs.msgs.items()
+                if grp == name and info.sending_view >= t.joined_view
+                and (info.from_member or anyone) and off not in t.delivered
+                and self.durable.get((grp, off)) == (info.stream, info.seq, info.sender)
+                and (not info.atomic or self.outcome(grp, off) is True))
+            if missing:
+                self.obs.fail(f"liveness: {mem} (in {name} since v{t.joined_view}) never "
+                              f"delivered stored messages {missing[:10]} "
+                              f"({self.obs.msgs[(name, missing[0])]})")
 
     def check_total_order(self) -> None:
         """G4: the total stream is delivered in one order everywhere (prefix-consistent)."""

@@ -25,6 +25,22 @@ resumes, new incarnations, joins, leaves, pauses):
   A write it had in flight may still land in the log, unanswered.
 - **Link losses**: what is in flight from one node to another is lost; the edge closes the
   connections opened at that owner (a gap, or a give-up), and they resume.
+- **Lost write answers** (issue 32): the log stores a write, or not, and its answer is lost; it
+  is resolved later as JetStreamLog resolves it (notify/storage/jetstream.py, "Ambiguous
+  answers"): stored and still the group's last record, a success; not stored and the fence
+  still the writer's, sent again and stored (a success) or, for an append, a plain refusal;
+  under another writer's fence, `Fenced`; now and then unresolved, `Fenced` (the driver drops
+  the group, its next load rebuilds it from the log, its members resume). Now and then what
+  lost the answer also costs the writer its shard.
+- **Lost owner -> edge batches** (cluster review S1): one batch (or beat) is lost and nobody
+  closes anything; the edge notices at the owner's next batch (`DownlinkGaps`, numbered per
+  link as `Downlinks` does) or at the link's beat (`DownlinkBeats`, on the node's tick), and
+  does what node.py does: closes the connections opened at that owner. The quiescent phase
+  may end with a *quiet tail*: one last message whose batch to one edge is lost with nothing
+  after it, so only a beat can recover it (`beats=False` is the negative control).
+- **Members moving between edges** (S11): a client drops and resumes at another edge with its
+  session token; a shard goes back to the node that held it before (a paused owner taking it
+  back). The hub is the real one, with a window (`SimHub`) for the S11 check.
 
 The clients (the SDK protocol, the application, the client faults and the checks of what clients
 are told) are tests/unit/sim_clients.py's `ClientSim`, shared with sim.py; this file is the
@@ -33,9 +49,12 @@ cluster around them.
 Checked: G1-G6 by sim_clients.py's `Observer` at every application event, every frame that leaves an
 owner against what the log holds (durable before sent: `deliver`, `published`,
 `view_install`, `abort`), every stored view the next version, outcomes of one atomic never
-contradicting each other across owners, and after a quiescent phase liveness (every group
-stable, every member in the view its client has). A failure says `seed=...`: `run(seed, steps)`
-replays it exactly.
+contradicting each other across owners, a refused publish never stored (nor delivered), a
+session never retired as an older incarnation by a hello of the same client session (S11),
+and after a quiescent phase liveness (every group stable, every member in the view its client
+has, and every member has every stored message it is owed since its join). A failure says
+`seed=...`: `run(seed, steps)` replays it exactly. A range of seeds:
+`PYTHONPATH=.:tests/unit python tests/unit/sim_cluster.py FIRST LAST STEPS`.
 """
 
 from __future__ import annotations
@@ -47,6 +66,7 @@ from typing import Any
 import orjson
 from sim_clients import ClientSim, Conn, SimMember, _pick
 
+from notify.cluster.links import DownlinkBeats, DownlinkGaps
 from notify.cluster.ownership import Lease
 from notify.cluster.routing import (
     CloseConns,
@@ -58,6 +78,7 @@ from notify.cluster.routing import (
 )
 from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Error
+from notify.core.auth import Identity
 from notify.core.events import (
     Ack,
     CheckpointChunk,
@@ -68,6 +89,8 @@ from notify.core.events import (
     Publish,
     StateChunk,
 )
+from notify.core.hub import Session
+from notify.core.membership import Reason
 from notify.core.users import split_member
 from notify.runtime import CheckpointAction, Done, Driver, Fetched
 from notify.runtime.driver import MOVED
@@ -101,6 +124,15 @@ class ClusterSimConfig:
     w_link_loss: float = 0.6
     #: how often a deposed owner notices only later (it goes on serving until fenced)
     p_late_notice: float = 0.3
+    #: a write whose answer is lost (stored or not), resolved later as JetStreamLog does
+    p_lost_answer: float = 0.03
+    w_tail_loss: float = 0.6
+    w_owner_back: float = 0.5
+    w_hop: float = 1.0
+    #: the owners' DownlinkBeats (False: a negative control, a lost tail goes unnoticed)
+    beats: bool = True
+    #: how often the quiescent phase ends with a last message whose batch to one edge is lost
+    p_quiet_tail: float = 0.5
 
 
 @dataclass(eq=False)
@@ -131,6 +163,45 @@ class FencedLog:
         return fence
 
 
+class SimHub(Hub):
+    """The real hub, with one window for the checks: a session retired as an older incarnation
+    of its member (a clash, DESIGN §4) by a hello that presented a session token must belong to
+    another incarnation of the client than that hello (S11: a client that only moved between
+    edges, or whose owner missed its moves, is never retired)."""
+
+    def __init__(self, sim: ClusterSimulation, name: str, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.sim, self.name = sim, name
+        #: the client incarnation (member, number) of the hello being handled
+        self._hello_inc: tuple[str, int] | None = None
+
+    def hello(self, conn: int, hello: Hello, now: float, identity: Identity | None, *,
+              token: str | None = None) -> list[Any]:
+        inc = self.sim.conn_inc.get(conn)
+        # (a hello that presents no session cannot be told from a new incarnation's: a client
+        # that lost its first connection before its welcome came)
+        self._hello_inc = inc if hello.resume_session is not None else None
+        try:
+            out = super().hello(conn, hello, now, identity, token=token)
+        finally:
+            self._hello_inc = None
+        s = self._conns.get(conn)
+        if s is not None and inc is not None:
+            self.sim.token_inc.setdefault(s.token, inc)
+        return out
+
+    def _retire(self, old: Session, reason: Reason, now: float) -> list[Any]:
+        if reason is Reason.NEW_INCARNATION:
+            sim = self.sim
+            sim.count("retire.new_incarnation")
+            inc = self._hello_inc
+            if inc is not None and sim.token_inc.get(old.token) == inc:
+                sim.obs.fail(f"S11: {self.name} retired {old.member}'s session {old.token} "
+                             f"(groups {sorted(old.groups)}) as an older incarnation, on a "
+                             f"hello of the same client incarnation {inc}")
+        return super()._retire(old, reason, now)
+
+
 # -- one node ------------------------------------------------------------------------------------
 
 
@@ -141,8 +212,9 @@ class SimNode:
         self.sim, self.name, self.inc = sim, name, inc
         self.dead = False
         tokens = iter(range(1, 1 << 30))
-        self.hub = Hub(CoreConfig(timeouts=sim.cfg.timeouts, shared_log=True),
-                       new_token=lambda: f"{name}.{inc}.s{next(tokens)}", epoch=EPOCH)
+        self.hub = SimHub(sim, f"{name}#{inc}",
+                          CoreConfig(timeouts=sim.cfg.timeouts, shared_log=True),
+                          new_token=lambda: f"{name}.{inc}.s{next(tokens)}", epoch=EPOCH)
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: sim.now)
         self.router = EdgeRouter(name, route_timeout=sim.cfg.route_timeout)
@@ -153,6 +225,11 @@ class SimNode:
         self.loaded: dict[str, tuple[SimNode, int]] = {}
         #: ownership notices this node has not acted on yet (a paused owner)
         self.late: list[tuple[int, Lease | None, Lease | None]] = []
+        #: owner side of the links to edges (links.py's `Downlinks`): the last batch number
+        #: sent to each edge, and when to beat; edge side: the gaps in owners' batches
+        self.down_seq: dict[str, int] = {}
+        self.beats = DownlinkBeats()
+        self.gaps = DownlinkGaps()
 
     def __repr__(self) -> str:
         return f"{self.name}#{self.inc}"
@@ -167,7 +244,7 @@ class SimNode:
             self.sim.check_durable(f, self.sim.conn_member.get(conn), f"{self} ")
         key = self.remote.get(conn)
         if key is not None:
-            self.sim.link(self.name, key[0]).append(("data", key[1], out))
+            self.downlink(key[0], ("data", key[1], out))
             return
         c = self.sim.conns.get(conn)
         if c is not None and c.node is self and c.alive and c.server_open:
@@ -178,13 +255,32 @@ class SimNode:
             return
         key = self.remote.get(conn)
         if key is not None:
-            self.sim.link(self.name, key[0]).append(("close", key[1], code, reason))
+            self.downlink(key[0], ("close", key[1], code, reason))
             return
         c = self.sim.conns.get(conn)
         if c is not None and c.node is self and c.server_open:
             c.server_open = False  # the driver tells the hub
             self.sim.client_lost(c)
             self.apply(self.router.conn_closed(conn, code, reason))
+
+    def downlink(self, edge: str, entry: tuple[Any, ...]) -> None:
+        """One batch to `edge` (`Downlinks._publish`): numbered per link, and the link beats
+        after it while quiet."""
+        seq = self.down_seq[edge] = self.down_seq.get(edge, 0) + 1
+        if self.sim.cfg.beats:
+            self.beats.sent(edge, seq, self.sim.now)
+        self.sim.link(self.name, edge).append((*entry, seq))
+
+    def beat(self) -> None:
+        """`Downlinks.beat`, on the node's tick: the last batch number, to a quiet link."""
+        for edge, last in self.beats.due(self.sim.now):
+            self.sim.link(self.name, edge).append(("beat", last))
+            self.sim.count("beat")
+
+    def link_gap(self, owner: str, seen: str) -> None:
+        """`ClusterNode._link_gap`: frames from `owner` were lost; its connections resume."""
+        self.sim.count(f"gap.{seen}")
+        self.apply(self.router.link_lost(owner))
 
     # -- Store --------------------------------------------------------------------------------
 
@@ -270,7 +366,7 @@ class SimNode:
                 key = self.remote.get(conn)
                 if key is not None:
                     self.sim.count("owner.not_owner")
-                    self.sim.link(self.name, key[0]).append(("close", key[1], 4003, MOVED))
+                    self.downlink(key[0], ("close", key[1], 4003, MOVED))
             else:
                 self.apply(self.router.frame(conn, shard, raw, self.sim.now))
             return
@@ -301,6 +397,8 @@ class SimNode:
                 return
             vid = sim.new_conn_id()
             sim.conn_member[vid] = member
+            if conn in sim.conn_inc:
+                sim.conn_inc[vid] = sim.conn_inc[conn]
             self.vconns[(src, conn)], self.remote[vid] = vid, (src, conn)
             user, instance = split_member(member)
             self.driver.opened_remote(vid, Hello(1, user, presented, instance), None, token)
@@ -308,21 +406,28 @@ class SimNode:
             vid = self.vconns.get((src, entry[1]))
             if vid is None:
                 if kind == "frame":  # not a connection we know (it moved, or we restarted)
-                    sim.link(self.name, src).append(("close", entry[1], 4003, MOVED))
+                    self.downlink(src, ("close", entry[1], 4003, MOVED))
                 return
             if kind == "frame":
                 self.dispatch(vid, entry[2], remote=True)
             else:
                 del self.vconns[(src, entry[1])], self.remote[vid]
                 self.driver.closed(vid, entry[2], entry[3])
+        elif kind == "beat":
+            if not self.gaps.beat(src, str(sim.nodes[src].inc), entry[1]):
+                self.link_gap(src, "beat")
         elif kind == "data":
-            _, conn, frames = entry
+            _, conn, frames, seq = entry
+            if not self.gaps.check(src, str(sim.nodes[src].inc), seq):
+                self.link_gap(src, "batch")
             c = sim.conns.get(conn)
             if (self.router.is_opened(conn, src) and c is not None and c.node is self
                     and c.alive and c.server_open):
                 c.to_client.extend(frames)
         else:
             assert kind == "close"
+            if not self.gaps.check(src, str(sim.nodes[src].inc), entry[4]):
+                self.link_gap(src, "batch")
             if self.router.is_opened(conn := entry[1], src):
                 self.close_local(conn, entry[3])
 
@@ -332,6 +437,9 @@ class SimNode:
             if edge == node:
                 del self.vconns[(edge, conn)], self.remote[vid]
                 self.driver.closed(vid, 1006, "edge down")
+        self.down_seq.pop(node, None)  # `Downlinks.forget`: a new link to its next incarnation
+        self.beats.forget(node)
+        self.gaps.forget(node)
 
     def remember_outcomes(self) -> None:
         for name, g in self.hub.groups.items():
@@ -366,6 +474,22 @@ class ClusterSimulation(ClientSim):
         self.outcomes: dict[tuple[str, int], bool] = {}
         #: conn (local or remote) -> its member, for checking `published`
         self.conn_member: dict[int, str] = {}
+        #: writes whose answer was lost, waiting to be resolved against the log (as
+        #: JetStreamLog does): (node, write, done, view, fence, stored)
+        self.unclear: deque[tuple[SimNode, Write, Done, int, tuple[SimNode, int] | None,
+                                  bool]] = deque()
+        #: the client's sessions (S11): member -> the number of its session (a new one at
+        #: every hello that presents none: a new incarnation, or a client that never read its
+        #: welcome), conn (local or remote) -> (member, number), session token -> the same
+        self.incarnation: dict[str, int] = {}
+        self.conn_inc: dict[int, tuple[str, int]] = {}
+        self.token_inc: dict[str, tuple[str, int]] = {}
+        #: shard -> the node that held it before its current owner (to give it back)
+        self.prev_owner: dict[int, str] = {}
+        #: the edge the next connection opens at (a member hopping), else the rng's
+        self.next_edge: str | None = None
+        #: the quiescent phase: no more faults
+        self.calm = False
 
     def link(self, src: str, dst: str) -> deque[tuple[Any, ...]]:
         return self.links.setdefault((src, dst), deque())
@@ -405,15 +529,70 @@ class ClusterSimulation(ClientSim):
             if not node.dead:
                 done("injected: disk I/O error")
             return
+        if self.rng.random() < self.cfg.p_lost_answer:  # stored or not, nobody hears yet
+            stored = self.rng.random() < 0.5
+            if stored:
+                self.keep(node, w, view)
+            self.count(f"write.answer_lost.{'stored' if stored else 'not_stored'}")
+            self.unclear.append((node, w, done, view, fence, stored))
+            if not self.calm and self.rng.random() < 0.3:
+                # what lost the answer cost the writer its lease too
+                self.count("write.answer_lost.shard_moved")
+                self.set_owner(self.cfg.groups.index(w.group),
+                               self.rng.choice([n for n in self.names if n != node.name]))
+            return
+        self.keep(node, w, view)
+        if node.dead:
+            self.count("write.landed_dead")
+            return
+        done(None)
+
+    def keep(self, node: SimNode, w: Write, view: int) -> None:
+        """The log stores `w`."""
         self.log.log.write(w, lambda error: None)
         self.stored(w, view, f"{node} ")  # G1 across owners rests on it (and on the fence)
         if not isinstance(w, Append):
             for o in w.aborted:
                 self.note_outcome(w.group, o, False)
+
+    def resolve(self) -> None:
+        """The oldest write whose answer was lost is resolved against the log, as JetStreamLog
+        does (its module docstring, "Ambiguous answers"): by then another writer may have
+        fenced the group; or the log cannot say in time (`UNRESOLVED`).
+
+        - stored, and still the group's last record: a success; stored, and another writer
+          appended after it: `Fenced` (the new owner delivers it);
+        - not stored, and the fence still ours: sent again, stored now (a success), or, for
+          an append, resolved as not stored (a plain refusal: the core retracts it and refuses
+          its publishers; a refused view would halt the node, and JetStreamLog never refuses
+          one after an unclear answer); not stored and fenced: `Fenced`;
+        - either way, now and then: unresolved, `Fenced` (the driver drops the group and its
+          next load rebuilds it from the log, with the write or without it)."""
+        node, w, done, view, fence, stored = self.unclear.popleft()
         if node.dead:
-            self.count("write.landed_dead")
             return
-        done(None)
+        ours = fence is not None and self.log.fence.get(w.group) == fence
+        r = self.rng.random()
+        if r < 0.3:
+            how = "unresolved"
+        elif not ours:
+            how = "fenced"
+        elif stored:
+            how = "stored"
+        elif isinstance(w, Append) and r < 0.65:
+            how = "refused"
+        else:
+            how = "resent"
+        self.count(f"write.resolved.{how}")
+        if how in ("unresolved", "fenced"):
+            node.remember_outcomes()
+            done(Fenced(f"{w.group}: {how} (the answer was lost)"))
+        elif how == "refused":
+            done("not stored (the answer was lost; the log does not have it)")
+        else:
+            if how == "resent":
+                self.keep(node, w, view)
+            done(None)
 
     # -- ownership ------------------------------------------------------------------------------
 
@@ -422,6 +601,8 @@ class ClusterSimulation(ClientSim):
         for n in self.nodes.values():  # a node acts on older notices first
             self.notice(n)
         old = self.owners.get(shard)
+        if old is not None and old.node != new_node:
+            self.prev_owner[shard] = old.node
         new: Lease | None = None
         if new_node is not None:
             self.term += 1
@@ -498,17 +679,40 @@ class ClusterSimulation(ClientSim):
         q.extend(kept)
         if any(e[0] in ("open", "frame") for e in lost):  # src's uplink to dst gave up
             self.nodes[src].apply(self.nodes[src].router.link_lost(dst))
-        if any(e[0] in ("data", "close") for e in lost):  # dst sees a gap in src's batches
-            self.nodes[dst].apply(self.nodes[dst].router.link_lost(src))
+        seqs = [e[-1] for e in lost if e[0] in ("data", "close")]
+        if seqs:  # dst sees a gap in src's batches (once: it goes on from the last one lost)
+            d = self.nodes[dst]
+            d.gaps.check(src, str(self.nodes[src].inc), max(seqs))
+            d.apply(d.router.link_lost(src))
+
+    def lose_batch(self) -> None:
+        """One owner -> edge batch (or beat) is lost, and nobody notices now (cluster review
+        S1): the edge sees the gap at the owner's next batch, or at the link's next beat; the
+        lost one is often the link's tail (nothing follows but beats)."""
+        busy = sorted(k for k, q in self.links.items()
+                      if any(e[0] in ("data", "close", "beat") for e in q))
+        if not busy:
+            return
+        q = self.links[self.rng.choice(busy)]
+        at = [i for i, e in enumerate(q) if e[0] in ("data", "close", "beat")]
+        i = at[-1] if self.rng.random() < 0.6 else self.rng.choice(at)
+        e = q[i]
+        del q[i]
+        self.count("beat_lost" if e[0] == "beat" else
+                   "tail_lost" if i == at[-1] else "batch_lost")
 
     # -- the server side of the clients (sim_clients.ClientSim's hooks) -------------------------
 
     def open_conn(self, m: SimMember, hello: dict[str, Any]) -> Conn:
-        """At an edge the rng picks."""
-        node = self.nodes[self.rng.choice(self.names)]
+        """At an edge the rng picks (or the one a hop goes to)."""
+        edge, self.next_edge = self.next_edge, None
+        node = self.nodes[edge if edge is not None else self.rng.choice(self.names)]
         c = ClientConn(self.new_conn_id(), m.name, node=node, presented=hello.get("resume_session"))
         self.conns[c.id] = c
         self.conn_member[c.id] = m.name
+        if c.presented is None:  # a new session: the client restarted, or never had a welcome
+            self.incarnation[m.name] = self.incarnation.get(m.name, 0) + 1
+        self.conn_inc[c.id] = (m.name, self.incarnation[m.name])
         node.driver.opened(c.id)
         return c
 
@@ -534,11 +738,13 @@ class ClusterSimulation(ClientSim):
                 continue
             n.driver.tick()
             n.apply(n.router.tick(self.now))
+            n.beat()
 
     def next_wakeup(self) -> float | None:
         times = []
         for n in self.nodes.values():
-            for t in (n.driver.next_wakeup(), n.router.next_deadline()):
+            for t in (n.driver.next_wakeup(), n.router.next_deadline(),
+                      n.beats.next_deadline()):
                 if t is not None:
                     times.append(t)
         return min(times, default=None)
@@ -548,6 +754,7 @@ class ClusterSimulation(ClientSim):
         out += [("s", c) for c in self.conns.values()
                 if c.to_server and c.server_open and c.alive]
         out += [("w", None)] if self.writes else []
+        out += [("u", None)] if self.unclear else []
         out += [("c", m) for m in self.everyone if m.conn is not None and m.conn.to_client]
         out += [("l", k) for k, q in sorted(self.links.items()) if q]
         return out
@@ -558,6 +765,8 @@ class ClusterSimulation(ClientSim):
             x.node.client_frame(x, f)
         elif kind == "w":
             self.store()
+        elif kind == "u":
+            self.resolve()
         elif kind == "c":
             self.client_in(x, n)
         else:
@@ -582,6 +791,8 @@ class ClusterSimulation(ClientSim):
             slow = k == "c" and x.slow
             if slow and rng.random() < 0.9:
                 return
+            if k == "u" and rng.random() < 0.9:  # resolving takes the log a while (seconds)
+                return
             self.move(k, x, 1000 if slow else rng.randint(1, 3))
         elif kind == "publish":
             self.app_publish()
@@ -591,7 +802,8 @@ class ClusterSimulation(ClientSim):
     def server_faults(self) -> list[tuple[float, str]]:
         cfg = self.cfg
         return [(cfg.w_owner_change, "owner"), (cfg.w_kill, "kill"), (cfg.w_link_loss, "link"),
-                (1, "wake")]
+                (1, "wake"), (cfg.w_tail_loss, "batch"), (cfg.w_owner_back, "back"),
+                (cfg.w_hop, "hop")]
 
     def server_fault(self, kind: str) -> None:
         rng = self.rng
@@ -602,6 +814,18 @@ class ClusterSimulation(ClientSim):
             self.kill(rng.choice(self.names))
         elif kind == "link":
             self.lose_link()
+        elif kind == "batch":
+            self.lose_batch()
+        elif kind == "back":  # the shard goes back to the node before (rendezvous hashing
+            # prefers it again once it is back: a paused owner takes its shard back)
+            back = sorted((s, n) for s, n in self.prev_owner.items()
+                          if (lease := self.owners.get(s)) is None or lease.node != n)
+            if back:
+                shard, node = rng.choice(back)
+                self.count("owner_back")
+                self.set_owner(shard, node)
+        elif kind == "hop":
+            self.hop()
         elif kind == "wake":
             late = [n for n in self.nodes.values() if n.late]
             if late:
@@ -609,6 +833,20 @@ class ClusterSimulation(ClientSim):
             orphans = [s for s in range(len(self.cfg.groups)) if self.owners.get(s) is None]
             if orphans:  # a lease machine campaigns for what nobody holds
                 self.set_owner(rng.choice(orphans), rng.choice(self.names))
+
+    def hop(self) -> None:
+        """A member's client moves to another edge (a network change) with its session: the
+        old connection is lost (noticed now or later), the new one resumes (S11)."""
+        who = [m for m in self.members if m.conn is not None]
+        if not who:
+            return
+        m = self.rng.choice(who)
+        c = m.conn
+        assert isinstance(c, ClientConn) and c.node is not None
+        self.drop(m)
+        self.next_edge = self.rng.choice([n for n in self.names if n != c.node.name])
+        self.connect(m, resume=True)
+        self.count("hop")
 
     # -- running --------------------------------------------------------------------------------
 
@@ -620,6 +858,7 @@ class ClusterSimulation(ClientSim):
     def quiesce(self) -> None:
         """No more faults: every node acts on what it missed, every shard gets an owner, some
         absent members come back, then every queue drains and every timer fires."""
+        self.calm = True  # (no more owner changes)
         for n in self.nodes.values():
             self.notice(n)
         for shard in range(len(self.cfg.groups)):
@@ -627,6 +866,44 @@ class ClusterSimulation(ClientSim):
                 self.set_owner(shard, self.rng.choice(self.names))
         self.calm_clients()
         self.settle(300, reconnect=True)  # a client whose connection was closed reconnects
+        if self.rng.random() < self.cfg.p_quiet_tail:
+            self.quiet_tail()
+
+    def quiet_tail(self) -> None:
+        """The last burst's tail is lost (cluster review S1): all is quiet; a member publishes
+        once more, and the owner's batch that carries that message to one edge (where the
+        sender is not, so nothing follows it there) is lost. Only the link's beats can tell
+        that edge; its members resume and get the message (`check_complete`), or they never
+        do (without beats: a negative control)."""
+        senders = [(m, g) for m in self.members if m.conn is not None for g in self.active(m)]
+        if not senders:
+            return
+        m, g = self.rng.choice(senders)
+        assert isinstance(m.conn, ClientConn) and m.conn.node is not None
+        edge = m.conn.node.name
+        self.publish(m, g)
+        pid = f"{m.name}.{m.counter}"
+        lost = False
+        for _ in range(10_000):
+            options = self.queues()
+            if not options:
+                break
+            self.steps += 1
+            kind, x = self.rng.choice(options)
+            self.move(kind, x, 1000)
+            offset = self.durable_ids.get((m.name, pid))
+            if lost or offset is None:
+                continue
+            for (_src, dst), q in sorted(self.links.items()):
+                hit = [e for e in q if dst != edge and e[0] == "data" and any(
+                    f["type"] == "deliver" and f["group"] == g and f["offset"] == offset
+                    for f in e[2])]
+                if hit:
+                    q.remove(hit[0])
+                    self.count("quiet_tail_lost")
+                    lost = True
+                    break
+        self.settle(300, reconnect=True)
 
     def final_checks(self) -> None:
         for shard, name in enumerate(self.cfg.groups):
@@ -639,9 +916,47 @@ class ClusterSimulation(ClientSim):
             g = owner.hub.groups.get(name)
             if g is not None:
                 self.check_group(name, g, f"owner {owner}")
+                self.check_complete(name, g)
         self.check_total_order()
 
 
 def run(seed: int, steps: int, cfg: ClusterSimConfig | None = None) -> ClusterSimulation:
     """Run one cluster simulation; a failure starts with `seed=...` so it replays exactly."""
     return ClusterSimulation(seed, cfg).run(steps)
+
+
+def main(argv: list[str]) -> int:
+    """`python tests/unit/sim_cluster.py FIRST LAST STEPS`: run seeds FIRST..LAST (inclusive),
+    print each failure (with its seed), the faults exercised and the wall time."""
+    import logging
+    import sys
+    import time
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    first, last, steps = (int(a) for a in argv)
+    totals: dict[str, int] = {}
+    failed = 0
+    t0 = time.monotonic()
+    for seed in range(first, last + 1):
+        try:
+            sim = run(seed, steps)
+        except Exception as e:
+            failed += 1
+            print(str(e).splitlines()[0][:400], flush=True)
+            continue
+        for k, v in sim.stats.items():
+            totals[k] = totals.get(k, 0) + v
+    keys = ("write.answer_lost", "write.resolved", "tail_lost", "quiet_tail", "batch_lost",
+            "beat_lost", "gap.", "hop", "owner_back", "retire.", "write.fenced", "kill",
+            "link_loss")
+    print({k: v for k, v in sorted(totals.items()) if k.startswith(keys)})
+    print(f"seeds {first}-{last} at {steps} steps: {failed} failed, "
+          f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))

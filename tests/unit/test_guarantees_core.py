@@ -423,6 +423,36 @@ def test_G5_a_resume_from_a_view_whose_install_is_forgotten_still_gets_its_held_
     assert got[:2] == [("abort", [x]), ("view_install", None)], got
 
 
+def test_G5_a_removed_member_rejoining_from_its_point_gets_the_outcome_of_the_atomic_it_holds(
+        ) -> None:
+    """b received atomic 1 (its resume point is at 1: the SDK's offset counts what it received,
+    held or not) and went away before the outcome; the view that removed it aborted 1. b comes
+    back with that point: a new membership (G8). It still holds 1, so the abort must reach it,
+    and before its new install: else it installs the new view holding an atomic of the old one
+    (and, once its first view is installed, a later resume replays outcomes from that view's
+    start only, so it holds 1, and its FIFO stream behind it, for good). The catch-up replayed
+    only the outcomes above the point. Found by the cluster simulator (seed 26 at 3,000 steps,
+    issue 32's faults)."""
+    net = Net()
+    a, b = form(net, "a", "b")
+    net.publish(a, "x", atomic=True)
+    (x,) = delivered(net.take(b))
+    net.send(a, Ack(G, (x,)))  # b never ACKs: it is gone
+    session = net.sessions[b]
+    net.drop(b)
+    net.advance(3.1)  # b's removal is proposed
+    net.flush(a)
+    assert view(net) == (3, ("a",))
+    assert [f["offsets"] for f in net.take(a, "abort")] == [[x]]
+    b2 = net.connect("b", session)
+    net.send(b2, Join("jr", G, resume=RP(1, x, {"fifo:a": 1}, view=2)))
+    net.flush(a)
+    assert view(net) == (4, ("a", "b"))
+    got = [(f["type"], f.get("offsets")) for f in net.take(b2)
+           if f["type"] in ("abort", "confirm", "view_install")]
+    assert got[:2] == [("abort", [x]), ("view_install", None)], got
+
+
 @pytest.mark.parametrize(("shared_log", "code"), [(False, "bad_resume"), (True, "unavailable")])
 def test_a_resume_past_the_head_is_a_retry_where_another_owner_may_have_written(
         shared_log: bool, code: str) -> None:

@@ -1,6 +1,9 @@
 """The simulated cluster (tests/unit/sim_cluster.py): nodes with the real hub, driver and edge
-router, a fencing log, SDK clients at edges; seeded owner changes (some noticed late), node kills
-and link losses; G1-G6 and durable-before-sent checked throughout, liveness after quiescence.
+router, a fencing log, SDK clients at edges; seeded owner changes (some noticed late, some back
+to the previous owner), node kills, link losses, lost write answers, lost owner->edge batches
+(noticed by gaps and beats), members hopping edges; G1-G6, durable-before-sent, S11 and
+refused-never-stored checked throughout, liveness (every member has every stored message it is
+owed) after quiescence.
 
 A failure message starts with `seed=...`; replay it with `run(seed, steps)` from sim_cluster.py.
 """
@@ -8,7 +11,10 @@ A failure message starts with `seed=...`; replay it with `run(seed, steps)` from
 from __future__ import annotations
 
 import pytest
-from sim_cluster import run
+from sim_clients import InvariantViolation
+from sim_cluster import ClusterSimConfig, run
+
+from notify.core.hub import Hub
 
 #: fixed seeds, 10,000 steps each (about a second each); 4 and 75 found faults at 10,000 steps
 #: (a resume from a forgotten view missing its outcomes; a deposed owner's stale `bad_resume`)
@@ -26,6 +32,10 @@ def test_cluster_simulation_fixed_seed(seed: int) -> None:
     assert s.get("kill", 0) > 2 and s.get("link_loss", 0) > 1
     assert s.get("routed", 0) > 300 and s.get("outcome", 0) > 20
     assert sum(v for k, v in s.items() if k.startswith("router.close.")) > 5
+    # issue 32's faults
+    assert sum(v for k, v in s.items() if k.startswith("write.resolved.")) > 3
+    assert s.get("hop", 0) > 10 and s.get("owner_back", 0) > 5
+    assert s.get("retire.new_incarnation", 0) > 10  # clashes happen: the S11 check is live
 
 
 def test_cluster_simulation_replays_exactly() -> None:
@@ -46,3 +56,61 @@ def test_seeds_that_found_a_resume_into_a_removed_membership() -> None:
     incarnation had removed it for good; fixed in `Membership.request_leave`)."""
     for seed in (104, 114, 118):
         run(seed, 10_000)
+
+
+# -- issue 32: every fault class runs in the simulator ------------------------------------------
+
+
+def test_lost_write_answers_are_resolved_every_way_the_jetstream_log_does() -> None:
+    """Seed 1 loses write answers, stored and not, and resolves them every way JetStreamLog
+    can (its docstring, "Ambiguous answers"): stored and still the last record (a success),
+    sent again and stored now (a success), not stored (a plain refusal: its publishers are
+    refused, and the checks hold that nothing refused is stored or delivered), stored or not
+    under another writer's fence (`Fenced`), and unresolved (`Fenced`: the group is dropped
+    and rebuilt from the log, its members resume)."""
+    s = run(1, 3_000).stats
+    for how in ("stored", "resent", "refused", "fenced", "unresolved"):
+        assert s.get(f"write.resolved.{how}", 0) > 0, how
+    assert s.get("write.answer_lost.stored", 0) and s.get("write.answer_lost.not_stored", 0)
+
+
+def test_a_lost_tail_is_noticed_by_the_beats_and_its_message_reaches_every_member() -> None:
+    """Seed 3 ends with a quiet tail: the last message's batch to one edge is lost and nothing
+    follows it there. The owner's beat tells the edge, its members resume and get it (checked
+    after quiescence). Without beats (cluster review S1, before links.py's DownlinkBeats) the
+    same run fails: the check cannot pass by seeing nothing."""
+    s = run(3, 3_000).stats
+    assert s.get("quiet_tail_lost", 0) and s.get("gap.beat", 0)
+    with pytest.raises(InvariantViolation, match=r"G2|liveness"):
+        run(3, 3_000, ClusterSimConfig(beats=False))
+
+
+def test_a_member_moving_between_edges_is_never_retired_as_a_new_incarnation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 35: members hop between edges with their session token, shards go back to the
+    owner that held them before (some of which were paused), and clashes between real
+    incarnations happen. A session is never retired by a hello of the same client session
+    (S11). With `Hub._token_for` reverted to minting a new token at every edge (main before
+    the S11 fix), the same seed fails: a member's own resume removes it from g1."""
+    s = run(35, 3_000).stats
+    assert s.get("hop", 0) and s.get("owner_back", 0) and s.get("retire.new_incarnation", 0)
+    monkeypatch.setattr(Hub, "_token_for", lambda self, hello: self._new_token())
+    with pytest.raises(InvariantViolation, match=r"S11: .* \(groups \['g1'\]\)"):
+        run(35, 3_000)
+
+
+@pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
+    "not fixed: an owner's first batch to an edge is lost; the edge, never having heard from "
+    "that owner, takes its next batch (and its beats) at its word (links.py DownlinkGaps), so "
+    "the member never gets its install (docs/cluster.md, 'The simulator's fault classes')"))
+def test_seed_230_a_lost_first_batch_of_a_link_goes_unnoticed() -> None:
+    run(230, 3_000)
+
+
+@pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
+    "not fixed: a restarted client's old connection (its frames still on their way to the "
+    "owner) opens there after the new incarnation did, and, the later hello winning, retires "
+    "the new incarnation; its publish is stored after the new one's (docs/cluster.md, "
+    "'The simulator's fault classes')"))
+def test_seed_380_an_older_incarnation_opening_late_at_the_owner_retires_the_newer() -> None:
+    run(380, 3_000)

@@ -325,9 +325,12 @@ class ClusterNode:
             owner, inc = str(header["node"]), str(header["inc"])
             beat = int(header["beat"]) if "beat" in header else None
             seq = int(header["seq"]) if beat is None else 0
+            to = str(header["to"])
         except (LinkError, KeyError, ValueError, TypeError) as e:
             log.error("bad_owner_batch", error=str(e))
             return
+        if to != self.inc:
+            return  # for an earlier incarnation of this node: its connections are gone
         if beat is not None:
             # the owner's last batch after a quiet spell: the tail of a burst, if lost, shows
             # here (links.py, cluster review S1)
@@ -390,7 +393,7 @@ class ClusterNode:
         known = self._vconns.get(key)
         if known is None:
             if kind != CLOSED:  # we do not know that connection (we restarted, or it moved)
-                self._downlink_close(edge, conn, int(CloseCode.SHUTDOWN), MOVED)
+                self._downlink_close(edge, inc, conn, int(CloseCode.SHUTDOWN), MOVED)
             return
         vid = known
         if kind == FRAME:
@@ -410,7 +413,7 @@ class ClusterNode:
         it): the client reconnects, and its frames go to the new owner."""
         key = self._remote.get(vid)
         if key is not None:
-            self._downlink_close(key[0], key[2], int(CloseCode.SHUTDOWN), MOVED)
+            self._downlink_close(key[0], key[1], key[2], int(CloseCode.SHUTDOWN), MOVED)
 
     def _forget_incarnations(self, edge: str, inc: str) -> None:
         """An edge restarted: the connections of its previous incarnation are gone."""
@@ -429,9 +432,9 @@ class ClusterNode:
         if key is not None:
             self._vconns.pop(key, None)
 
-    def _downlink_close(self, edge: str, conn: int, code: int, reason: str) -> None:
+    def _downlink_close(self, edge: str, inc: str, conn: int, code: int, reason: str) -> None:
         assert self._downlinks is not None
-        self._downlinks.push(edge, conn, CLOSE, orjson.dumps(
+        self._downlinks.push(edge, inc, conn, CLOSE, orjson.dumps(
             {"code": code, "reason": reason, "drain": True}))
 
     # -- owner side: the server's effects on remote connections -----------------------------------
@@ -445,12 +448,12 @@ class ClusterNode:
         `frames`); its bytes count in full against the byte bound."""
         key = self._remote.get(conn)
         if key is not None and self._downlinks is not None:
-            self._downlinks.push(key[0], key[2], DATA if bounded else DATA_REPLAY, data)
+            self._downlinks.push(key[0], key[1], key[2], DATA if bounded else DATA_REPLAY, data)
 
     def close(self, conn: int, code: int, reason: str, *, drain: bool) -> None:
         key = self._remote.get(conn)
         if key is not None and self._downlinks is not None:
-            self._downlinks.push(key[0], key[2], CLOSE, orjson.dumps(
+            self._downlinks.push(key[0], key[1], key[2], CLOSE, orjson.dumps(
                 {"code": code, "reason": reason, "drain": drain}))
 
     # -- ownership changes -------------------------------------------------------------------------
@@ -496,15 +499,15 @@ class ClusterNode:
         for messages that no longer come. So the edge is also told to close each of them, on a
         fresh link (what it lost of the old one is moot): if it is alive, they reconnect and
         resume; if it is dead, nobody reads it."""
-        conns = [(vid, c) for (e, _i, c), vid in self._vconns.items() if e == node]
+        conns = [(vid, i, c) for (e, i, c), vid in self._vconns.items() if e == node]
         if conns:
             log.warning("edge_down", node=node, conns=len(conns))
-        self._close_vconns([vid for vid, _c in conns], "edge down")
+        self._close_vconns([vid for vid, _i, _c in conns], "edge down")
         self._dedup.forget(node)
         if self._downlinks is not None:
             self._downlinks.forget(node)
-            for _vid, conn in conns:
-                self._downlink_close(node, conn, int(CloseCode.SHUTDOWN), MOVED)
+            for _vid, inc, conn in conns:
+                self._downlink_close(node, inc, conn, int(CloseCode.SHUTDOWN), MOVED)
         self._gaps.forget(node)
 
     # -- introspection ----------------------------------------------------------------------------

@@ -78,6 +78,9 @@ from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+#: how long the token of a session replaced in a clash is refused, and at most how many
+RETIRED_MEMORY = 120.0
+MAX_RETIRED = 100_000
 #: a session token a new session may keep (`Hub._token_for`): what our tokens look like
 _TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
@@ -168,6 +171,9 @@ class Hub:
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
         self._token_heap: list[tuple[float, ConnId]] = []
         self._buckets: dict[ConnId, _Bucket] = {}
+        #: tokens of sessions a newer incarnation replaced (a clash) -> until when they are
+        #: remembered (`RETIRED_MEMORY`; insertion order is expiry order)
+        self._retired: dict[str, float] = {}
         #: groups with nobody in them and nothing under way, since when (G14: they leave
         #: memory after `idle_group`; insertion order is time order)
         self._idle: dict[str, float] = {}
@@ -317,6 +323,9 @@ class Hub:
     def _hello(self, conn: ConnId, hello: Hello, now: float,
                token: str | None = None) -> list[Action]:
         out: list[Action] = []
+        if self._retired and (token in self._retired or hello.resume_session in self._retired):
+            # the session a newer incarnation replaced: still the older one (`_retire`)
+            return [Close(conn, CloseCode.REPLACED, "a newer connection of this member")]
         session = self._sessions.get(hello.resume_session) if hello.resume_session else None
         if session is None and token is not None:  # already known by the edge's token
             session = self._sessions.get(token)
@@ -411,6 +420,22 @@ class Hub:
             return presented
         return self._new_token()
 
+    def _remember_retired(self, token: str, now: float) -> None:
+        """A clash's loser must not come back as the newest: in a cluster its connection's
+        session can reach an owner after the newer one did (its edge's link was slower), and
+        the later hello would win (cluster simulator seed 380). Remembered for
+        `RETIRED_MEMORY` seconds, at most `MAX_RETIRED` of them (G14)."""
+        self._retired.pop(token, None)
+        self._retired[token] = now + RETIRED_MEMORY
+        while len(self._retired) > MAX_RETIRED:
+            del self._retired[next(iter(self._retired))]
+
+    def _forget_retired(self, now: float) -> None:
+        for token, until in list(self._retired.items()):
+            if until > now:
+                break
+            del self._retired[token]
+
     def _make_room(self, user: str, now: float) -> list[Action] | None:
         """Room for one more instance of `user` (`max_instances_per_user`): nothing to do, or
         the retirement of its oldest DISCONNECTED session (it was leaving anyway, at its
@@ -428,6 +453,8 @@ class Hub:
         out: list[Action] = []
         if old.conn is not None:
             out.append(Close(old.conn, CloseCode.REPLACED, "a newer connection of this member"))
+        if reason is Reason.NEW_INCARNATION:
+            self._remember_retired(old.token, now)
         self._move(old, SessionEvent.RETIRE)
         for name in sorted(old.groups):
             out.extend(self._group_call(name, lambda g: g.remove(old.member, reason, now)))
@@ -601,6 +628,8 @@ class Hub:
             if s.expires is not None and now >= s.expires:
                 self._move(s, SessionEvent.EXPIRE)
         self._evict_idle(now)
+        if self._retired:
+            self._forget_retired(now)
         return out
 
     def _evict_idle(self, now: float) -> None:

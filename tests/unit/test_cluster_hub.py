@@ -111,3 +111,24 @@ def test_drop_groups_closes_whoever_waits_for_a_frame_held_behind_the_write() ->
     assert net.writes and net.take(b, "view_install") == []
     net.apply(net.hub.drop_groups([G], "moved"))
     assert {a, b, carol} <= net.closed
+
+
+def test_a_clash_loser_that_reaches_an_owner_late_does_not_retire_the_winner() -> None:
+    """Cluster simulator seed 380: a client restarted (a new incarnation, no token) while its
+    old connection's session was still on a slow link to the owner. The owner heard the new
+    one first (a clash: the old session retired); the old one arriving after it is still the
+    older one, refused with 4002, and the new incarnation keeps its membership."""
+    net = Net()
+    old = _vhello(net, "alice", "T-old")
+    net.send(old, Join("j", G))
+    new = _vhello(net, "alice", "T-new")  # the restarted client: no resume, a new session
+    assert old in net.closed
+    net.send(new, Join("j2", G))
+    assert net.hub.groups[G].view.members == ("alice",)
+    late = _vhello(net, "alice", "T-old", resume="T-old")  # the old connection, late
+    assert late in net.closed and net.hub.session_of(late) is None
+    session = net.hub.session_of(new)
+    assert session is not None and session.token == "T-new" and G in session.groups
+    net.now += 121.0  # remembered for RETIRED_MEMORY only (G14)
+    net.apply(net.hub.tick(net.now))
+    assert net.hub._retired == {}

@@ -75,12 +75,13 @@ def test_an_edge_batch_is_applied_once_per_incarnation() -> None:
 
 def test_an_edge_sees_a_lost_owner_batch() -> None:
     gaps = DownlinkGaps()
-    assert gaps.check("n2", "i1", 5)  # the first batch heard from an owner starts the link
-    assert gaps.check("n2", "i1", 6)
-    assert not gaps.check("n2", "i1", 8)  # 7 was lost
-    assert gaps.check("n2", "i1", 9)
+    assert gaps.check("n2", "i1", 1)  # a link starts at 1 (per incarnation of both ends)
+    assert gaps.check("n2", "i1", 2)
+    assert not gaps.check("n2", "i1", 4)  # 3 was lost
+    assert gaps.check("n2", "i1", 5)
     assert gaps.check("n2", "i2", 1)  # the owner restarted
-    assert gaps.check("n3", "i9", 40)
+    assert not gaps.check("n3", "i9", 2)  # the first batch from n3 was lost (sim seed 230)
+    assert gaps.check("n3", "i9", 3)
 
 
 def test_beats_follow_a_burst_at_doubling_intervals_then_stop() -> None:
@@ -104,7 +105,7 @@ def test_beats_follow_a_burst_at_doubling_intervals_then_stop() -> None:
 
 def test_an_edge_hears_a_beat_for_what_it_has() -> None:
     gaps = DownlinkGaps()
-    assert gaps.beat("n2", "i1", 3)  # never heard of n2: taken at its word
+    assert not gaps.beat("n2", "i1", 3)  # never heard of n2, which sent 3 batches: lost
     assert gaps.check("n2", "i1", 4)
     assert gaps.beat("n2", "i1", 4) and gaps.beat("n2", "i1", 4)
     assert gaps.beat("n2", "i1", 3)  # an old beat: nothing lost
@@ -148,6 +149,7 @@ async def test_the_lost_tail_of_a_burst_is_noticed_within_the_bound(lost: set[in
         for subject, payload in nc.out:
             assert subject == "notify.out.edge"
             header, _entries = decode_down(payload)
+            assert header["to"] == "e1"
             ok = (gaps.beat(header["node"], header["inc"], header["beat"])
                   if "beat" in header else
                   gaps.check(header["node"], header["inc"], header["seq"]))
@@ -156,7 +158,7 @@ async def test_the_lost_tail_of_a_burst_is_noticed_within_the_bound(lost: set[in
         nc.out.clear()
 
     for k in range(3):  # a burst of three batches; the third is lost
-        down.push("edge", 1, DATA, f"m{k}".encode())
+        down.push("edge", "e1", 1, DATA, f"m{k}".encode())
         down.flush()
         await deliver()
     assert noticed == []
@@ -242,3 +244,21 @@ async def test_an_uplink_keeps_closes_across_one_give_up_only() -> None:
         assert len(up) == 0 and len(gave_up) == 2  # nothing left to send, no third give-up
     finally:
         await up.close()
+
+
+async def test_a_new_incarnation_of_an_edge_is_a_new_link_numbered_from_1() -> None:
+    """So that the edge can tell its first batch was lost (cluster simulator seed 230): the
+    owner numbers a link per incarnation of the edge, names it (`to`), and drops what waited
+    for the old one (its connections are gone)."""
+    nc = _Nats()
+    down = Downlinks(nc, "notify", {"node": "own", "inc": "o1"})  # type: ignore[arg-type]
+    for _k in range(2):
+        down.push("edge", "e1", 1, DATA, b"x")
+        down.flush()
+    down.push("edge", "e1", 1, DATA, b"for the old incarnation")
+    down.push("edge", "e2", 7, DATA, b"y")  # the edge restarted
+    down.flush()
+    await asyncio.sleep(0)
+    headers = [decode_down(p)[0] for _s, p in nc.out]
+    assert [(h["to"], h["seq"]) for h in headers] == [("e1", 1), ("e1", 2), ("e2", 1)]
+    assert decode_down(nc.out[-1][1])[1] == [(DATA, [7], b"y")]

@@ -10,6 +10,8 @@ A failure message starts with `seed=...`; replay it with `run(seed, steps)` from
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sim_clients import InvariantViolation
 from sim_cluster import ClusterSimConfig, run
@@ -99,18 +101,29 @@ def test_a_member_moving_between_edges_is_never_retired_as_a_new_incarnation(
         run(35, 3_000)
 
 
-@pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
-    "not fixed: an owner's first batch to an edge is lost; the edge, never having heard from "
-    "that owner, takes its next batch (and its beats) at its word (links.py DownlinkGaps), so "
-    "the member never gets its install (docs/cluster.md, 'The simulator's fault classes')"))
-def test_seed_230_a_lost_first_batch_of_a_link_goes_unnoticed() -> None:
+def test_seed_230_a_lost_first_batch_of_a_link_is_noticed(monkeypatch: Any) -> None:
+    """Seed 230 loses an owner's first batch to an edge. The edge used to take the next batch
+    from an owner it had not heard from at its word, so the member never got its install; a
+    link now starts at 1 (per incarnation of both ends, links.py), and the edge sees the gap.
+    With the old rule the seed still fails."""
     run(230, 3_000)
+    from notify.cluster.links import DownlinkGaps
+
+    def old_check(self: DownlinkGaps, owner: str, inc: str, seq: int) -> bool:
+        known = self._next.get(owner)
+        self._next[owner] = (inc, seq + 1)
+        return known is None or known[0] != inc or known[1] == seq
+
+    monkeypatch.setattr(DownlinkGaps, "check", old_check)
+    with pytest.raises(InvariantViolation):
+        run(230, 3_000)
 
 
 @pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
     "not fixed: a restarted client's old connection (its frames still on their way to the "
     "owner) opens there after the new incarnation did, and, the later hello winning, retires "
-    "the new incarnation; its publish is stored after the new one's (docs/cluster.md, "
-    "'The simulator's fault classes')"))
+    "the new incarnation; its publish is stored after the new one's. A loser the owner had "
+    "already retired is refused now (Hub._retired); one it never saw is not: nothing orders "
+    "two incarnations across edges yet (docs/cluster.md, 'The simulator's fault classes')"))
 def test_seed_380_an_older_incarnation_opening_late_at_the_owner_retires_the_newer() -> None:
     run(380, 3_000)

@@ -283,6 +283,7 @@ class ClusterNode:
             "member": s.member if s is not None else None,
             "token": s.token if s is not None else None,
             "resume": s.presented if s is not None else None,
+            "born": s.born if s is not None else None,
             "identity": identity_json(s.identity if s is not None else None)})
 
     def _uplink(self, owner: str) -> Uplink:
@@ -388,7 +389,7 @@ class ClusterNode:
             self._vconns[key], self._remote[vid] = vid, key
             user, instance = split_member(d["member"]) if d["member"] else (None, None)
             server.driver.opened_remote(vid, Hello(1, user, d["resume"], instance),
-                                        identity_of(d["identity"]), d["token"])
+                                        identity_of(d["identity"]), d["token"], d.get("born"))
             return
         known = self._vconns.get(key)
         if known is None:

@@ -126,6 +126,9 @@ class Session:
     grants: Grants = ALLOW_ALL
     #: when the session's token expires (None: no token, or no `exp`)
     token_expires: float | None = None
+    #: when it was made, by the clock of the node that made it (in a cluster, the wall clock:
+    #: an owner orders two incarnations of one member by it, `Hub.hello(born=)`)
+    born: float = 0.0
 
     def on(self, event: SessionEvent) -> None:
         try:
@@ -258,13 +261,18 @@ class Hub:
         return out
 
     def hello(self, conn: ConnId, hello: Hello, now: float,
-              identity: Identity | None, *, token: str | None = None) -> list[Action]:
+              identity: Identity | None, *, token: str | None = None,
+              born: float | None = None) -> list[Action]:
         """`hello`, with the identity the adapter verified from its token (None: no auth).
 
         `token` (cluster mode): the session token the member's edge gave it. An owner's hub
         uses the edge's token instead of making one, so the same session is known by the same
         token on every node: a member that resumes on another edge presents it there, and each
-        owner finds the session (docs/cluster.md)."""
+        owner finds the session (docs/cluster.md). `born`: when the session was made (cluster
+        mode: the wall clock of the node that made it; else `now`). A routed session born
+        before the member's session this hub has is the *older* incarnation, however late its
+        edge's link brought it: it is refused (4002), not taken for the newer (cluster
+        simulator seed 380)."""
         self._now = now
         if self._conns.get(conn) is not None:
             return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
@@ -279,7 +287,7 @@ class Hub:
             if identity.expired(now):
                 return self._refuse_auth(conn, ErrorCode.TOKEN_EXPIRED, "the token has expired")
             hello = Hello(hello.protocol, identity.member, hello.resume_session, hello.instance)
-        out = self._hello(conn, hello, now, token)
+        out = self._hello(conn, hello, now, token, born)
         session = self._conns.get(conn)
         if session is not None:
             self._hello_deadlines.pop(conn, None)
@@ -321,7 +329,7 @@ class Hub:
                 heapq.heapify(self._token_heap)
 
     def _hello(self, conn: ConnId, hello: Hello, now: float,
-               token: str | None = None) -> list[Action]:
+               token: str | None = None, born: float | None = None) -> list[Action]:
         out: list[Action] = []
         if self._retired and (token in self._retired or hello.resume_session in self._retired):
             # the session a newer incarnation replaced: still the older one (`_retire`)
@@ -371,6 +379,9 @@ class Hub:
                                          "an instance is 1-64 of letters, digits, _-"))]
             member = member_id(user, instance)
             old = self._members.get(member)
+            if old is not None and token is not None and born is not None and born < old.born:
+                # routed here after the newer one, by a slower link: still the older (4002)
+                return [Close(conn, CloseCode.REPLACED, "a newer connection of this member")]
             if old is not None:  # a clash: the newer wins, the older is closed (4002)
                 out.extend(self._retire(old, Reason.NEW_INCARNATION, now))
             room = self._make_room(user, now)
@@ -379,7 +390,8 @@ class Hub:
                                          f"user {user!r} has {len(self._users[user])} connected "
                                          "instances, the most allowed (max_instances_per_user)"))]
             out.extend(room)
-            session = Session(token or self._token_for(hello), member, conn, user, instance)
+            session = Session(token or self._token_for(hello), member, conn, user, instance,
+                              born=now if born is None else born)
             self._sessions[session.token] = session
             self._members[member] = session
             self._users.setdefault(user, {})[member] = session

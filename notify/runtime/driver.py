@@ -134,13 +134,13 @@ class Driver:
         self.run(actions)
 
     def opened_remote(self, conn: int, hello: Hello, identity: Identity | None,
-                      token: str | None) -> None:
+                      token: str | None, born: float | None = None) -> None:
         """A connection another node's edge holds (a cluster): its session as that edge
         presented it (`token`, so that a member resuming through any edge is found by every
         owner). The edge answered the hello itself: the welcome is not sent again."""
         now = self._clock()
         actions = [*self.hub.opened(conn, now),
-                   *self.hub.hello(conn, hello, now, identity, token=token)]
+                   *self.hub.hello(conn, hello, now, identity, token=token, born=born)]
         self.run([a for a in actions
                   if not (isinstance(a, Send) and isinstance(a.frame, Welcome))])
 

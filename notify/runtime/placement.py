@@ -33,6 +33,8 @@ class EdgeSession:
     #: the resume token its hello presented
     presented: str | None
     identity: Identity | None
+    #: when the session was made (`Session.born`)
+    born: float | None = None
 
 
 class PlacementHost(Protocol):

@@ -407,11 +407,15 @@ class NotifyServer:
         presented, identity = self._edge.get(conn, (None, None))
         return EdgeSession(session.member if session is not None else None,
                            session.token if session is not None else None,
-                           presented, identity)
+                           presented, identity,
+                           session.born if session is not None else None)
 
     def _hello(self, conn: int, frame: Authenticate, now: float) -> list[Action]:
+        # in a cluster a session's birth is by the wall clock, which every node shares (an
+        # owner orders two incarnations of a member by it); else the hub's own clock
+        born = time.time() if self.config.shared_log else None
         if self.verifier is None:
-            return self.hub.hello(conn, frame.hello, now, None)
+            return self.hub.hello(conn, frame.hello, now, None, born=born)
         try:
             identity = self.verifier.verify(frame.token, now)
         except AuthFailure as e:
@@ -419,7 +423,7 @@ class NotifyServer:
             return self.hub.refuse(conn, e.code, e.message)
         if conn in self._edge:
             self._edge[conn] = (frame.hello.resume_session, identity)
-        return self.hub.hello(conn, frame.hello, now, identity)
+        return self.hub.hello(conn, frame.hello, now, identity, born=born)
 
     def _refresh(self, conn: int, frame: Refresh, now: float) -> list[Action]:
         if self.verifier is None:  # nothing expires in development mode

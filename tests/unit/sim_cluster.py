@@ -176,13 +176,13 @@ class SimHub(Hub):
         self._hello_inc: tuple[str, int] | None = None
 
     def hello(self, conn: int, hello: Hello, now: float, identity: Identity | None, *,
-              token: str | None = None) -> list[Any]:
+              token: str | None = None, born: float | None = None) -> list[Any]:
         inc = self.sim.conn_inc.get(conn)
         # (a hello that presents no session cannot be told from a new incarnation's: a client
         # that lost its first connection before its welcome came)
         self._hello_inc = inc if hello.resume_session is not None else None
         try:
-            out = super().hello(conn, hello, now, identity, token=token)
+            out = super().hello(conn, hello, now, identity, token=token, born=born)
         finally:
             self._hello_inc = None
         s = self._conns.get(conn)
@@ -329,7 +329,7 @@ class SimNode:
                     c = sim.conns[a.conn]
                     s = self.hub.session_of(a.conn)
                     up.append(("open", a.conn, s.member if s else None,
-                               s.token if s else None, c.presented))
+                               s.token if s else None, c.presented, s.born if s else None))
                 up.append(("frame", a.conn, a.raw))
                 sim.count("routed")
             elif isinstance(a, CloseConns):
@@ -392,7 +392,7 @@ class SimNode:
         kind = entry[0]
         sim = self.sim
         if kind == "open":
-            _, conn, member, token, presented = entry
+            _, conn, member, token, presented, born = entry
             if (src, conn) in self.vconns:
                 return
             vid = sim.new_conn_id()
@@ -401,7 +401,8 @@ class SimNode:
                 sim.conn_inc[vid] = sim.conn_inc[conn]
             self.vconns[(src, conn)], self.remote[vid] = vid, (src, conn)
             user, instance = split_member(member)
-            self.driver.opened_remote(vid, Hello(1, user, presented, instance), None, token)
+            self.driver.opened_remote(vid, Hello(1, user, presented, instance), None, token,
+                                      born)
         elif kind in ("frame", "closed"):
             vid = self.vconns.get((src, entry[1]))
             if vid is None:

@@ -9,13 +9,16 @@ from drive import G, Net, form
 from notify.core.events import FlushOk, Hello, Join, Leave
 
 
-def _vhello(net: Net, member: str, token: str, resume: str | None = None) -> int:
-    """A connection relayed by an edge: opened, then the member's hello with the edge's token;
-    the welcome is the edge's to send, this returns the owner-side connection."""
+def _vhello(net: Net, member: str, token: str, resume: str | None = None,
+            born: float | None = None) -> int:
+    """A connection relayed by an edge: opened, then the member's hello with the edge's token
+    (and when the edge made the session); the welcome is the edge's to send, this returns the
+    owner-side connection."""
     net._conns += 1
     c = net._conns
     net.apply(net.hub.opened(c, net.now))
-    net.apply(net.hub.hello(c, Hello(1, member, resume), net.now, None, token=token))
+    net.apply(net.hub.hello(c, Hello(1, member, resume), net.now, None, token=token,
+                            born=born))
     return c
 
 
@@ -132,3 +135,19 @@ def test_a_clash_loser_that_reaches_an_owner_late_does_not_retire_the_winner() -
     net.now += 121.0  # remembered for RETIRED_MEMORY only (G14)
     net.apply(net.hub.tick(net.now))
     assert net.hub._retired == {}
+
+
+def test_an_older_incarnation_routed_here_after_the_newer_one_is_refused() -> None:
+    """Seed 380's other half: the owner never saw the old incarnation before the new one (the
+    old one's edge link was slower). Its session was born earlier (the edge's clock): it is
+    the older, refused with 4002, and the newer keeps its membership."""
+    net = Net()
+    new = _vhello(net, "alice", "T-new", born=1000.5)
+    net.send(new, Join("j", G))
+    old = _vhello(net, "alice", "T-old", resume="T-old", born=1000.0)
+    assert old in net.closed and new not in net.closed
+    session = net.hub.session_of(new)
+    assert session is not None and G in session.groups
+    assert net.hub.groups[G].view.members == ("alice",)
+    newer = _vhello(net, "alice", "T-newer", born=1001.0)  # a later restart still wins
+    assert new in net.closed and newer not in net.closed

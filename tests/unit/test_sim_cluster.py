@@ -119,11 +119,19 @@ def test_seed_230_a_lost_first_batch_of_a_link_is_noticed(monkeypatch: Any) -> N
         run(230, 3_000)
 
 
-@pytest.mark.xfail(raises=InvariantViolation, strict=True, reason=(
-    "not fixed: a restarted client's old connection (its frames still on their way to the "
-    "owner) opens there after the new incarnation did, and, the later hello winning, retires "
-    "the new incarnation; its publish is stored after the new one's. A loser the owner had "
-    "already retired is refused now (Hub._retired); one it never saw is not: nothing orders "
-    "two incarnations across edges yet (docs/cluster.md, 'The simulator's fault classes')"))
-def test_seed_380_an_older_incarnation_opening_late_at_the_owner_retires_the_newer() -> None:
+def test_seed_380_an_older_incarnation_opening_late_at_the_owner_is_refused(
+        monkeypatch: Any) -> None:
+    """Seed 380: a client restarted while its old connection's session was still on a slow
+    link to the owner, which heard the new incarnation first. The later hello used to win:
+    it retired the new incarnation, and the old one's publish was stored after the new one's
+    (G3, G15). A routed session now carries its birth (the edge's clock), and one born before
+    the member's session is refused (4002). Without the birth the seed fails again."""
     run(380, 3_000)
+    real = Hub.hello
+
+    def unborn(self: Hub, *a: Any, born: float | None = None, **kw: Any) -> Any:
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Hub, "hello", unborn)
+    with pytest.raises(InvariantViolation):
+        run(380, 3_000)

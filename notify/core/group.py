@@ -29,6 +29,7 @@ from notify.core.actions import (
     Action,
     Append,
     CatchupDone,
+    Close,
     Confirm,
     ConnId,
     Deliver,
@@ -51,7 +52,7 @@ from notify.core.actions import (
 from notify.core.atomic import AtomicTracker
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
-from notify.core.errors import ErrorCode, RejectCode
+from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     AcceptFrom,
     CheckpointChunk,
@@ -508,6 +509,13 @@ class Group:
                 out.append(Send(conn, Outcome(p.id, self.name, prior, committed)))
             return out
         code = self._refusal(member, p)
+        if code is RejectCode.FUTURE_VIEW and self.config.shared_log:
+            # A view this copy has not seen: another owner wrote past it (a deposed owner that
+            # has not noticed yet). Refused here, the publish may still be in the log (a retry
+            # of one the real owner stored): the client reconnects instead, and asks the
+            # owner again, with its publish still unanswered.
+            return [Close(conn, CloseCode.SHUTDOWN,
+                          "this node's copy of the group is behind; reconnect")]
         if code is not None:
             out = [Send(conn, Rejected(p.req, p.id, code))]
             self.log(out, "msg.reject", now, member=member, code=code.value)

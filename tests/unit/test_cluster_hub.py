@@ -151,3 +151,23 @@ def test_an_older_incarnation_routed_here_after_the_newer_one_is_refused() -> No
     assert net.hub.groups[G].view.members == ("alice",)
     newer = _vhello(net, "alice", "T-newer", born=1001.0)  # a later restart still wins
     assert new in net.closed and newer not in net.closed
+
+
+def test_a_publish_for_a_view_this_copy_has_not_seen_is_not_refused_in_a_cluster() -> None:
+    """Simulator, seed 36 (before other fixes changed its path): a deposed owner that had not
+    noticed yet refused a retried publish `future_view`, which the real owner had stored (so
+    it was delivered: refused yet delivered). With a shared log that stamp means this copy is
+    behind: the client is told to reconnect, its publish unanswered; on one node it stays
+    a refusal (the client's mistake)."""
+    import dataclasses
+
+    for shared in (True, False):
+        net = Net()
+        net.hub.config = dataclasses.replace(net.hub.config, shared_log=shared)
+        a, _b = form(net, "a", "b")
+        net.publish(a, "p1", view=7)
+        if shared:
+            assert a in net.closed and net.take(a, "rejected") == []
+        else:
+            assert [f["code"] for f in net.take(a, "rejected")] == ["future_view"]
+        assert net.hub.groups[G].topic.head == 0

@@ -177,6 +177,9 @@ class Hub:
         #: tokens of sessions a newer incarnation replaced (a clash) -> until when they are
         #: remembered (`RETIRED_MEMORY`; insertion order is expiry order)
         self._retired: dict[str, float] = {}
+        #: groups evicted as idle since the adapter last took them (`take_evicted`): what its
+        #: store keeps of each, besides the log, can go too (G14)
+        self.evicted: list[str] = []
         #: groups with nobody in them and nothing under way, since when (G14: they leave
         #: memory after `idle_group`; insertion order is time order)
         self._idle: dict[str, float] = {}
@@ -657,6 +660,11 @@ class Hub:
             if g is not None and g.idle():
                 del self.groups[name]
                 self._armed.discard(name)
+                self.evicted.append(name)
+
+    def take_evicted(self) -> list[str]:
+        out, self.evicted = self.evicted, []
+        return out
 
     # -- introspection (tests, metrics) ----------------------------------------------------------
 

@@ -176,6 +176,9 @@ class Driver:
                 log.error("load_group_timeout", group=load.group)
                 self._answered(load, None, "timed out")
         self.call(self.hub.tick, what="tick")
+        if self.hub.evicted:  # idle groups left memory: the store forgets its tables of them
+            for name in self.hub.take_evicted():
+                self._store.forget(name)
 
     def next_wakeup(self) -> float | None:
         """When `tick` has something to do next (None: nothing is armed). A host ticks at this

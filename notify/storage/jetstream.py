@@ -572,7 +572,7 @@ class JetStreamLog:
 
     def _forget(self, group: str) -> None:
         self._held.discard(group)
-        for table in (self._seqs, self._since, self._head, self._aborted):
+        for table in (self._seqs, self._since, self._head, self._aborted, self._last):
             table.pop(group, None)
 
     async def _fence(self, group: str) -> bool:

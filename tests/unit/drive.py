@@ -53,6 +53,8 @@ class Net:
         self.writes: list[tuple[Write, Callable[[str | None], None]]] = []
         self.stored: list[Write] = []
         self.halts: list[str] = []
+        #: the groups the store was told to forget (dropped, or evicted as idle)
+        self.forgotten: list[str] = []
         #: every push, as (connection, frames it holds)
         self.pushes: list[tuple[int, int]] = []
 
@@ -89,7 +91,7 @@ class Net:
         answer(None, None)  # nothing leaves memory here
 
     def forget(self, group: str) -> None:
-        pass
+        self.forgotten.append(group)
 
     def event(self, e: LogEvent) -> None:
         pass

@@ -19,6 +19,7 @@ def test_G14_a_group_nobody_is_in_leaves_memory_after_idle_group() -> None:
     assert G in net.hub.groups
     net.advance(2)
     assert G not in net.hub.groups
+    assert net.forgotten == [G]  # and the store forgets what it keeps of it (JetStream's tables)
     net.drop(a)  # the session still names the group: nothing breaks
     assert net.hub.tick(net.now + 1) == []
 

@@ -387,7 +387,7 @@ class Hub:
                 return [Close(conn, CloseCode.REPLACED, "a newer connection of this member")]
             if old is not None:  # a clash: the newer wins, the older is closed (4002)
                 out.extend(self._retire(old, Reason.NEW_INCARNATION, now))
-            room = self._make_room(user, now)
+            room = self._make_room(user, now, routed=token is not None)
             if room is None:
                 return [Send(conn, Error(ErrorCode.TOO_MANY_INSTANCES,
                                          f"user {user!r} has {len(self._users[user])} connected "
@@ -451,17 +451,22 @@ class Hub:
                 break
             del self._retired[token]
 
-    def _make_room(self, user: str, now: float) -> list[Action] | None:
+    def _make_room(self, user: str, now: float, *, routed: bool = False
+                   ) -> list[Action] | None:
         """Room for one more instance of `user` (`max_instances_per_user`): nothing to do, or
         the retirement of its oldest DISCONNECTED session (it was leaving anyway, at its
-        suspect timeout); None when every one is connected (the hello is refused)."""
+        suspect timeout); None when every one is connected (the hello is refused).
+
+        A session routed here by another node's edge (cluster mode) is never refused: its
+        edge answered the hello and applied the limit to its own connections; refused here,
+        the client would only get a stray error and a member that cannot act."""
         sessions = self._users.get(user)
         if sessions is None or len(sessions) < self.config.limits.max_instances_per_user:
             return []
         for s in sessions.values():
             if s.state is SessionState.DISCONNECTED:
                 return self._retire(s, Reason.INSTANCE_LIMIT, now)
-        return None
+        return [] if routed else None
 
     def _retire(self, old: Session, reason: Reason, now: float) -> list[Action]:
         """Remove an older incarnation from everything at once (DESIGN §4)."""

@@ -171,3 +171,24 @@ def test_a_publish_for_a_view_this_copy_has_not_seen_is_not_refused_in_a_cluster
         else:
             assert [f["code"] for f in net.take(a, "rejected")] == ["future_view"]
         assert net.hub.groups[G].topic.head == 0
+
+
+def test_the_instance_limit_is_the_edges_a_routed_session_is_never_refused() -> None:
+    """`max_instances_per_user` is applied where the hello is answered (the edge). An owner
+    that knows more connected instances of the user (from several edges) takes a routed one
+    anyway: refused, its client would get a stray error and a member that cannot act."""
+    from notify.core.config import Limits
+
+    net = Net(limits=Limits(max_instances_per_user=2))
+    for i in range(3):
+        c = net._conns + 1
+        net._conns = c
+        net.apply(net.hub.opened(c, net.now))
+        net.apply(net.hub.hello(c, Hello(1, "alice", None, f"tab{i}"), net.now, None,
+                                token=f"T{i}"))
+        assert net.hub.session_of(c) is not None and net.take(c, "error") == []
+    c = net._conns = net._conns + 1  # a local hello: the limit holds
+    net.apply(net.hub.opened(c, net.now))
+    net.apply(net.hub.hello(c, Hello(1, "alice", None, "tab9"), net.now, None))
+    assert net.hub.session_of(c) is None
+    assert [f["code"] for f in net.take(c, "error")] == ["too_many_instances"]

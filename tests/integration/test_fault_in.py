@@ -33,15 +33,20 @@ class _SlowLog(MemoryLog):
         return super().load_group(group, recent)
 
 
+async def _hello_and_join(ws: Any) -> None:
+    """ana says hello, then asks to join `g` (req `j`), which needs the group's load."""
+    await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "member": "ana"}))
+    assert orjson.loads(await ws.recv())["type"] == "welcome"
+    await ws.send(orjson.dumps({"type": "join", "req": "j", "group": "g"}))
+
+
 async def test_G14_a_connection_is_not_read_while_its_frames_wait_for_a_load() -> None:
     store = _SlowLog()
     srv = NotifyServer(CoreConfig(Timeouts()), port=0, store=store)
     await srv.start()
     try:
         async with connect(srv.url) as ws:
-            await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "member": "ana"}))
-            assert orjson.loads(await ws.recv())["type"] == "welcome"
-            await ws.send(orjson.dumps({"type": "join", "req": "j", "group": "g"}))
+            await _hello_and_join(ws)
             for i in range(200):  # while the group is read: these wait in the socket
                 await ws.send(orjson.dumps({"type": "ping", "req": i}))
             await asyncio.wait_for(asyncio.to_thread(store.asked.wait, TIMEOUT), TIMEOUT)
@@ -67,9 +72,7 @@ async def test_G13_a_load_that_never_ends_is_refused_at_its_deadline_and_reading
     await srv.start()
     try:
         async with connect(srv.url) as ws:
-            await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "member": "ana"}))
-            assert orjson.loads(await ws.recv())["type"] == "welcome"
-            await ws.send(orjson.dumps({"type": "join", "req": "j", "group": "g"}))
+            await _hello_and_join(ws)
             await ws.send(orjson.dumps({"type": "ping", "req": "p"}))
             got: list[dict[str, Any]] = []
             while not any(f["type"] == "pong" for f in got):
@@ -98,9 +101,7 @@ async def test_a_group_whose_shard_moved_while_it_was_read_is_not_adopted() -> N
     await srv.start()
     try:
         async with connect(srv.url) as ws:
-            await ws.send(orjson.dumps({"type": "hello", "protocol": 1, "member": "ana"}))
-            assert orjson.loads(await ws.recv())["type"] == "welcome"
-            await ws.send(orjson.dumps({"type": "join", "req": "j", "group": "g"}))
+            await _hello_and_join(ws)
             await asyncio.wait_for(asyncio.to_thread(store.asked.wait, TIMEOUT), TIMEOUT)
             placement.owned = False  # the shard moved meanwhile
             store.go.set()

@@ -43,6 +43,7 @@ from nats.aio.client import Client
 
 from notify.cluster.linkwire import (
     CLOSED,
+    FRAME,
     DownEntry,
     UpEntry,
     down_size,
@@ -55,6 +56,9 @@ log = structlog.get_logger("notify.cluster")
 
 #: room kept in a NATS message for the batch header
 _HEADER_ROOM = 1024
+#: bytes of client frames an uplink may queue for its owner (beyond: the edge closes the
+#: connection that would pass it)
+MAX_UPLINK_BYTES = 64 << 20
 #: `CLOSED` entries an uplink keeps across a give-up (one per connection the edge closed)
 MAX_KEPT_CLOSED = 10_000
 
@@ -78,7 +82,8 @@ class Uplink:
 
     def __init__(self, nc: Client, subject: str, header: dict[str, Any], *,
                  on_give_up: Callable[[str], None], owner: str,
-                 request_timeout: float = 2.0, give_up_after: float = 15.0) -> None:
+                 request_timeout: float = 2.0, give_up_after: float = 15.0,
+                 max_bytes: int = MAX_UPLINK_BYTES) -> None:
         self._nc, self._subject, self._header = nc, subject, header
         self.owner = owner
         self._on_give_up = on_give_up
@@ -89,12 +94,22 @@ class Uplink:
         self.batches = self.retries = self.give_ups = 0
         #: give-ups since the last answered request (CLOSED entries survive only the first)
         self._failing = 0
+        #: bytes queued, and the most that client frames may fill (G14)
+        self._bytes = 0
+        self.max_bytes = max_bytes
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"uplink-{owner}")
         self._task.add_done_callback(self._ended)
 
-    def send(self, conn: int, kind: int, data: bytes) -> None:
+    def send(self, conn: int, kind: int, data: bytes) -> bool:
+        """Queue an entry; False for a client frame over `max_bytes` queued (G14: the edge
+        closes its connection, whose client tries again later). Sessions and closes always
+        go (they are small, and losing one leaves a zombie at the owner)."""
+        if kind == FRAME and self._bytes + len(data) > self.max_bytes:
+            return False
         self._queue.append((conn, kind, data))
+        self._bytes += len(data)
         self._wake.set()
+        return True
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -114,6 +129,7 @@ class Uplink:
             size += up_size(data)
             n += 1
         batch, self._queue = self._queue[:n], self._queue[n:]
+        self._bytes -= sum(len(data) for _c, _k, data in batch)
         return batch
 
     async def _run(self) -> None:
@@ -142,6 +158,7 @@ class Uplink:
                                 if self._failing == 1 else []
                             dropped = len(batch) + len(self._queue) - len(kept)
                             self._queue = kept[-MAX_KEPT_CLOSED:]
+                            self._bytes = sum(len(data) for _c, _k, data in self._queue)
                             log.warning("uplink_gave_up", owner=self.owner, dropped=dropped,
                                         kept_closed=len(self._queue), error=type(e).__name__)
                             self._on_give_up(self.owner)

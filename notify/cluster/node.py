@@ -76,6 +76,7 @@ from notify.cluster.linkwire import (
 )
 from notify.cluster.ownership import Acquired, Lost, NodeDown, OwnerChanged
 from notify.cluster.routing import (
+    FULL,
     CloseConns,
     ClosedAt,
     Dispatch,
@@ -254,8 +255,10 @@ class ClusterNode:
                 up = self._uplink(a.owner)
                 if a.open_first:
                     up.send(a.conn, OPEN, self._open_record(a.conn))
-                up.send(a.conn, FRAME, a.raw)
-                self.stats.frames_routed += 1
+                if up.send(a.conn, FRAME, a.raw):
+                    self.stats.frames_routed += 1
+                else:  # bounded (G14): its client tries again later, in order
+                    self._close_edge_conns((a.conn,), FULL)
             elif isinstance(a, CloseConns):
                 if a.shard is not None and a.reason != MOVED:
                     log.warning("no_owner", shard=a.shard, conns=len(a.conns), why=a.reason)

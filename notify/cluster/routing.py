@@ -32,8 +32,9 @@ Rules, as a table (the shard's state at the edge -> what a frame for it does):
    they resume at the new owner, whose hub rebuilt the group from the log. A link to an owner
    that lost frames (`link_lost`) closes every connection opened at it, for the same reason:
    resume is the one recovery between nodes.
-4. Bounds (G14) and deadlines (G13). At most `max_waiting` frames wait per shard (a frame
-   over it closes its connection: it tries again later), shards are at most `SHARDS`, and
+4. Bounds (G14) and deadlines (G13). At most `max_waiting` frames wait per shard, and at most
+   `max_waiting_bytes` bytes of them over all shards (a frame over either closes its
+   connection: it tries again later), shards are at most `SHARDS`, and
    every waiting frame has a deadline (`route_timeout`): at `tick`, the connections whose
    frames waited too long are closed and their frames dropped. The route tables hold live
    connections only (`conn_closed` empties them); per connection, the owners and shards it
@@ -50,6 +51,8 @@ from notify.runtime.driver import MOVED
 
 #: frames that may wait at an edge for one shard's owner (a failover)
 MAX_WAITING = 10_000
+#: bytes of frames that may wait at an edge for owners, all shards together
+MAX_WAITING_BYTES = 64 << 20
 
 #: what a connection is told when too many frames wait for its group's owner
 FULL = "too many frames wait for this group's node; reconnect"
@@ -114,11 +117,16 @@ class EdgeRouter:
     """The edge's routing tables and the frames parked for an owner, for one node."""
 
     def __init__(self, node: str, *, route_timeout: float = 15.0,
-                 max_waiting: int = MAX_WAITING) -> None:
-        if route_timeout <= 0 or max_waiting < 1:
-            raise ValueError("route_timeout and max_waiting must be positive")
+                 max_waiting: int = MAX_WAITING,
+                 max_waiting_bytes: int = MAX_WAITING_BYTES) -> None:
+        if route_timeout <= 0 or max_waiting < 1 or max_waiting_bytes < 1:
+            raise ValueError("route_timeout, max_waiting and max_waiting_bytes must be positive")
         self.node = node
         self.route_timeout, self.max_waiting = route_timeout, max_waiting
+        self.max_waiting_bytes = max_waiting_bytes
+        #: bytes of the frames waiting, all shards together, and per shard
+        self._bytes = 0
+        self._shard_bytes: dict[int, int] = {}
         #: shards this node holds (`acquired`, until `lost`)
         self._held: set[int] = set()
         #: shard -> its owner, as the lease machine sees it (`owner_changed`)
@@ -168,16 +176,21 @@ class EdgeRouter:
         """A group frame from the local connection `conn` (rule 1 and the table above)."""
         queue = self._waiting.get(shard)
         if queue is not None:
-            if len(queue) >= self.max_waiting:  # bounded (G14): this client tries again later
-                return [CloseConns((conn,), FULL, shard)]
+            if len(queue) >= self.max_waiting or \
+                    self._bytes + len(raw) > self.max_waiting_bytes:
+                return [CloseConns((conn,), FULL, shard)]  # bounded (G14): it tries again later
             queue.append(_Waiting(conn, raw, now + self.route_timeout))
+            self._counted(shard, len(raw))
             self._park(conn, shard, 1)
             return []
         if shard in self._held:
             return [Dispatch(conn, raw)]
         lease = self._owner.get(shard)
         if lease is None or lease.node == self.node:  # nobody, or ours but not yet acquired
+            if self._bytes + len(raw) > self.max_waiting_bytes:
+                return [CloseConns((conn,), FULL, shard)]
             self._waiting[shard] = deque([_Waiting(conn, raw, now + self.route_timeout)])
+            self._counted(shard, len(raw))
             self._park(conn, shard, 1)
             return []
         return [self._forward(conn, shard, lease.node, raw)]
@@ -266,6 +279,7 @@ class EdgeRouter:
                     return out  # the owner went again: the rest keeps waiting
                 out.append(self._forward(w.conn, shard, lease.node, w.raw))
             queue.popleft()
+            self._counted(shard, -len(w.raw))
             self._park(w.conn, shard, -1)
         del self._waiting[shard]
         return out
@@ -282,10 +296,20 @@ class EdgeRouter:
                 del self._parked[conn]
 
     def _keep(self, shard: int, queue: deque[_Waiting]) -> None:
+        self._counted(shard, sum(len(w.raw) for w in queue) - self._shard_bytes.get(shard, 0))
         if queue:
             self._waiting[shard] = queue
         else:
             del self._waiting[shard]
+
+    def _counted(self, shard: int, n: int) -> None:
+        """`n` more (or fewer) bytes wait for `shard`."""
+        self._bytes += n
+        left = self._shard_bytes.get(shard, 0) + n
+        if left > 0:
+            self._shard_bytes[shard] = left
+        else:
+            self._shard_bytes.pop(shard, None)
 
     def _forward(self, conn: int, shard: int, owner: str, raw: bytes) -> Forward:
         opened = self._opened.setdefault(conn, set())

@@ -262,3 +262,28 @@ async def test_a_new_incarnation_of_an_edge_is_a_new_link_numbered_from_1() -> N
     headers = [decode_down(p)[0] for _s, p in nc.out]
     assert [(h["to"], h["seq"]) for h in headers] == [("e1", 1), ("e1", 2), ("e2", 1)]
     assert decode_down(nc.out[-1][1])[1] == [(DATA, [7], b"y")]
+
+
+async def test_an_uplink_bounds_the_bytes_of_client_frames_it_queues() -> None:
+    """Cluster review S9: an owner that answers slowly must not let an edge queue without
+    bound. A client frame over `max_bytes` is refused (the edge closes its connection);
+    sessions and closes still go."""
+    import nats.errors
+
+    from notify.cluster.links import Uplink
+
+    class Slow:
+        max_payload = 1 << 20
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            raise nats.errors.TimeoutError
+
+    up = Uplink(Slow(), "notify.in.own", {"edge": "e", "inc": "i"},  # type: ignore[arg-type]
+                owner="own", on_give_up=lambda owner: None, max_bytes=10)
+    try:
+        assert up.send(1, FRAME, b"12345678")
+        await asyncio.sleep(0)  # taken into the batch in flight: no longer queued
+        assert up.send(1, FRAME, b"12345678") and not up.send(2, FRAME, b"123")
+        assert up.send(2, OPEN, b"{}") and up.send(2, CLOSED, b"{}")
+    finally:
+        await up.close()

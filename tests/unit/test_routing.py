@@ -138,6 +138,18 @@ def test_the_queue_is_bounded() -> None:
     assert r.waiting(S) == 3
 
 
+def test_the_bytes_waiting_are_bounded_over_all_shards_and_counted_back_down() -> None:
+    """Cluster review S9: a frame count alone let 10,000 frames of 1 MiB wait per shard."""
+    r = EdgeRouter("me", max_waiting_bytes=10)
+    assert r.frame(1, S, b"aaaa", 0.0) == [] and r.frame(2, S + 1, b"bbbb", 0.0) == []
+    assert r.frame(3, S + 2, b"ccc", 0.0) == [CloseConns((3,), FULL, S + 2)]  # 11 > 10
+    assert r.frame(1, S, b"dd", 0.0) == []  # 10: at the bound
+    assert r.conn_closed(1) == [] and r._bytes == 4  # its frames no longer count
+    assert r.frame(3, S + 2, b"ccc", 0.0) == []
+    assert r.owner_changed(S + 1, None, lease("n2", 5))[0] == Forward("n2", 2, b"bbbb", True)
+    assert r.tick(100.0) and r._bytes == 0 and r._shard_bytes == {}  # drained, expired
+
+
 def test_waiting_frames_have_a_deadline() -> None:
     r = router(route_timeout=10.0)
     r.frame(1, S, b"a", 0.0)

@@ -508,14 +508,15 @@ class Group:
             if committed is not None:
                 out.append(Send(conn, Outcome(p.id, self.name, prior, committed)))
             return out
-        code = self._refusal(member, p)
-        if code is RejectCode.FUTURE_VIEW and self.config.shared_log:
+        if p.view > self.view.version and self.config.shared_log:
             # A view this copy has not seen: another owner wrote past it (a deposed owner that
-            # has not noticed yet). Refused here, the publish may still be in the log (a retry
-            # of one the real owner stored): the client reconnects instead, and asks the
-            # owner again, with its publish still unanswered.
+            # has not noticed yet), so what it would refuse (`future_view`, or `not_member`
+            # for a member that joined since) may be in the log (a retry of one the real owner
+            # stored). The client reconnects instead, and asks the owner again, its publish
+            # still unanswered (simulator seeds 36 and 429).
             return [Close(conn, CloseCode.SHUTDOWN,
                           "this node's copy of the group is behind; reconnect")]
+        code = self._refusal(member, p)
         if code is not None:
             out = [Send(conn, Rejected(p.req, p.id, code))]
             self.log(out, "msg.reject", now, member=member, code=code.value)

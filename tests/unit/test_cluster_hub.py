@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from drive import G, Net, form
 
-from notify.core.events import FlushOk, Hello, Join, Leave
+from notify.core.events import FlushOk, Hello, Join, Leave, Order, Publish
 
 
 def _vhello(net: Net, member: str, token: str, resume: str | None = None,
@@ -166,10 +166,15 @@ def test_a_publish_for_a_view_this_copy_has_not_seen_is_not_refused_in_a_cluster
         net.hub.config = dataclasses.replace(net.hub.config, shared_log=shared)
         a, _b = form(net, "a", "b")
         net.publish(a, "p1", view=7)
+        # simulator seed 429: a member that joined at the real owner since, unknown here
+        c = net.connect("c")
+        net.send(c, Publish("r-c", G, "c1", 7, Order.TOTAL, "x"))
         if shared:
             assert a in net.closed and net.take(a, "rejected") == []
+            assert c in net.closed and net.take(c, "rejected") == []
         else:
             assert [f["code"] for f in net.take(a, "rejected")] == ["future_view"]
+            assert [f["code"] for f in net.take(c, "rejected")] == ["not_member"]
         assert net.hub.groups[G].topic.head == 0
 
 

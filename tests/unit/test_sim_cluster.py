@@ -135,3 +135,11 @@ def test_seed_380_an_older_incarnation_opening_late_at_the_owner_is_refused(
     monkeypatch.setattr(Hub, "hello", unborn)
     with pytest.raises(InvariantViolation):
         run(380, 3_000)
+
+
+def test_seed_429_a_stale_copy_never_refuses_a_member_it_does_not_know_yet() -> None:
+    """Seed 429: a deposed owner's copy, behind the log, refused `not_member` the retried
+    publish of a member that had joined at the real owner since, which the log held (refused
+    yet stored). A publish stamped with a view the copy has not seen closes the connection
+    instead (tests/unit/test_cluster_hub.py has the rule; this is the run that found it)."""
+    run(429, 3_000)

@@ -33,7 +33,7 @@ from notify.core.checkpoint import Checkpoint
 from notify.core.errors import ErrorCode
 from notify.core.events import Req
 from notify.runtime.frames import dumps
-from notify.storage.base import MessageLog
+from notify.storage.base import CheckpointSuperseded, MessageLog
 from state_transfer import ChunkError, verify
 
 log = structlog.get_logger("notify.server")
@@ -91,7 +91,14 @@ class CheckpointIO:
                 loop.call_soon_threadsafe(self._push, a.conn, dumps(frame))
                 log.info("checkpoint_refused", group=a.group, member=stored.member, reason=str(e))
                 return
-            self._store.commit_checkpoint(a.group, stored)
+            try:
+                self._store.commit_checkpoint(a.group, stored)
+            except CheckpointSuperseded as e:  # another owner's, further on (a cluster)
+                frame = Error(ErrorCode.BAD_CHECKPOINT, f"checkpoint superseded: {e}", a.req)
+                loop.call_soon_threadsafe(self._push, a.conn, dumps(frame))
+                log.info("checkpoint_superseded", group=a.group, member=stored.member,
+                         reason=str(e))
+                return
             loop.call_soon_threadsafe(self._committed, a.group, stored, a.conn, a.req)
 
         self._run(job)

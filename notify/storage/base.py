@@ -26,6 +26,11 @@ from notify.core.group import Group
 from notify.runtime.ports import Done
 
 
+class CheckpointSuperseded(Exception):
+    """`commit_checkpoint` found another checkpoint committed meanwhile, or one further on
+    (another owner's, in a cluster): this one is not committed, and its chunks are gone."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoredGroup:
     """What a restart brings back of one group."""

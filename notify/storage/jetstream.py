@@ -100,7 +100,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done, Fenced
-from notify.storage.base import StoredGroup
+from notify.storage.base import CheckpointSuperseded, StoredGroup
 
 log = structlog.get_logger("notify.storage")
 
@@ -779,15 +779,36 @@ class JetStreamLog:
         return bytes(got.data or b"").decode()
 
     async def _commit(self, group: str, cp: Checkpoint) -> None:
+        """Point the group at `cp`, only forward and only over the pointer it read: two owners
+        (a deposed one that has not noticed yet, and the new one) may commit at once, and a
+        blind put let the one behind take the pointer back and delete the chunks of the one
+        the other owner serves (cluster review S13). The one that loses gets
+        `CheckpointSuperseded` and its chunks are deleted; the pointer's chunks never are."""
         _obs, kv = await self._buckets()
-        old = await self._checkpoint(group)
+        old, revision = await self._pointer(group)
         rp = cp.position
+        if old is not None and old.id != cp.id and old.position.offset > rp.offset:
+            await self._delete_chunks(group, cp.id)
+            raise CheckpointSuperseded(f"a checkpoint at offset {old.position.offset} is "
+                                       f"committed already (this one is at {rp.offset})")
         pointer = orjson.dumps({
             "id": cp.id, "member": cp.member, "epoch": rp.epoch, "offset": rp.offset,
             "view": rp.view, "streams": rp.streams, "accept_any": cp.accept_any,
             "bytes": cp.bytes, "chunks": cp.chunks, "sha256": cp.sha256, "ts": cp.ts})
-        # the same value put twice is the same pointer (history 1): it may be asked again
-        await self._again(lambda: kv.put(escape_group(group), pointer), self.timeout * 2)
+        key = escape_group(group)
+        try:  # asked again while the bucket cannot answer; one that landed reads back as ours
+            if revision is None:
+                await self._again(lambda: kv.create(key, pointer), self.timeout * 2)
+            else:
+                await self._again(lambda: kv.update(key, pointer, last=revision),
+                                  self.timeout * 2)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            now, _rev = await self._pointer(group)
+            if now is None or now.id != cp.id:  # another owner's commit came first
+                await self._delete_chunks(group, cp.id)
+                raise CheckpointSuperseded("another checkpoint was committed meanwhile") \
+                    from None
+            # ours, stored by an attempt whose answer was lost
         if old is not None and old.id != cp.id:
             await self._delete_chunks(group, old.id)
 
@@ -821,17 +842,22 @@ class JetStreamLog:
                 await asyncio.sleep(0.25)
 
     async def _checkpoint(self, group: str) -> Checkpoint | None:
+        return (await self._pointer(group))[0]
+
+    async def _pointer(self, group: str) -> tuple[Checkpoint | None, int | None]:
+        """The group's committed checkpoint and the pointer's revision (None: no pointer)."""
         _obs, kv = await self._buckets()
         try:
             entry = await self._again(lambda: kv.get(escape_group(group)), self.timeout * 2)
         except KeyNotFoundError:
-            return None
+            return None, None
         if not entry.value:
-            return None
+            return None, entry.revision
         d = orjson.loads(entry.value)
         return Checkpoint(d["id"], d["member"],
                           ResumePoint(d["epoch"], d["offset"], d["streams"], d["view"]),
-                          d["accept_any"], d["bytes"], d["chunks"], d["sha256"], d["ts"])
+                          d["accept_any"], d["bytes"], d["chunks"], d["sha256"],
+                          d["ts"]), entry.revision
 
     # -- closing ---------------------------------------------------------------------------------
 

@@ -641,9 +641,10 @@ async def test_notify_serve_store_jetstream(nats_cluster: NatsCluster, tmp_path:
 async def test_a_checkpoint_commit_a_new_bucket_cannot_answer_yet_is_asked_again(
         nats_cluster: NatsCluster) -> None:
     """Right after the checkpoint buckets are made, their stream may have no leader yet: the
-    pointer's read and put get "no response from stream" (seen once in CI, a fresh clone:
-    test_checkpoints_round_trip_and_clean_up). Both may be asked twice (a read; a put of the
-    same value), and are, within the log's bound, instead of failing the checkpoint."""
+    pointer's read and its first write get "no response from stream" (seen once in CI, a
+    fresh clone: test_checkpoints_round_trip_and_clean_up). Both may be asked twice (a read;
+    a create, which reads back as ours if an earlier attempt landed), and are, within the
+    log's bound, instead of failing the checkpoint."""
     import nats.js.errors
 
     from notify.core.checkpoint import Checkpoint
@@ -654,7 +655,7 @@ async def test_a_checkpoint_commit_a_new_bucket_cannot_answer_yet_is_asked_again
         await asyncio.to_thread(log.stage_checkpoint_chunk, "g.n", "k", 0, "eA==")
         assert log._cp is not None
         obs, kv = log._cp
-        stalls = {"get": 2, "put": 2}
+        stalls = {"get": 2, "create": 2}
 
         class Leaderless:
             def __getattr__(self, name: str) -> Any:
@@ -672,10 +673,44 @@ async def test_a_checkpoint_commit_a_new_bucket_cannot_answer_yet_is_asked_again
         log._cp = (obs, Leaderless())  # type: ignore[assignment]
         cp = Checkpoint("k", "a", ResumePoint(7, 1, {}, 1), False, 4, 1, "sha", 1.0)
         await asyncio.to_thread(log.commit_checkpoint, "g.n", cp)
-        assert stalls == {"get": 0, "put": 0}
+        assert stalls == {"get": 0, "create": 0}
         log._cp = (obs, kv)
         sg_cp = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
             log._checkpoint("g.n"), log._loop))
         assert sg_cp == cp
     finally:
         await log.close()
+
+
+async def test_a_deposed_owners_checkpoint_never_takes_the_pointer_back(
+        nats_cluster: NatsCluster) -> None:
+    """Cluster review S13: the pointer was last-writer-wins, so a deposed owner's commit of an
+    older checkpoint took it back and deleted the chunks of the one the new owner serves. A
+    commit now only moves the pointer forward, over the revision it read; the loser is told
+    (`CheckpointSuperseded`) and its own chunks go."""
+    from notify.core.checkpoint import Checkpoint
+    from notify.core.events import ResumePoint
+    from notify.storage.base import CheckpointSuperseded
+
+    new = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="CPS", owner="n1")
+    old = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="CPS", owner="n2")
+    try:
+        for log, key in ((new, "ahead"), (old, "behind")):
+            await asyncio.to_thread(log.stage_checkpoint_chunk, "g.s", key, 0, "eA==")
+        ahead = Checkpoint("ahead", "a", ResumePoint(7, 50, {}, 3), False, 4, 1, "s", 2.0)
+        behind = Checkpoint("behind", "a", ResumePoint(7, 20, {}, 2), False, 4, 1, "s", 1.0)
+        await asyncio.to_thread(new.commit_checkpoint, "g.s", ahead)
+        with pytest.raises(CheckpointSuperseded):
+            await asyncio.to_thread(old.commit_checkpoint, "g.s", behind)
+        sg = await asyncio.to_thread(new.load_group, "g.s", 10)
+        assert sg is None or sg.checkpoint == ahead
+        got = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+            new._checkpoint("g.s"), new._loop))
+        assert got == ahead
+        assert list(await asyncio.to_thread(lambda: list(new.checkpoint_chunks("g.s", "ahead")))) \
+            == ["eA=="]
+        assert list(await asyncio.to_thread(lambda: list(old.checkpoint_chunks("g.s", "behind")))) \
+            == []
+    finally:
+        await new.close()
+        await old.close()

@@ -57,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import secrets
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -124,6 +125,8 @@ class ClusterLeases:
                                  settle=settle)
         #: set once synced, settled, and our first heartbeat is stored
         self.ready = asyncio.Event()
+        #: names this process in the leases it creates (`_created`)
+        self._nonce = secrets.token_hex(8)
         # counters (metrics)
         self.renewals = 0
         self.renew_failures = 0
@@ -317,12 +320,35 @@ class ClusterLeases:
         revision: int | None = None
         try:
             async with asyncio.timeout(self.op_timeout):
-                revision = await kv.create(str(a.shard), orjson.dumps({"node": self.node}))
+                revision = await kv.create(str(a.shard), orjson.dumps(
+                    {"node": self.node, "by": self._nonce}))
         except nats.js.errors.KeyWrongLastSequenceError:
             pass  # someone holds it (or our view is ahead of the server's expiry)
         except _TRANSIENT as e:
             log.debug("lease_campaign_failed", shard=a.shard, error=_reason(e))
+            revision = await self._created(a.shard)
         self._feed(self.machine.campaigned(a.shard, revision, self._clock()))
+
+    async def _created(self, shard: int) -> int | None:
+        """After a create whose answer was lost: did it land? Its value names this very
+        process (`by`), which no earlier incarnation's lease does. Unasked, a lease that landed
+        would name us without our knowing it: nobody, us included, would campaign for the
+        shard until it expired, a shard dark for a whole TTL on top of the failover (cluster
+        review S10). A stale read (a lagging replica) only makes this None, which is safe."""
+        try:
+            async with asyncio.timeout(self.op_timeout):
+                entry = await self._key_value(self.shards_bucket).get(str(shard))
+        except (nats.js.errors.KeyNotFoundError, *_TRANSIENT):
+            return None
+        try:
+            value = orjson.loads(entry.value or b"{}")
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(value, dict) and value.get("node") == self.node and \
+                value.get("by") == self._nonce and "term" not in value:
+            log.info("lease_create_landed", shard=shard, revision=entry.revision)
+            return entry.revision
+        return None
 
     async def _renew(self, a: Renew) -> None:
         kv = self._key_value(self.shards_bucket)

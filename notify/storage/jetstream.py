@@ -649,7 +649,15 @@ class JetStreamLog:
         killed node's meta leadership moves). A direct get may be answered by a follower that
         is behind: a batch that ends short of `last` is asked again (bounded)."""
         inbox = self._nc.new_inbox()
-        sub = await self._nc.subscribe(inbox)
+        # One batch at a time is in the inbox (the next is asked once this one ended), so a
+        # pending limit of a whole batch of the largest records means none is ever dropped as
+        # a slow consumer's (nats-py's default, 128 MiB, is less than 256 records of 1 MiB:
+        # a dropped record would have been skipped silently, a view record too; cluster
+        # review S9)
+        room = self.read_batch + 2
+        sub = await self._nc.subscribe(inbox, pending_msgs_limit=room,
+                                       pending_bytes_limit=room * max(self._nc.max_payload,
+                                                                      1 << 20))
         request = f"$JS.API.DIRECT.GET.{self.stream}"
         subjects = f"{self.prefix}.{escape_group(group)}.>"
         deadline = asyncio.get_running_loop().time() + self.timeout * 4

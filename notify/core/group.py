@@ -583,14 +583,14 @@ class Group:
         """Storage finished the write under way (`error` None) or could not do it. Returns the
         frames held behind it, then whatever the group can do next (the next batch, an
         install); the hub sends them as they are (see `Writes.route`)."""
-        write, held = self.writes.done(ticket)
-        out: list[Action] = []
         p = self.membership.proposal
-        if p is not None and any(type(a) is Send and type(a.frame) is ViewChange for a in held):
+        if p is not None and self.writes.holds(ViewChange):
             # The view change was held behind this write (a log that did not answer: its
             # stream leader died); members hear of it only now, and are blamed for not
             # flushing only a whole flush_timeout later.
             p.deadline = max(p.deadline, now + self.config.timeouts.flush_timeout)
+        write, held = self.writes.done(ticket)
+        out: list[Action] = []
         if error is None:
             out.extend(held)
         elif isinstance(write, Append):

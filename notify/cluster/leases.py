@@ -44,11 +44,12 @@ KV calls, all bounded by `op_timeout` (default `lease_ttl/4`):
   key nats-py's `create` reads it back (to tell a delete marker from a value) with a direct get,
   which a lagging replica may answer "not found": that too is just a failed campaign.
 - Renew: `kv.update(last=revision)`. Errors that may leave the request unsent or unanswered
-  (timeouts, a reconnecting client, no stream leader) are retried for up to `0.4 * lease_ttl`
-  (the machine stops serving at 0.75 x TTL after the last success and renews at 1/3: this is
-  what is left). A "wrong last sequence" after an attempt that may have landed is resolved by
-  reading the key: our node, our term and a newer revision means it did land. Anything else is
-  `renewed(None)`, i.e. `Lost("renew_failed")`.
+  (timeouts, a reconnecting client, no stream leader) are retried until `Renew.until`, the
+  moment the machine stops serving the shard by its own clock anyway (0.75 x TTL after the
+  last success; renewals start at 1/4, so a stream-leader election of up to half a TTL is
+  survived in any phase: cluster review S4). A "wrong last sequence" after an attempt that may
+  have landed is resolved by reading the key: our node, our term and a newer revision means it
+  did land. Anything else is `renewed(None)`, i.e. `Lost("renew_failed")`.
 - Release: `kv.delete(last=revision)`, best effort.
 """
 
@@ -161,6 +162,13 @@ class ClusterLeases:
 
     def held(self) -> dict[int, int]:
         return self.machine.held()
+
+    def check(self, shard: int) -> None:
+        """Before a frame is taken as `shard`'s owner's: a holding our clock has ended is
+        lost now, not at the next tick (a woken process runs I/O callbacks first: S7)."""
+        actions = self.machine.check(shard, self._clock())
+        if actions:
+            self._feed(actions)
 
     def live_nodes(self) -> frozenset[str]:
         return self.machine.live_nodes()
@@ -352,12 +360,10 @@ class ClusterLeases:
 
     async def _renew(self, a: Renew) -> None:
         kv = self._key_value(self.shards_bucket)
-        loop = asyncio.get_running_loop()
-        until = loop.time() + 0.4 * self.lease_ttl
         value = orjson.dumps({"node": self.node, "term": a.term})
         revision: int | None = None
         maybe_landed = False
-        while (left := until - loop.time()) > 0:
+        while (left := a.until - self._clock()) > 0:
             try:
                 async with asyncio.timeout(min(left, self.op_timeout)):
                     revision = await kv.update(str(a.shard), value, last=a.revision)
@@ -375,7 +381,7 @@ class ClusterLeases:
                 maybe_landed = maybe_landed or not isinstance(
                     e, (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError))
                 log.debug("lease_renew_retry", shard=a.shard, error=_reason(e))
-            await asyncio.sleep(min(0.05, max(0.0, until - loop.time())))
+            await asyncio.sleep(min(0.05, max(0.0, a.until - self._clock())))
         if revision is None:
             self.renew_failures += 1
         else:

@@ -232,14 +232,20 @@ class ClusterNode:
     # -- edge side: routing client frames ---------------------------------------------------------
 
     def owns(self, group: str) -> bool:
-        return self.router.holds(shard_of(group))
+        shard = shard_of(group)
+        if self.leases is not None:
+            self.leases.check(shard)  # our clock first, then the router's view (S7)
+        return self.router.holds(shard)
 
     def route(self, conn: int, group: str, raw: str | bytes) -> bool:
         """Send a group frame to its owner; False if this node owns it (the server handles
         it). Frames for a shard without an owner wait (in order) for one."""
         if isinstance(raw, str):
             raw = raw.encode()
-        actions = self.router.frame(conn, shard_of(group), raw, time.monotonic())
+        shard = shard_of(group)
+        if self.leases is not None:
+            self.leases.check(shard)  # S7, as in `owns`
+        actions = self.router.frame(conn, shard, raw, time.monotonic())
         if len(actions) == 1 and isinstance(actions[0], Dispatch):
             return False  # this very frame, which the server has parsed already
         self._apply(actions)

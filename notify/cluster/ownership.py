@@ -54,13 +54,20 @@ Rules, and why:
    fails, so attempts per shard are spaced by at least `lease_ttl/6`: no flooding.
 
 5. Holding. A successful campaign is `Acquired(shard, term)`. Renew (`update` with the last
-   revision) every `lease_ttl/3` after the last success. Time is counted from when the request
+   revision) every `lease_ttl/4` after the last success. Time is counted from when the request
    was SENT (the server's lease clock starts when the put lands, which is after). If no renew
    has succeeded within `0.75 * lease_ttl` of the last success, `Lost("expired_by_own_clock")`:
    the server may already have expired the lease and let someone else in. This check runs
-   FIRST on every input, so a process that was paused (GC, SIGSTOP, VM) and wakes up stops
-   serving before it acts on anything else. `0.25 * lease_ttl` is the margin for the two
-   clocks' rates. A renew refused or unanswered is `Lost("renew_failed")`; a watch update
+   FIRST on every input, and `check` runs it for one shard before a frame is taken as its
+   owner's (asyncio runs I/O callbacks before a timer in the same loop turn), so a process
+   that was paused (GC, SIGSTOP, VM) and wakes up stops serving before it acts on anything
+   else (cluster review S7). `0.25 * lease_ttl` is the margin for the two clocks' rates. A
+   renew may be retried by the adapter until that same moment (`Renew.until`): a bucket whose
+   stream leader died answers nothing during its election (3-6 s), and a holding gives up only
+   when its own clock says it must, so an election of up to `0.5 * lease_ttl` is survived in
+   any renewal phase, and up to `0.75 * lease_ttl` in the best (cluster review S4: it was 0.4
+   when the retries had a window of their own). A renew refused or unanswered is
+   `Lost("renew_failed")`; a watch update
    showing another node or term on our shard at a newer revision is `Lost("taken")`. A
    successful answer that arrives after the shard was lost (or after `stop`) is released
    (`Release`), never silently re-adopted: a new holding must be a new term.
@@ -122,11 +129,14 @@ class Campaign:
 
 @dataclass(frozen=True, slots=True)
 class Renew:
-    """kv.update(key, {"node": me, "term": term}, last=revision); answer `renewed(...)`."""
+    """kv.update(key, {"node": me, "term": term}, last=revision); answer `renewed(...)`.
+    Attempts that fail without an answer may be retried until `until` (this machine's clock:
+    when the holding ends by its own clock anyway, rule 5)."""
 
     shard: int
     revision: int
     term: int
+    until: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +225,7 @@ class Ownership:
             raise ValueError("shards, lease_ttl and node_ttl must be positive, settle >= 0")
         self.node, self.shards = node, shards
         self.lease_ttl, self.node_ttl, self.settle = lease_ttl, node_ttl, settle
-        self._renew_every = lease_ttl / 3
+        self._renew_every = lease_ttl / 4
         self._own_expiry = 0.75 * lease_ttl
         self._retry = lease_ttl / 6
         self._synced_at: float | None = None
@@ -372,6 +382,15 @@ class Ownership:
     def tick(self, now: float) -> list[Action]:
         return self._evaluate(now, self._expire_own(now))
 
+    def check(self, shard: int, now: float) -> list[Action]:
+        """Rule 5 before a frame is taken as `shard`'s owner's: nothing while the holding is
+        current by our clock (O(1)), else the `Lost`s of every holding our clock has ended.
+        A woken process may run I/O callbacks before the timer that would `tick` (S7)."""
+        hold = self._held.get(self._check(shard))
+        if hold is None or now < hold.ok + self._own_expiry:
+            return []
+        return self._expire_own(now)
+
     def stop(self, now: float) -> list[Action]:
         out = self._expire_own(now)
         for shard, hold in sorted(self._held.items()):
@@ -429,7 +448,7 @@ class Ownership:
         for shard, hold in sorted(self._held.items()):  # rule 5: renew
             if shard not in self._inflight and now >= hold.ok + self._renew_every:
                 self._inflight[shard] = _Op("renew", now, hold.term)
-                out.append(Renew(shard, hold.revision, hold.term))
+                out.append(Renew(shard, hold.revision, hold.term, hold.ok + self._own_expiry))
         if not self._settled:
             if now < self._synced_at + self.settle:
                 return out

@@ -298,9 +298,42 @@ def test_just_before_the_own_clock_deadline_the_shard_is_still_held() -> None:
     m = Ownership("a", shards=1, lease_ttl=TTL, node_ttl=NODE_TTL, settle=0)
     m.synced(0.0)
     m.campaigned(0, 5, 0.3)  # sent at 0.0: the clock counts from the SEND
-    assert m.tick(0.75 * TTL - 0.001) == [Renew(0, 5, 5)]
+    assert m.tick(0.75 * TTL - 0.001) == [Renew(0, 5, 5, 0.75 * TTL)]
     assert m.held() == {0: 5}
     assert Lost(0, 5, "expired_by_own_clock") in m.tick(0.75 * TTL)
+
+
+def test_renewals_start_at_a_quarter_ttl_and_may_retry_until_the_own_clock_ends_them() -> None:
+    """S4: the adapter retries an unanswered renewal until `until`, which is exactly when the
+    holding would end anyway, so a stream-leader election that starts just before a renewal
+    is survived for half a TTL (it was 0.4 x TTL with a retry window of its own)."""
+    m = Ownership("a", shards=1, lease_ttl=TTL, node_ttl=NODE_TTL, settle=0)
+    m.synced(0.0)
+    m.campaigned(0, 5, 0.0)
+    assert m.tick(TTL / 4 - 0.001) == []
+    [renew] = m.tick(TTL / 4)
+    assert renew == Renew(0, 5, 5, until=0.75 * TTL)
+    assert renew.until - TTL / 4 == pytest.approx(0.5 * TTL)
+    # answered at the last moment (an election of almost half a TTL): still held, no loss
+    out = m.renewed(0, 9, 0.75 * TTL - 0.001)
+    assert not [a for a in out if isinstance(a, Lost)] and m.held() == {0: 5}
+
+
+def test_check_ends_a_holding_the_clock_ended_before_any_tick() -> None:
+    """S7: a process woken from a pause takes frames (I/O callbacks run before timers) only
+    after `check` has applied its own clock to that shard; O(1) and silent while current."""
+    m = Ownership("a", shards=3, lease_ttl=TTL, node_ttl=NODE_TTL, settle=0)
+    m.synced(0.0)
+    for s in range(3):
+        m.campaigned(s, 10 + s, 0.0)
+    assert m.check(1, 0.75 * TTL - 0.001) == [] and set(m.held()) == {0, 1, 2}
+    out = m.check(1, 0.75 * TTL + 5.0)  # woke 5 s after the holding ended: nothing ticked
+    assert [a for a in out if isinstance(a, Lost)] == [
+        Lost(s, 10 + s, "expired_by_own_clock") for s in range(3)]
+    assert m.held() == {}
+    assert m.check(1, 0.75 * TTL + 5.1) == []  # nothing held: nothing to do
+    with pytest.raises(ValueError):
+        m.check(3, 0.0)
 
 
 LOSS_TABLE = [
@@ -322,7 +355,7 @@ def test_every_way_to_lose_a_shard(event: str, why: str) -> None:
     assert m.tick(SETTLE) == [Campaign(0)]
     m.campaigned(0, 5, SETTLE)
     t = SETTLE + TTL / 3
-    assert m.tick(t) == [Renew(0, 5, 5)]
+    assert m.tick(t) == [Renew(0, 5, 5, SETTLE + 0.75 * TTL)]
     if event == "renew_refused":
         out = m.renewed(0, None, t + 0.1)
     elif event == "renew_timed_out":
@@ -358,7 +391,7 @@ def test_a_late_success_after_the_loss_is_released_not_adopted() -> None:
     m = Ownership("a", shards=1, lease_ttl=TTL, node_ttl=NODE_TTL, settle=0)
     m.synced(0.0)
     m.campaigned(0, 5, 0.0)
-    assert m.tick(TTL / 3) == [Renew(0, 5, 5)]
+    assert m.tick(TTL / 3) == [Renew(0, 5, 5, 0.75 * TTL)]
     assert m.tick(0.75 * TTL)[0] == Lost(0, 5, "expired_by_own_clock")
     out = m.renewed(0, 7, 0.75 * TTL + 0.5)  # the renewal did land, late
     assert Release(0, 7) in out and m.held() == {}

@@ -64,6 +64,26 @@ SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
 would need paging) and loads those whose last view has members.
 
+Paging (`read_page`: catch-up past the in-memory window, history). A page reads the group's
+last records from the stream leader (its head, the stream sequence to read up to: records
+stored after that are the next page's, so pages read while the group is written never skip or
+repeat a message), the first retained message (one direct get: `first`), then, with the same
+batched direct gets as a load, the records from just past the message at `after` until the
+page is full and the next message is seen: the view records in between are the installs it
+covers (one installed at offset o sits after message o, so the ones at the page's last offset
+come too). Its atomic messages' aborts are in the view records that decided them, after them:
+those read, the last one, and if some atomic message is still undecided the group's later view
+records (views only, `next_by_subj` `<prefix>.<g>.v`). Where `after` ends in the stream is
+remembered from the page that ended there (the last 1,024 pages read), so paging through a
+group costs one batch per page and never reads it again from the start; an offset no page
+ended at is found by a binary search over stream sequences (`_page_start`). The view history
+is the `.v` records themselves: with `max_msgs_per_subject` N, a group keeps its newest N
+messages and, separately, its newest N views, so a page over messages older than the oldest
+view record kept lacks the installs that were there (it says nothing else: each message
+carries the view it was sent in, so a caller sees the gap), and its aborts are still complete
+(each view record carries every earlier abort whose message may be retained, see `_aborts`).
+`max_age` removes old records of every kind alike.
+
 Threads. The seam is partly blocking (`load` is called on the event loop at start-up,
 `load_group`/`prune` from worker threads) and nats-py is asyncio, so the connection lives on a
 private event loop in a thread of its own (as SQLite has its writer thread). `write` hands the

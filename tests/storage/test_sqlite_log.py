@@ -190,3 +190,40 @@ async def test_close_answers_everything_queued_before_it(tmp_path: Path) -> None
     await log.close()
     await asyncio.sleep(0)  # the answers were scheduled on the loop before the writer ended
     assert all(f.done() and f.result() is None for f in futures)
+
+
+async def test_an_old_database_gets_its_latest_install_as_its_view_history(
+        tmp_path: Path) -> None:
+    """A database from before the `views` table: at open, each group's latest install (the
+    `installs` row) becomes its history's first row, once; views stored since are added."""
+    db = tmp_path / "log.db"
+    log = SqliteLog(db)
+    await append(log, *[msg(i) for i in range(1, 11)])
+    v2 = ViewInstall("g", 2, ("a", "b"), ("b",), (), 5, 4)
+    v3 = ViewInstall("g", 3, ("a",), (), ("b",), 5, 10)
+    for i in (v2, v3):
+        assert await write(log, StoreView(next(_tickets), i)) is None
+    await log.close()
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE views")  # what an old database has: `groups` and `installs`
+    raw.commit()
+    raw.close()
+
+    log = SqliteLog(db)
+    page = log.read_page("g", 0, 100, 1 << 20)
+    assert page is not None and page.installs == (v3,)  # v2 was never kept: only v3 is known
+    sg = log.load_group("g", 10)
+    assert sg is not None and sg.install == v3
+    v4 = ViewInstall("g", 4, ("a", "c"), ("c",), (), 5, 10)
+    assert await write(log, StoreView(next(_tickets), v4)) is None
+    await log.close()
+    raw = sqlite3.connect(db)
+    raw.execute("DELETE FROM views WHERE view = 3")
+    raw.commit()
+    raw.close()
+
+    log = SqliteLog(db)  # the table exists now: nothing is copied again
+    page = log.read_page("g", 9, 100, 1 << 20)
+    assert page is not None and page.installs == (v4,)
+    assert log.load_group("g", 10).install == v4  # type: ignore[union-attr]
+    await log.close()

@@ -16,6 +16,7 @@ reader from iterating a group's messages while an append extends them."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
 import threading
 from collections import deque
@@ -125,10 +126,8 @@ class MemoryLog:
                 return None
             head = log[-1].offset if log else 0
             first = log[0].offset if log else head + 1
-            # offsets are consecutive in the deque: the page starts at a known index
-            start = max(0, after + 1 - first)
-            candidates = (m for m in itertools.islice(log or (), start, None) if m.offset > after)
-            messages = page_of(candidates, limit, max_bytes, _size)
+            start = bisect.bisect_right(log, after, key=_offset) if log else 0
+            messages = page_of(itertools.islice(log or (), start, None), limit, max_bytes, _size)
             end = messages[-1].offset if messages else head
             aborted = self._aborted.get(group, set())
             return LogPage(group, after, tuple(messages), installs_between(installs, after, end),
@@ -141,6 +140,10 @@ class MemoryLog:
     async def close(self) -> None:
         self._groups.clear()
         self._chunks.clear()
+
+
+def _offset(m: Message) -> int:
+    return m.offset
 
 
 def _size(m: Message) -> int:

@@ -228,8 +228,10 @@ class SqliteLog:
             rows = self._db.execute(
                 'SELECT * FROM messages WHERE grp=? AND "offset">? ORDER BY "offset" LIMIT ?',
                 (g, after, limit))
-            messages = page_of(map(_message, rows), limit, max_bytes, lambda m: m.size)
-            rows.close()
+            try:
+                messages = page_of(map(_message, rows), limit, max_bytes, lambda m: m.size)
+            finally:
+                rows.close()
             end = messages[-1].offset if messages else head
             aborted = frozenset(o for (o,) in self._db.execute(
                 'SELECT "offset" FROM aborts WHERE grp=? AND "offset">? AND "offset"<=?',

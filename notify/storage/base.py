@@ -15,7 +15,7 @@ aborted, so no member can have been told otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -56,6 +56,66 @@ class StoredGroup:
                               checkpoint=self.checkpoint, install=self.install, now=now)
 
 
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """One page of a group's log after an offset, in log order: catch-up's and history's read
+    (`MessageLog.read_page`). Paging with `after = page.end` until `end == head` returns every
+    retained message exactly once, each install whose offset the pages cover, and the aborts
+    of their atomic messages, so a member far behind is caught up from the log alone (issue 30).
+
+    `first > after + 1` says retention took messages the caller asked for: `first - after - 1`
+    of them are gone (the page starts at `first`)."""
+
+    group: str
+    #: the offset the page was asked for after
+    after: int
+    #: offsets > `after`, ascending and consecutive as stored; at most `limit` of them, and no
+    #: more payload bytes than `max_bytes` unless the first message alone is larger (a page has
+    #: at least one message when any is stored after `after`)
+    messages: tuple[Message, ...]
+    #: every stored install with `after <= offset <= end`, ascending by view (an install at
+    #: offset o came after message o; one at `after` is there too: the caller dedupes by view)
+    installs: tuple[ViewInstall, ...]
+    #: the offsets among `messages` whose atomic message was aborted
+    aborted: frozenset[int]
+    #: the oldest offset the log retains for the group now (`head + 1` when it retains none)
+    first: int
+    #: the group's last stored offset when read (0: none)
+    head: int
+
+    @property
+    def end(self) -> int:
+        """The offset the page covers up to: its last message's, or `head` when it has none
+        (the page reached the head)."""
+        return self.messages[-1].offset if self.messages else self.head
+
+
+def page_of(candidates: Iterable[Message], limit: int, max_bytes: int,
+            size: Callable[[Message], int]) -> list[Message]:
+    """The messages of a page out of `candidates` (offsets > `after`, ascending): at most
+    `limit`, and no more than `max_bytes` of payloads unless the first alone is larger. Shared
+    by the stores, so they cut pages alike; `candidates` is consumed only as far as needed."""
+    if limit < 1:
+        raise ValueError(f"a page holds at least one message (limit {limit})")
+    out: list[Message] = []
+    total = 0
+    for m in candidates:
+        n = size(m)
+        if out and (len(out) >= limit or total + n > max_bytes):
+            break
+        out.append(m)
+        total += n
+        if len(out) >= limit or total >= max_bytes:
+            break
+    return out
+
+
+def installs_between(installs: Iterable[ViewInstall], after: int,
+                     end: int) -> tuple[ViewInstall, ...]:
+    """The installs a page covers (`after <= offset <= end`), ascending by view."""
+    return tuple(sorted((i for i in installs if after <= i.offset <= end), key=lambda i: i.view))
+
+
 class MessageLog(Protocol):
     def write(self, write: Write, done: Done) -> None: ...
 
@@ -68,7 +128,12 @@ class MessageLog(Protocol):
         never had it. Blocking: the adapter calls it off the event loop."""
         ...
 
-    def read_after(self, group: str, offset: int) -> Iterator[Message]: ...
+    def read_page(self, group: str, after: int, limit: int,
+                  max_bytes: int) -> LogPage | None:
+        """Up to `limit` messages of `group` after offset `after` (None: the log never had the
+        group), with the installs and aborts they cross (`LogPage`). Blocking: the adapter
+        calls it off the event loop; safe to call concurrently with writes."""
+        ...
 
     # Checkpoints (blocking: the adapter calls these off the event loop, one at a time). An
     # upload is staged under `key` chunk by chunk and becomes the group's checkpoint only at

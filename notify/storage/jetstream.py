@@ -64,6 +64,26 @@ SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
 would need paging) and loads those whose last view has members.
 
+Paging (`read_page`: catch-up past the in-memory window, history). A page reads the group's
+last records from the stream leader (its head, the stream sequence to read up to: records
+stored after that are the next page's, so pages read while the group is written never skip or
+repeat a message), the first retained message (one direct get: `first`), then, with the same
+batched direct gets as a load, the records from just past the message at `after` until the
+page is full and the next message is seen: the view records in between are the installs it
+covers (one installed at offset o sits after message o, so the ones at the page's last offset
+come too). Its atomic messages' aborts are in the view records that decided them, after them:
+those read, the last one, and if some atomic message is still undecided the group's later view
+records (views only, `next_by_subj` `<prefix>.<g>.v`). Where `after` ends in the stream is
+remembered from the page that ended there (the last 1,024 pages read), so paging through a
+group costs one batch per page and never reads it again from the start; an offset no page
+ended at is found by a binary search over stream sequences (`_page_start`). The view history
+is the `.v` records themselves: with `max_msgs_per_subject` N, a group keeps its newest N
+messages and, separately, its newest N views, so a page over messages older than the oldest
+view record kept lacks the installs that were there (it says nothing else: each message
+carries the view it was sent in, so a caller sees the gap), and its aborts are still complete
+(each view record carries every earlier abort whose message may be retained, see `_aborts`).
+`max_age` removes old records of every kind alike.
+
 Threads. The seam is partly blocking (`load` is called on the event loop at start-up,
 `load_group`/`prune` from worker threads) and nats-py is asyncio, so the connection lives on a
 private event loop in a thread of its own (as SQLite has its writer thread). `write` hands the
@@ -81,9 +101,10 @@ import contextlib
 import itertools
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import nats
 import nats.errors
@@ -100,7 +121,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done, Fenced
-from notify.storage.base import CheckpointSuperseded, StoredGroup
+from notify.storage.base import CheckpointSuperseded, LogPage, StoredGroup, installs_between
 
 log = structlog.get_logger("notify.storage")
 
@@ -129,6 +150,22 @@ def unescape_group(token: str) -> str:
             out.append(ord(token[i]))
             i += 1
     return out.decode()
+
+
+#: how many page starts `_page_start` remembers
+_PAGE_STARTS = 1024
+
+
+class _Tail(NamedTuple):
+    """A group's end as the stream leader has it, for a page."""
+
+    #: the stream sequence of its last record (0: the log never had the group)
+    last: int
+    #: its last offset: the last message's, or the last view's if later (age retention)
+    head: int
+    #: the stream sequence of its last view record (0: none), and that record
+    view_seq: int
+    view: dict[str, Any] | None
 
 
 class _Unclear(Exception):
@@ -197,6 +234,9 @@ class JetStreamLog:
         self._head: dict[str, int] = {}
         self._aborted: dict[str, set[int]] = {}
         self._tasks: set[Future[Any]] = set()
+        #: (group, offset) -> the stream sequence a page after that offset reads from
+        #: (`_page_start`); used on the log's loop only
+        self._page_starts: OrderedDict[tuple[str, int], int] = OrderedDict()
         self.batches = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="jetstream-log",
@@ -642,31 +682,36 @@ class JetStreamLog:
                            messages[-recent:] if recent > 0 else [], frozenset(aborted),
                            await self._checkpoint_or_none(group), install)
 
-    async def _read(self, group: str, last: int) -> AsyncIterator[tuple[str, int, bytes]]:
-        """The group's records in log order, up to stream sequence `last`: (subject, seq, data).
-        Batched direct gets (`next_by_subj` over the group's subjects, `batch` records per
-        request): no consumer, so nothing for the meta layer to create (which stalls while a
-        killed node's meta leadership moves). A direct get may be answered by a follower that
-        is behind: a batch that ends short of `last` is asked again (bounded)."""
+    async def _read(self, group: str, last: int, *, start: int = 1, kind: str = ">",
+                    batch: int | None = None) -> AsyncGenerator[tuple[str, int, bytes], None]:
+        """The group's records in log order from stream sequence `start` up to `last`:
+        (subject, seq, data); `kind` narrows them to one record kind (`v`: views only). Batched
+        direct gets (`next_by_subj` over the group's subjects, `batch` records per request): no
+        consumer, so nothing for the meta layer to create (which stalls while a killed node's
+        meta leadership moves). A direct get may be answered by a follower that is behind: a
+        batch that ends short of `last` is asked again (bounded). A record past `last` ends the
+        read: records come in stream order, so none is left before it (the one at `last` was
+        removed by retention, a newer record of its subject having been stored since).
+
+        The caller may stop early (`contextlib.aclosing`): the subscription goes with it."""
         inbox = self._nc.new_inbox()
         # One batch at a time is in the inbox (the next is asked once this one ended), so a
         # pending limit of a whole batch of the largest records means none is ever dropped as
         # a slow consumer's (nats-py's default, 128 MiB, is less than 256 records of 1 MiB:
         # a dropped record would have been skipped silently, a view record too; cluster
         # review S9)
-        room = self.read_batch + 2
+        size = min(batch or self.read_batch, self.read_batch)
+        room = size + 2
         sub = await self._nc.subscribe(inbox, pending_msgs_limit=room,
                                        pending_bytes_limit=room * max(self._nc.max_payload,
                                                                       1 << 20))
         request = f"$JS.API.DIRECT.GET.{self.stream}"
-        subjects = f"{self.prefix}.{escape_group(group)}.>"
+        subjects = f"{self.prefix}.{escape_group(group)}.{kind}"
         deadline = asyncio.get_running_loop().time() + self.timeout * 4
-        start = 1
         try:
             while start <= last:
                 await self._nc.publish(request, orjson.dumps(
-                    {"seq": start, "next_by_subj": subjects, "batch": self.read_batch}),
-                    reply=inbox)
+                    {"seq": start, "next_by_subj": subjects, "batch": size}), reply=inbox)
                 got = 0
                 while True:
                     m = await sub.next_msg(timeout=self.timeout)
@@ -674,8 +719,9 @@ class JetStreamLog:
                     if headers.get("Status"):  # 204: end of this batch; 404: nothing more
                         break
                     seq = int(headers["Nats-Sequence"])
-                    if seq > last:
-                        continue  # newer than what the fence was set on: not ours to read
+                    if seq > last:  # newer than what was asked for: not ours to read, and the
+                        start = last + 1  # end of what was
+                        continue
                     got += 1
                     start = seq + 1
                     yield headers["Nats-Subject"], seq, m.data
@@ -687,9 +733,135 @@ class JetStreamLog:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    def read_after(self, group: str, offset: int) -> Iterator[Message]:
-        sg = self.load_group(group, 1 << 62)
-        return iter([m for m in (sg.recent if sg else []) if m.offset > offset])
+    # -- paging (catch-up, history) ----------------------------------------------------------------
+
+    def read_page(self, group: str, after: int, limit: int,
+                  max_bytes: int) -> LogPage | None:
+        return self._call(self._read_page(group, after, limit, max_bytes), self.timeout * 6)
+
+    async def _read_page(self, group: str, after: int, limit: int,
+                         max_bytes: int) -> LogPage | None:
+        """One page (module docstring, "Paging"): the group's ends from the stream leader, the
+        first retained message, where `after` ends in the stream, then the records from there
+        in batches until the page is full and the next message is seen (the views at the
+        page's last offset sit between the two), and the aborts of its atomic messages."""
+        if limit < 1:
+            raise ValueError(f"a page holds at least one message (limit {limit})")
+        tail = await asyncio.wait_for(self._tail(group), self.timeout)
+        if tail.last == 0:
+            return None
+        oldest = await self._next_record(self._subject(group, "m"), 1)
+        head = tail.head
+        first = _decode_message(group, oldest[1]).offset \
+            if oldest is not None and oldest[0] <= tail.last else head + 1
+        start = await self._page_start(group, after, tail.last)
+        taken: list[Message] = []
+        seqs: list[int] = []  # each taken message's record
+        total = 0
+        views: list[dict[str, Any]] = []
+        read = start - 1  # the last record the scan read
+        records = self._read(group, tail.last, start=start, batch=limit + 8)
+        async with contextlib.aclosing(records):
+            async for subject, seq, data in records:
+                if subject.endswith(".m"):
+                    m = _decode_message(group, data)
+                    while taken and taken[-1].offset >= m.offset:  # superseded (`_replay`)
+                        total -= taken.pop().size
+                        seqs.pop()
+                    if m.offset > after:
+                        if taken and (len(taken) >= limit or total >= max_bytes
+                                      or total + m.size > max_bytes):
+                            break  # the next page's first message
+                        taken.append(m)
+                        seqs.append(seq)
+                        total += m.size
+                elif subject.endswith(".v"):
+                    views.append(orjson.loads(data))
+                read = seq
+        end = taken[-1].offset if taken else head
+        aborted = {o for v in views for o in v["aborted"]}
+        if tail.view is not None:
+            aborted.update(tail.view["aborted"])
+        if any(m.atomic and m.offset not in aborted for m in taken) and tail.view_seq > read:
+            # an atomic message's abort is stored with the view that decided it, after it: the
+            # view records after the page (each with its own aborts; with count retention the
+            # last one also carries the earlier ones, and it is already in hand)
+            later = self._read(group, tail.view_seq, start=read + 1, kind="v")
+            async with contextlib.aclosing(later):
+                async for _subject, _seq, data in later:
+                    aborted.update(orjson.loads(data)["aborted"])
+        if taken:
+            self._remember_start(group, end, seqs[-1] + 1)
+            first = min(first, taken[0].offset)
+            head = max(head, end)  # (a message stored after the ends were read)
+        installs = installs_between((_decode_install(group, v) for v in views), after, end)
+        return LogPage(group, after, tuple(taken), installs,
+                       frozenset(m.offset for m in taken if m.offset in aborted), first, head)
+
+    async def _tail(self, group: str) -> _Tail:
+        """The group's last record of each kind, from the stream leader (a direct get may be
+        answered by a follower that is behind)."""
+        async def last(kind: str) -> tuple[int, bytes] | None:
+            try:
+                raw = await self._nc.jsm().get_msg(self.stream, subject=self._subject(group, kind))
+            except NotFoundError:
+                return None
+            return raw.seq or 0, raw.data or b""
+
+        m, v, f = await asyncio.gather(last("m"), last("v"), last("f"))
+        view = orjson.loads(v[1]) if v is not None else None
+        head = max(_decode_message(group, m[1]).offset if m is not None else 0,
+                   view["offset"] if view is not None else 0)
+        return _Tail(max(r[0] if r is not None else 0 for r in (m, v, f)), head,
+                     v[0] if v is not None else 0, view)
+
+    async def _next_record(self, subject: str, seq: int) -> tuple[int, bytes] | None:
+        """The first record of `subject` at or after stream sequence `seq`: (seq, data), or
+        None if there is none (or the follower that answered has none yet)."""
+        reply = await self._nc.request(
+            f"$JS.API.DIRECT.GET.{self.stream}",
+            orjson.dumps({"seq": seq, "next_by_subj": subject}), timeout=self.timeout)
+        headers = reply.headers or {}
+        if headers.get("Status"):
+            return None
+        return int(headers["Nats-Sequence"]), reply.data
+
+    async def _page_start(self, group: str, after: int, last: int) -> int:
+        """The stream sequence a page after `after` reads from: just past the record of the
+        last message at or below `after`, so the views installed at `after` are read too.
+
+        Remembered from the page that ended at `after` (sequential paging costs nothing);
+        otherwise found by a binary search over stream sequences, one direct get per step
+        (`log2(last)`: about 30 for a billion records), each asking for the first message
+        record at or after the middle: offsets grow with stream sequence, so "that record's
+        offset is above `after`" is false up to the start and true from it on. A follower
+        that is behind can only answer "none" for a record it lacks, which moves the search
+        lower: the scan then reads more records, and never skips one."""
+        known = self._page_starts.get((group, after))
+        if known is not None:
+            self._page_starts.move_to_end((group, after))
+            return known
+        if after <= 0:
+            return 1
+        subject = self._subject(group, "m")
+        lo, hi = 1, last + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            found = await self._next_record(subject, mid)
+            if found is None or found[0] > last or \
+                    _decode_message(group, found[1]).offset > after:
+                hi = mid
+            else:
+                lo = found[0] + 1
+        return lo
+
+    def _remember_start(self, group: str, end: int, seq: int) -> None:
+        """The next page after `end` reads from `seq`: kept for the `_PAGE_STARTS` pages read
+        last (bounded, G14), across groups and readers."""
+        self._page_starts[(group, end)] = seq
+        self._page_starts.move_to_end((group, end))
+        while len(self._page_starts) > _PAGE_STARTS:
+            self._page_starts.popitem(last=False)
 
     # -- retention, checkpoints ------------------------------------------------------------------
 
@@ -899,6 +1071,11 @@ def _decode_message(group: str, data: bytes) -> Message:
     d = orjson.loads(meta)
     return Message(group, d["o"], d["s"], d["q"], d["f"], d["v"], d["a"], orjson.Fragment(body),
                    d["t"], d["i"], d["fm"], len(body))
+
+
+def _decode_install(group: str, v: dict[str, Any]) -> ViewInstall:
+    return ViewInstall(group, v["view"], tuple(v["members"]), tuple(v["joined"]),
+                       tuple(v["left"]), v["epoch"], v["offset"])
 
 
 def _encode_view(w: StoreView, aborted: list[int]) -> bytes:

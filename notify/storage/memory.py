@@ -1,20 +1,33 @@
 """The in-memory log: for tests and ephemeral deployments. Nothing survives a restart.
 
-It keeps what the SQLite log keeps (retained messages, stream positions, the last install and
-the aborts of each group), so a group that leaves the server's memory when nobody is in it
-(G14) comes back the same. Its own memory is therefore bounded by retention per group ever
-used, not by what is live: use the SQLite log for long-running servers."""
+It keeps what the SQLite log keeps (retained messages, stream positions, the installs and the
+aborts of each group), so a group that leaves the server's memory when nobody is in it (G14)
+comes back the same, and `read_page` pages through it as through the SQLite log. Its own memory
+is therefore bounded by retention per group ever used, not by what is live: use the SQLite log
+for long-running servers.
+
+View history: every install whose offset is at or after the message before the oldest retained
+one (`first - 1`: a page after an offset retention kept can cross it), and always the latest;
+older ones go as their messages do (the `retain` newest messages per group).
+
+Threads: writes come from the event loop, `read_page` from a worker thread; a lock keeps a
+reader from iterating a group's messages while an append extends them."""
 
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
+import threading
 from collections import deque
 from collections.abc import Iterator
+
+import orjson
 
 from notify.core.actions import Append, Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.runtime.ports import Done
-from notify.storage.base import StoredGroup
+from notify.storage.base import LogPage, StoredGroup, installs_between, page_of
 
 
 class MemoryLog:
@@ -24,23 +37,27 @@ class MemoryLog:
         #: (group, key) -> chunks, staged or committed; group -> committed key
         self._chunks: dict[tuple[str, str], list[str]] = {}
         self._committed: dict[str, str] = {}
-        self._installs: dict[str, ViewInstall] = {}
+        #: each group's installs in retention, ascending by view (the last is the latest)
+        self._installs: dict[str, list[ViewInstall]] = {}
         self._aborted: dict[str, set[int]] = {}
         self._seqs: dict[str, dict[str, int]] = {}
         self._checkpoints: dict[str, Checkpoint] = {}
+        self._lock = threading.Lock()  # writes (event loop) against `read_page` (a worker)
 
     def write(self, write: Write, done: Done) -> None:
-        if isinstance(write, Append):
-            log = self._groups.get(write.group)
-            if log is None:
-                log = self._groups[write.group] = deque(maxlen=self._retain)
-            log.extend(write.messages)
-            seqs = self._seqs.setdefault(write.group, {})
-            for m in write.messages:
-                seqs[m.stream] = m.seq
-        else:
-            self._installs[write.group] = write.install
-            self._aborted.setdefault(write.group, set()).update(write.aborted)
+        with self._lock:
+            if isinstance(write, Append):
+                log = self._groups.get(write.group)
+                if log is None:
+                    log = self._groups[write.group] = deque(maxlen=self._retain)
+                log.extend(write.messages)
+                seqs = self._seqs.setdefault(write.group, {})
+                for m in write.messages:
+                    seqs[m.stream] = m.seq
+            else:
+                self._installs.setdefault(write.group, []).append(write.install)
+                self._aborted.setdefault(write.group, set()).update(write.aborted)
+            self._trim_installs(write.group)
         # Answered on the loop's next turn, not at once: the publishes that arrive meanwhile
         # form the group's next batch (group commit with nothing to wait for), so a burst costs
         # one round through the core's write pipeline, not one per message.
@@ -50,16 +67,30 @@ class MemoryLog:
         else:  # no loop (a synchronous caller, the replay): nothing to batch with
             done(None)
 
+    def _trim_installs(self, group: str) -> None:
+        """Drop the installs retention took the messages around (module docstring)."""
+        installs, log = self._installs.get(group), self._groups.get(group)
+        if not installs or not log:
+            return
+        keep_from = log[0].offset - 1
+        drop = 0
+        while drop < len(installs) - 1 and installs[drop].offset < keep_from:
+            drop += 1
+        del installs[:drop]
+
     def load_group(self, group: str, recent: int) -> StoredGroup | None:
-        i = self._installs.get(group)
-        if i is None:
-            return None
-        log = list(self._groups.get(group, ()))
-        kept = {m.offset for m in log}
-        return StoredGroup(group, i.epoch, i.view, i.members,
-                           log[-1].offset if log else i.offset, dict(self._seqs.get(group, {})),
-                           log[-recent:], frozenset(self._aborted.get(group, set()) & kept),
-                           self._checkpoints.get(group), i)
+        with self._lock:
+            installs = self._installs.get(group)
+            if not installs:
+                return None
+            i = installs[-1]
+            log = list(self._groups.get(group, ()))
+            kept = {m.offset for m in log}
+            return StoredGroup(group, i.epoch, i.view, i.members,
+                               log[-1].offset if log else i.offset,
+                               dict(self._seqs.get(group, {})), log[-recent:],
+                               frozenset(self._aborted.get(group, set()) & kept),
+                               self._checkpoints.get(group), i)
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []
@@ -87,8 +118,21 @@ class MemoryLog:
     def prune(self, now: float) -> int:
         return 0  # bounded by count already (deque maxlen); gone at restart anyway
 
-    def read_after(self, group: str, offset: int) -> Iterator[Message]:
-        return (m for m in self._groups.get(group, ()) if m.offset > offset)
+    def read_page(self, group: str, after: int, limit: int,
+                  max_bytes: int) -> LogPage | None:
+        with self._lock:
+            log, installs = self._groups.get(group), self._installs.get(group, [])
+            if log is None and not installs:
+                return None
+            head = log[-1].offset if log else 0
+            first = log[0].offset if log else head + 1
+            start = bisect.bisect_right(log, after, key=_offset) if log else 0
+            messages = page_of(itertools.islice(log or (), start, None), limit, max_bytes, _size)
+            end = messages[-1].offset if messages else head
+            aborted = self._aborted.get(group, set())
+            return LogPage(group, after, tuple(messages), installs_between(installs, after, end),
+                           frozenset(m.offset for m in messages if m.offset in aborted),
+                           first, head)
 
     def forget(self, group: str) -> None:
         """Nothing to re-take: one node writes this log."""
@@ -96,3 +140,13 @@ class MemoryLog:
     async def close(self) -> None:
         self._groups.clear()
         self._chunks.clear()
+
+
+def _offset(m: Message) -> int:
+    return m.offset
+
+
+def _size(m: Message) -> int:
+    """The payload's bytes as the other logs store them (a message built without its size,
+    in a test, counts its serialised payload)."""
+    return m.size or len(orjson.dumps(m.payload))

@@ -18,6 +18,14 @@ its commit is on disk (fsync), so `published` survives power loss; group commit 
 fsync over the batch. `"normal"` survives a killed process (the data is in the OS before the
 commit returns) but not power loss; docs/operations.md has the trade-off and docs/benchmarks.md
 its cost.
+
+View history. `groups` and `installs` hold each group's latest view (what a restart brings
+back, `load_group`); `views` holds every install in retention, one row per (group, view),
+written in the same transaction, so `read_page` returns the views a catch-up crosses even after
+a restart. `prune` drops a view whose offset is below the message before the oldest retained
+one (`first - 1`: a page after any offset retention kept can cross it) and never the latest, in
+the transaction that deletes the messages. A database from before `views` existed gets its
+table at open, with each group's latest install copied in (once: the table is new).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done
-from notify.storage.base import StoredGroup
+from notify.storage.base import LogPage, StoredGroup, page_of
 
 log = structlog.get_logger("notify.storage")
 
@@ -54,6 +62,12 @@ CREATE TABLE IF NOT EXISTS groups (
 CREATE TABLE IF NOT EXISTS installs (
     grp TEXT PRIMARY KEY, joined TEXT NOT NULL, "left" TEXT NOT NULL, "offset" INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS views (
+    grp TEXT NOT NULL, view INTEGER NOT NULL, epoch INTEGER NOT NULL, members TEXT NOT NULL,
+    joined TEXT NOT NULL, "left" TEXT NOT NULL, "offset" INTEGER NOT NULL,
+    PRIMARY KEY (grp, view)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS views_by_offset ON views (grp, "offset");
 CREATE TABLE IF NOT EXISTS floors (
     grp TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, stream)
 ) WITHOUT ROWID;
@@ -74,6 +88,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
+#: a database from before the view history: each group's latest install becomes its first row
+_MIGRATE_VIEWS = """
+INSERT OR IGNORE INTO views SELECT g.grp, g.view, g.epoch, g.members, i.joined, i."left",
+    i."offset" FROM groups g JOIN installs i ON i.grp = g.grp
+"""
+
 
 class SqliteLog:
     def __init__(self, path: str | Path,
@@ -85,7 +105,12 @@ class SqliteLog:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={durability.upper()}")
+        had_views = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='views'").fetchone()
         self._db.executescript(_SCHEMA)
+        if had_views is None:
+            with self._db:  # (a new database copies nothing)
+                self._db.execute(_MIGRATE_VIEWS)
         # Uploads a crash cut short are never completed: their staged chunks go.
         self._db.execute(
             "DELETE FROM checkpoint_chunks WHERE NOT EXISTS (SELECT 1 FROM checkpoints c "
@@ -173,22 +198,49 @@ class SqliteLog:
         i = w.install
         self._db.execute("INSERT OR REPLACE INTO groups VALUES (?,?,?,?)",
                          (i.group, i.epoch, i.view, orjson.dumps(list(i.members)).decode()))
+        joined, left = orjson.dumps(list(i.joined)).decode(), orjson.dumps(list(i.left)).decode()
         self._db.execute("INSERT OR REPLACE INTO installs VALUES (?,?,?,?)",
-                         (i.group, orjson.dumps(list(i.joined)).decode(),
-                          orjson.dumps(list(i.left)).decode(), i.offset))
+                         (i.group, joined, left, i.offset))
+        self._db.execute("INSERT OR REPLACE INTO views VALUES (?,?,?,?,?,?,?)",
+                         (i.group, i.view, i.epoch, orjson.dumps(list(i.members)).decode(),
+                          joined, left, i.offset))
         if w.aborted:
             self._db.executemany("INSERT OR IGNORE INTO aborts VALUES (?,?)",
                                  [(i.group, o) for o in w.aborted])
 
     # -- reading (recovery, catch-up) ------------------------------------------------------------
 
-    def read_after(self, group: str, offset: int) -> Iterator[Message]:
+    def read_page(self, group: str, after: int, limit: int,
+                  max_bytes: int) -> LogPage | None:
+        """Under the lock, so a page is one state of the log: the writer's transactions wait
+        (for one page's rows at most), and a page never shows half a commit. The rows are read
+        as the page takes them: a page cut by `max_bytes` reads one row past it, not `limit`."""
+        g = group
         with self._lock:
+            top, bottom = self._db.execute(
+                'SELECT MAX("offset"), MIN("offset") FROM messages WHERE grp=?', (g,)).fetchone()
+            floor = self._db.execute("SELECT seq FROM floors WHERE grp=? AND stream=''",
+                                     (g,)).fetchone()
+            if top is None and floor is None and self._db.execute(
+                    "SELECT 1 FROM groups WHERE grp=?", (g,)).fetchone() is None:
+                return None
+            head = max(top or 0, floor[0] if floor else 0)
             rows = self._db.execute(
-                'SELECT * FROM messages WHERE grp=? AND "offset">? ORDER BY "offset"',
-                (group, offset)).fetchall()
-        for r in rows:
-            yield _message(r)
+                'SELECT * FROM messages WHERE grp=? AND "offset">? ORDER BY "offset" LIMIT ?',
+                (g, after, limit))
+            try:
+                messages = page_of(map(_message, rows), limit, max_bytes, lambda m: m.size)
+            finally:
+                rows.close()
+            end = messages[-1].offset if messages else head
+            aborted = frozenset(o for (o,) in self._db.execute(
+                'SELECT "offset" FROM aborts WHERE grp=? AND "offset">? AND "offset"<=?',
+                (g, after, end)))
+            installs = tuple(_install(g, r) for r in self._db.execute(
+                'SELECT view, epoch, members, joined, "left", "offset" FROM views '
+                'WHERE grp=? AND "offset">=? AND "offset"<=? ORDER BY view', (g, after, end)))
+        return LogPage(g, after, tuple(messages), installs, aborted,
+                       head + 1 if bottom is None else bottom, head)
 
     def prune(self, now: float) -> int:
         """Keep the last `retain_messages` of each group and nothing older than `retain_age`
@@ -221,6 +273,11 @@ class SqliteLog:
                     self._db.execute(
                         'DELETE FROM aborts WHERE grp=? AND NOT EXISTS (SELECT 1 FROM messages m '
                         'WHERE m.grp=aborts.grp AND m."offset"=aborts."offset")', (group,))
+                    # (module docstring, "View history"; the head row stays, so MIN exists)
+                    self._db.execute(
+                        'DELETE FROM views WHERE grp=? AND "offset" < (SELECT MIN("offset") - 1 '
+                        "FROM messages WHERE grp=?) AND view < (SELECT MAX(view) FROM views "
+                        "WHERE grp=?)", (group, group, group))
                     self._db.execute("COMMIT")
                 except BaseException:
                     if self._db.in_transaction:
@@ -316,6 +373,13 @@ class SqliteLog:
             checkpoint = self._checkpoint(g)
         return StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
                            [_message(r) for r in reversed(rows)], aborted, checkpoint, install)
+
+
+def _install(group: str, r: tuple[object, ...]) -> ViewInstall:
+    view, epoch, members, joined, left, offset = r
+    return ViewInstall(group, view, tuple(orjson.loads(members)),  # type: ignore[arg-type]
+                       tuple(orjson.loads(joined)), tuple(orjson.loads(left)),  # type: ignore[arg-type]
+                       epoch, offset)  # type: ignore[arg-type]
 
 
 def _message(r: tuple[object, ...]) -> Message:

@@ -43,6 +43,12 @@ def write(log: SqliteLog, w: Write) -> asyncio.Future[str | None]:
     return fut
 
 
+def offsets(log: SqliteLog, group: str, after: int) -> list[int]:
+    """The offsets `read_page` returns after `after`, in one page."""
+    page = log.read_page(group, after, 10**6, 1 << 40)
+    return [] if page is None else [m.offset for m in page.messages]
+
+
 def view(group: str, version: int, members: tuple[str, ...], epoch: int = 5,
          aborted: tuple[int, ...] = ()) -> StoreView:
     return StoreView(next(_tickets), ViewInstall(group, version, members, (), (), epoch, 0),
@@ -61,7 +67,9 @@ async def test_batches_commit_together_and_survive_reopen(tmp_path: Path) -> Non
     await log.close()
 
     again = SqliteLog(tmp_path / "log.db")
-    got = list(again.read_after("g", 1990))
+    page = again.read_page("g", 1990, 100, 1 << 20)
+    assert page is not None
+    got = list(page.messages)
     assert [m.offset for m in got] == list(range(1991, 2001))
     assert plain(got[-1]) == msg(2000)
     assert isinstance(got[-1].payload, orjson.Fragment)
@@ -105,7 +113,7 @@ async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path:
     await append(log, other)
     await write(log, view("g", 3, ("a",)))
     assert log.prune(now=1200.0) == 151  # count: keep 152..201 (the 1100 age cutoff is older)
-    assert [m.offset for m in log.read_after("g", 0)][:2] == [152, 153]
+    assert offsets(log, "g", 0)[:2] == [152, 153]
     assert log.prune(now=1290.0) == 38  # age: only ts >= 1190 stay (offsets 190..201)
     assert log.prune(now=10_000.0) == 11  # everything is old: the head row still stays
     await log.close()
@@ -160,8 +168,8 @@ async def test_a_failing_write_is_answered_alone_and_the_others_commit(tmp_path:
                                    append(log, msg(3)), write(log, view("g", 2, ("a",))))
     assert answers[0] is None and answers[2] is None and answers[3] is None
     assert answers[1] is not None and "injected I/O error" in answers[1]
-    assert [m.offset for m in log.read_after("g", 0)] == [1, 2, 3]
-    assert list(log.read_after("bad", 0)) == []
+    assert offsets(log, "g", 0) == [1, 2, 3]
+    assert log.read_page("bad", 0, 10, 1000) is None
     await log.close()
 
 
@@ -182,3 +190,40 @@ async def test_close_answers_everything_queued_before_it(tmp_path: Path) -> None
     await log.close()
     await asyncio.sleep(0)  # the answers were scheduled on the loop before the writer ended
     assert all(f.done() and f.result() is None for f in futures)
+
+
+async def test_an_old_database_gets_its_latest_install_as_its_view_history(
+        tmp_path: Path) -> None:
+    """A database from before the `views` table: at open, each group's latest install (the
+    `installs` row) becomes its history's first row, once; views stored since are added."""
+    db = tmp_path / "log.db"
+    log = SqliteLog(db)
+    await append(log, *[msg(i) for i in range(1, 11)])
+    v2 = ViewInstall("g", 2, ("a", "b"), ("b",), (), 5, 4)
+    v3 = ViewInstall("g", 3, ("a",), (), ("b",), 5, 10)
+    for i in (v2, v3):
+        assert await write(log, StoreView(next(_tickets), i)) is None
+    await log.close()
+    raw = sqlite3.connect(db)
+    raw.execute("DROP TABLE views")  # what an old database has: `groups` and `installs`
+    raw.commit()
+    raw.close()
+
+    log = SqliteLog(db)
+    page = log.read_page("g", 0, 100, 1 << 20)
+    assert page is not None and page.installs == (v3,)  # v2 was never kept: only v3 is known
+    sg = log.load_group("g", 10)
+    assert sg is not None and sg.install == v3
+    v4 = ViewInstall("g", 4, ("a", "c"), ("c",), (), 5, 10)
+    assert await write(log, StoreView(next(_tickets), v4)) is None
+    await log.close()
+    raw = sqlite3.connect(db)
+    raw.execute("DELETE FROM views WHERE view = 3")
+    raw.commit()
+    raw.close()
+
+    log = SqliteLog(db)  # the table exists now: nothing is copied again
+    page = log.read_page("g", 9, 100, 1 << 20)
+    assert page is not None and page.installs == (v4,)
+    assert log.load_group("g", 10).install == v4  # type: ignore[union-attr]
+    await log.close()

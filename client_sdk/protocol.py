@@ -15,6 +15,10 @@ Theory of operation (DESIGN §3–§4, seed 003 §3.1):
   preceded by one `Reset` event, so the application knows to rebuild what it derived.
 - A frame it cannot make sense of raises `ProtocolViolation`, carrying the events and replies of
   the frames before it (a `batch` may be cut short): nothing the state already counts is lost.
+- A `catchup_log` (a resume point older than the server's in-memory window, G8) opens a gap
+  that the protocol reads from the log with `history` requests, page by page, while it goes on
+  acting on what comes behind the gap, whose events wait for the application until the gap
+  is read (`client_sdk.catchup`).
 - The requests the application waits for (joins, leaves, publishes, checkpoints, token
   refreshes), the matching of replies to them and the refusal policy are sans-I/O too: see
   `client_sdk.requests`. Every host says `hello()` and, after a reconnect, `rejoin_all()`
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from client_sdk.catchup import PAGE_RETRIES, Gap, GapViolation
 from client_sdk.errors import GroupLeftError, NotifyError, PublishRejected, ServerRefused
 from client_sdk.events import (
     CaughtUp,
@@ -166,8 +171,14 @@ class GroupProtocol:
     state_boundary: int = 0
     assembler: Assembler | None = None
     transfer: str = ""
+    #: what a `catchup_log` left out, while it is read from the log (None: no gap)
+    gap: Gap | None = None
 
     def resume_point(self) -> dict[str, Any]:
+        gap = self.gap
+        if gap is not None:  # what the application has been handed: the gap's frontier
+            return {"epoch": self.epoch, "offset": gap.after, "view": gap.view,
+                    "streams": dict(gap.streams)}
         return {"epoch": self.epoch, "offset": self.base, "view": self.view,
                 "streams": {k: s.received for k, s in self.streams.items() if s.received}}
 
@@ -268,6 +279,8 @@ class ClientProtocol:
         self._out, self._acks = [], {}
         rejoins: list[Rejoin] = []
         for name, g in list(self.groups.items()):
+            if g.gap is not None:  # (a host that did not say `connection_lost`)
+                self._abandon_gap(g)
             if g.phase is GroupPhase.LEFT or name in q.abandoned:
                 continue
             q.join_retries.pop(name, None)
@@ -288,6 +301,9 @@ class ClientProtocol:
         for p in q.publishes.values():
             p.sent = False
         q.unsent = True
+        for g in self.groups.values():
+            if g.gap is not None:  # read again from its frontier, after the resume
+                self._abandon_gap(g)
         for req in q.checkpoints:
             q.out.append(Answer(RequestKind.CHECKPOINT, req, error=NotifyError(
                 "connection lost during the checkpoint; take it again")))
@@ -447,6 +463,9 @@ class ClientProtocol:
             return
         if resume and g is not None and g.epoch:
             frame["resume"] = g.resume_point()
+            held = sorted(o for o, outcome in g.atomic.items() if outcome is None)
+            if held:  # their outcomes come first (those that left the server's window too)
+                frame["resume"]["held"] = held
         elif resume and g is not None:  # nothing to resume (never installed, or refused)
             frame["want_state"] = g.want_state
         if g is None or not resume:
@@ -590,6 +609,9 @@ class ClientProtocol:
             if f.get("type") == "deliver":
                 self._deliver(f, events)
                 return
+            if f.get("type") == "history_page":  # for the application now, ahead of the gap
+                self._history_page(f, events)
+                return
             raw: list[GroupEvent] = []
             try:
                 self._receive(f, raw, replies)
@@ -601,10 +623,20 @@ class ClientProtocol:
             raise _malformed(f, e) from e
 
     def _route(self, raw: list[GroupEvent], events: list[GroupEvent]) -> None:
-        """A joiner waiting for its state keeps what comes after its install (G9)."""
+        """A joiner waiting for its state keeps what comes after its install (G9); a member
+        reading a gap from the log, what comes behind the gap."""
         for ev in raw:
             g = self.groups.get(ev.group)
-            if g is not None and g.state_buffer is not None and not isinstance(
+            if g is not None and g.gap is not None:
+                if isinstance(ev, Removed):  # its gap is moot: a rejoin reads it again
+                    self._abandon_gap(g)
+                    events.append(ev)
+                elif isinstance(ev, Message) and ev.offset in g.gap.held_before:
+                    g.gap.held_before.discard(ev.offset)  # received before the gap
+                    events.append(ev)
+                else:
+                    g.gap.events.append(ev)
+            elif g is not None and g.state_buffer is not None and not isinstance(
                     ev, StateReceived | StateRequested | ViewInstalled | Removed | Reset):
                 g.state_buffer.append(ev)
             else:
@@ -640,9 +672,15 @@ class ClientProtocol:
         elif t == "catchup_done":
             g = self.groups.get(f["group"])
             if g is not None:
-                # Everything up to `offset` has now been received: later resumes start there.
-                g.base = max(g.base, f["offset"])
+                # Everything up to `offset` has now been received: later resumes start there
+                # (behind a gap: once the gap is read).
+                if g.gap is not None:
+                    g.gap.base = max(g.gap.base, f["offset"])
+                else:
+                    g.base = max(g.base, f["offset"])
                 events.append(CaughtUp(g.name, f["offset"], f["count"]))
+        elif t == "catchup_log":
+            self._catchup_log(f)
         elif t == "published":
             replies.append(Published(f["req"], f["id"], f["offset"]))
         elif t == "rejected":
@@ -659,6 +697,10 @@ class ClientProtocol:
         elif t == "checkpoint_stored":
             replies.append(CheckpointStored(f["req"], f["group"], f["offset"], f["bytes"]))
         elif t == "error":
+            reading = self._gap_of(f.get("req"))
+            if reading is not None:
+                self._history_refused(reading, f, events)
+                return
             g = self.group_of_join(f.get("req"))
             if g is not None and f["code"] in ("state_unavailable", "state_too_large"):
                 self._state_done(g, StateReceived(g.name, 0, None, f["code"]), events)
@@ -693,6 +735,11 @@ class ClientProtocol:
                     f.get("payload"), f["ts"])
         if g.state_buffer is not None:
             events = g.state_buffer  # a joiner waiting for its state keeps it (G9)
+        gap = g.gap
+        if gap is not None:  # behind a gap being read: kept until the gap is
+            events = gap.events
+            if stream not in gap.ahead:
+                gap.ahead[stream] = seq
         s.received = seq
         if m.offset > g.top:
             g.top = m.offset
@@ -769,6 +816,8 @@ class ClientProtocol:
                 g.base = f["offset"]
             g.epoch = f["epoch"]
             self._reack(g)
+        elif g.gap is not None:
+            g.gap.base = max(g.gap.base, f["offset"])  # once the gap is read
         elif g.state_buffer is None:
             # A member of the view before: every message up to the install has reached it, so
             # a later resume point may start here (keeps it inside retention, G8).
@@ -828,6 +877,99 @@ class ClientProtocol:
         g.state_replay = {}
         events.append(received)
         events.extend(buffered)
+
+    # -- catch-up from the log (client_sdk/catchup.py) ----------------------------------------
+
+    def _catchup_log(self, f: Frame) -> None:
+        """`catchup_log`: the messages after `after` and before `before` are read from the log,
+        a page at a time; what comes meanwhile waits for the application behind them. Every
+        stream's position moves to the gap: what arrives behind it starts each stream afresh,
+        and the gap's end checks that the two meet."""
+        g = self.groups.get(f["group"])
+        if g is None or g.phase is GroupPhase.LEFT:
+            return
+        if g.gap is not None:  # one per resume or rejoin, and a reconnect ends it
+            raise ProtocolViolation(f"{g.name}: a catchup_log while one is being read")
+        gap = Gap(g.name, g.epoch, f["after"], f["before"],
+                  {k: s.received for k, s in g.streams.items() if s.received},
+                  max(g.view, f["view"]),
+                  held_before={m.offset for s in g.streams.values() for m in s.held})
+        if gap.done:
+            return
+        for s in g.streams.values():
+            s.received = 0  # (what is held back stays: it is older than what comes behind)
+        g.gap = gap
+        self._out.append(gap.request(self.requests.new_req("h")))
+
+    def _gap_of(self, req: object) -> GroupProtocol | None:
+        if not isinstance(req, str) or not req.startswith("h"):
+            return None
+        return next((g for g in self.groups.values() if g.gap is not None and g.gap.req == req),
+                    None)
+
+    def _history_page(self, f: Frame, events: list[GroupEvent]) -> None:
+        g = self._gap_of(f.get("req"))
+        if g is None:
+            return  # for a gap given up (a lost connection, a removal): read again later
+        gap = g.gap
+        assert gap is not None
+        try:
+            gap.page(f, events)
+            if gap.members is not None and gap.view > g.view:  # the log knew a later view
+                g.view, g.members = gap.view, gap.members
+            if not gap.done:
+                self._out.append(gap.request(self.requests.new_req("h")))
+                return
+            gap.check_continuity()
+        except GapViolation as e:
+            raise ProtocolViolation(str(e)) from e
+        self._close_gap(g, events)
+
+    def _history_refused(self, g: GroupProtocol, f: Frame, events: list[GroupEvent]) -> None:
+        """A `history` request refused: asked again a few times (the log could not be read);
+        then, or when this member is not in the group any more, the gap is given up: the
+        application is told its knowledge jumps (`Reset`), and what came behind follows."""
+        gap = g.gap
+        assert gap is not None
+        if f["code"] != "not_member" and gap.tries < PAGE_RETRIES:
+            self._out.append(gap.request(self.requests.new_req("h")))
+            return
+        if f["code"] == "not_member":
+            self._abandon_gap(g)
+            return
+        events.append(Reset(g.name, f["code"], g.epoch, gap.after, g.epoch, gap.before - 1))
+        gap.after, gap.holed = gap.before - 1, True
+        self._close_gap(g, events)
+
+    def _close_gap(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
+        """The gap is read: streams continue where what came behind it left them, and its
+        events follow the history's."""
+        gap = g.gap
+        assert gap is not None
+        g.gap = None
+        for k, seq in gap.streams.items():
+            s = g.streams.get(k)
+            if s is None:
+                s = g.streams[k] = _Stream()
+            s.received = max(s.received, seq)
+        g.base = max(g.base, gap.after, gap.base)
+        events.extend(gap.events)
+
+    def _abandon_gap(self, g: GroupProtocol) -> None:
+        """Stop reading the gap (the connection is lost, or the member was removed): the
+        group's knowledge goes back to the gap's frontier, so its next resume point starts
+        there, and what came behind the gap (kept, never handed over) comes again."""
+        gap = g.gap
+        assert gap is not None
+        g.gap = None
+        held = {k: deque(m for m in s.held if m.offset in gap.held_before)
+                for k, s in g.streams.items()}
+        g.streams = {k: _Stream(received=v, held=held.get(k, deque()))
+                     for k, v in gap.streams.items()}
+        kept = {m.offset for q in held.values() for m in q}
+        g.atomic = {o: c for o, c in g.atomic.items() if o in kept}
+        g.view = gap.view
+        g.base = gap.after
 
     def _reack(self, g: GroupProtocol) -> None:
         """After a resume or rejoin, ACK again what is held: the first ACK may have been lost;

@@ -66,9 +66,14 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
     ("--max-outbound-bytes", "limits", int, "slow-consumer bound in bytes (default 16 MiB)"),
     ("--retain-messages", "limits", int,
-     "messages kept per group, in memory and in the log (default 100,000)"),
+     "messages the log keeps and serves per group (catch-up, history; default 100,000)"),
     ("--retain-bytes", "limits", int,
-     "payload bytes kept per group in memory for resume and catch-up (default 64 MiB)"),
+     "payload bytes the SQLite log keeps per group (default 64 MiB)"),
+    ("--window-messages", "limits", int,
+     "a loaded group's newest messages kept in memory for resumes (default 1,000; older "
+     "ones within retention are read from the log)"),
+    ("--window-bytes", "limits", int,
+     "payload bytes of that in-memory window per group (default 1 MiB)"),
     ("--retain-age", "server", float, "seconds after which stored messages are deleted"),
     ("--max-groups-per-session", "limits", int, "default 1,000"),
     ("--publish-rate", "limits", float, "publishes/s per connection (default 20,000; 0 = off)"),
@@ -191,7 +196,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     elif srv.store == "sqlite":
         store = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
                           retain_messages=config.limits.retain_messages,
-                          retain_age=srv.retain_age)
+                          retain_age=srv.retain_age, retain_bytes=config.limits.retain_bytes)
     else:
         store = MemoryLog(config.limits.retain_messages)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,

@@ -126,6 +126,8 @@ class LimitSettings(_Section):
     max_outbound_bytes: int = Field(default=_L.max_outbound_bytes, ge=1)
     retain_messages: int = Field(default=_L.retain_messages, ge=1)
     retain_bytes: int = Field(default=_L.retain_bytes, ge=1)
+    window_messages: int = Field(default=_L.window_messages, ge=1)
+    window_bytes: int = Field(default=_L.window_bytes, ge=1)
     max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
     max_instances_per_user: int = Field(default=_L.max_instances_per_user, ge=1)
     publish_rate: float = Field(default=_L.publish_rate, ge=0)
@@ -219,6 +221,7 @@ class Settings(BaseSettings):
                    max_outbound_frames=lim.max_outbound_frames,
                    max_outbound_bytes=lim.max_outbound_bytes,
                    retain_messages=lim.retain_messages, retain_bytes=lim.retain_bytes,
+                   window_messages=lim.window_messages, window_bytes=lim.window_bytes,
                    max_groups_per_session=lim.max_groups_per_session,
                    max_instances_per_user=lim.max_instances_per_user,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,

@@ -110,9 +110,12 @@ class ResumeModel(_Frame):
     offset: Offset
     streams: dict[Str, Count] = Field(default_factory=dict, max_length=100_000)
     view: Count = 0
+    #: the atomic messages it holds with no outcome yet (their outcomes come first)
+    held: Annotated[list[Offset], Field(max_length=100_000)] = Field(default_factory=list)
 
     def to_core(self) -> ev.ResumePoint:
-        return ev.ResumePoint(self.epoch, self.offset, dict(self.streams), self.view)
+        return ev.ResumePoint(self.epoch, self.offset, dict(self.streams), self.view,
+                              tuple(self.held))
 
 
 class JoinFrame(_Frame):
@@ -223,14 +226,28 @@ class FlushOkFrame(_Frame):
         return ev.FlushOk(self.group, self.view)
 
 
+class HistoryFrame(_Frame):
+    type: Literal["history"]
+    req: ReqField
+    group: Str
+    after: Offset
+    #: exclusive; none: up to the log's head
+    before: Offset | None = None
+    #: at most this many messages (the server may answer fewer: `Limits.history_page`)
+    limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    def to_core(self) -> ev.History:
+        return ev.History(self.req, self.group, self.after, self.before, self.limit)
+
+
 ClientFrameModel = Annotated[
     HelloFrame | JoinFrame | LeaveFrame | PublishFrame | AckFrame | FlushOkFrame
-    | StateChunkFrame | CheckpointFrame | RefreshFrame | PingFrame,
+    | StateChunkFrame | CheckpointFrame | RefreshFrame | PingFrame | HistoryFrame,
     Field(discriminator="type"),
 ]
 _adapter: TypeAdapter[Any] = TypeAdapter(ClientFrameModel)
 CLIENT_TYPES = ("hello", "join", "leave", "publish", "ack", "flush_ok", "state_chunk", "checkpoint",
-                "refresh", "ping")
+                "refresh", "ping", "history")
 
 Parsed = ev.ClientFrame | Authenticate | Refresh | Error | Rejected
 

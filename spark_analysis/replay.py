@@ -52,7 +52,7 @@ from client_sdk.protocol import ClientProtocol, GroupPhase
 from notify.core import ClientFrame, CoreConfig, Hub, LogEvent, Timeouts, Write
 from notify.core.actions import Error, Rejected
 from notify.core.users import split_member
-from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged
 from notify.runtime.frames import unbatch
 from notify.storage.memory import MemoryLog
 from notify.wire import parse
@@ -278,7 +278,10 @@ class ReplayHost:
         self.log.write(write, done)  # (no event loop here: answered at once)
 
     def fetch(self, group: str, answer: Fetched) -> None:
-        answer(self.log.load_group(group, self.hub.config.limits.retain_messages), None)
+        answer(self.log.load_group(group, self.hub.config.limits.window_messages), None)
+
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        answer(self.log.read_page(group, after, limit, max_bytes), None)
 
     def forget(self, group: str) -> None:
         pass

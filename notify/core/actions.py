@@ -161,6 +161,42 @@ class Deliver:
 
 
 @dataclass(frozen=True, slots=True)
+class CatchupLog:
+    """To a member that resumes or rejoins from a point older than the group's in-memory
+    window, but within the log's retention (G8): the messages after `after` and before
+    `before`, and the installs between, are not in the replay that follows; the member reads
+    them with `history` requests. Its views among those installs are the ones after `view`
+    (it was not in the earlier ones: it joined again since). Everything sent after this frame
+    (the replay from `before`, then live frames) comes later in the log than they do."""
+
+    group: str
+    after: int
+    before: int
+    view: int
+    type: str = field(default="catchup_log", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """The answer to `history`: the messages of the page (`deliver` frames, those the member's
+    `accept_from` admits), the installs among them, which atomic ones were aborted, and `end`,
+    the offset it covers up to (the next page's `after`). `first` is the oldest offset the log
+    still retains (`after + 1 < first`: retention dropped what lay between), `head` its newest
+    stored one. No page holds an atomic message whose outcome is not decided yet."""
+
+    req: Req
+    group: str
+    epoch: int
+    messages: tuple[Deliver, ...]
+    installs: tuple[ViewInstall, ...]
+    aborted: tuple[int, ...]
+    end: int
+    first: int
+    head: int
+    type: str = field(default="history_page", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class StateRequest:
     """To the donor: snapshot your state now, at this point of your event stream, and send it
     as `state_chunk`s of `transfer`."""
@@ -220,7 +256,7 @@ class Pong:
 OutFrame = (
     Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
     | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
-    | CheckpointStored | Ephemeral | Pong
+    | CheckpointStored | Ephemeral | Pong | CatchupLog | HistoryPage
 )
 
 # --- actions -----------------------------------------------------------------------------------
@@ -263,6 +299,24 @@ class ServeCheckpoint:
     checkpoint: Checkpoint
     #: the joiner's join request (an error about its state carries it)
     req: Req
+
+
+@dataclass(frozen=True, slots=True)
+class ReadHistory:
+    """Read a page of `group`'s log for `conn` (its `history` request), off the event loop,
+    and answer it with a `HistoryPage`: messages after `after` and before `before` (bounded by
+    the group: never an atomic message still undecided), at most `limit` and about `max_bytes`
+    of payload; with `accept_any` False, none a non-member sent (G6)."""
+
+    conn: ConnId
+    req: Req
+    group: str
+    epoch: int
+    after: int
+    before: int
+    limit: int
+    max_bytes: int
+    accept_any: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,4 +408,5 @@ class DiscardCheckpoint:
 Action = (
     Send | Fanout | Close | Append | StoreView | Halt | LogEvent
     | ServeCheckpoint | StoreCheckpointChunk | CommitCheckpoint | DiscardCheckpoint
+    | ReadHistory
 )

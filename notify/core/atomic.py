@@ -63,6 +63,10 @@ class AtomicTracker:
         self._done(p.message)
         return p.message
 
+    def oldest(self) -> int | None:
+        """The offset of the oldest undecided message (a history page stops before it)."""
+        return next(iter(self._pending), None)
+
     def discard(self, offset: int) -> None:
         """Forget a message that was never delivered (its append failed)."""
         p = self._pending.pop(offset, None)

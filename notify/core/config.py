@@ -47,10 +47,18 @@ class Limits:
     #: how deeply a publish `payload` may nest arrays and objects (`[[1]]` is 2 levels); a
     #: deeper one is refused at the edge (`rejected`, `bad_payload`), before any stream has it
     max_payload_depth: int = 64
-    #: messages kept per group for resume and catch-up (the topic buffer's retention), and
-    #: their payload bytes at most (G14: 100,000 messages of 1 MiB would be 100 GiB)
+    #: what the log keeps of each group and serves (catch-up, `history`): messages, and their
+    #: payload bytes at most (applied by the store: notify/storage)
     retain_messages: int = 100_000
     retain_bytes: int = 64 << 20
+    #: the in-memory window of each loaded group: its newest messages (and their payload bytes
+    #: at most), replayed from memory to members that resume (G7, G8); older ones within
+    #: retention are read from the log (G14: memory holds what is hot, not the retention)
+    window_messages: int = 1_000
+    window_bytes: int = 1 << 20
+    #: one `history` page: messages at most, and about this many payload bytes
+    history_page: int = 1_000
+    history_page_bytes: int = 1 << 20
     #: publish ids remembered per sender for idempotent retries
     idempotency_window: int = 10_000
     #: outbound frames queued for one member before it is cut as a slow consumer
@@ -86,3 +94,6 @@ class CoreConfig:
     #: written past what this node's copy of a group knows, so a resume point past its head
     #: is answered `unavailable` (retry), not `bad_resume` (the client's point is wrong)
     shared_log: bool = False
+    #: the host's log serves pages (`history`, and catch-up past the in-memory window, G8);
+    #: without, a resume point older than the window is refused `offset_unavailable`
+    history: bool = True

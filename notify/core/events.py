@@ -43,6 +43,10 @@ class ResumePoint:
     streams: dict[str, int] = field(default_factory=dict)
     #: the last view the member installed: installs after it are replayed in their place
     view: int = 0
+    #: the atomic messages it holds whose outcome it has not had (it lost the connection
+    #: first): their outcomes are replayed first, from memory or, for those that left the
+    #: window, as decided (`Topic.decided`)
+    held: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,21 @@ class CheckpointChunk:
     position: ResumePoint | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class History:
+    """A page of the group's durable log, for one of its members: the messages after `after`
+    (and before `before`, if given), at most `limit`, with the view installs between them.
+    A member reads what a `catchup_log` told it the replay leaves out (a resume point older
+    than the in-memory window, G8), or scrolls back (issue 30)."""
+
+    req: Req
+    group: str
+    after: int
+    before: int | None = None
+    limit: int = 1000
+
+
 ClientFrame = (
     Hello | Join | Leave | Publish | Ack | FlushOk | StateChunk | CheckpointChunk | Ping
+    | History
 )

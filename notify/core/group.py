@@ -29,6 +29,7 @@ from notify.core.actions import (
     Action,
     Append,
     CatchupDone,
+    CatchupLog,
     Close,
     Confirm,
     ConnId,
@@ -41,6 +42,7 @@ from notify.core.actions import (
     Message,
     Outcome,
     Published,
+    ReadHistory,
     Rejected,
     Send,
     ServeCheckpoint,
@@ -50,12 +52,14 @@ from notify.core.actions import (
     ViewResume,
 )
 from notify.core.atomic import AtomicTracker
+from notify.core.catchup import log_gap, lost_to_retention
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import CoreConfig
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     AcceptFrom,
     CheckpointChunk,
+    History,
     Join,
     Order,
     Publish,
@@ -103,9 +107,13 @@ class Group:
         t = config.timeouts
         self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
                                      install_hold=t.install_hold, clash_hold=t.clash_hold)
-        self.topic = Topic(name, retain=config.limits.retain_messages,
-                           idempotency_window=config.limits.idempotency_window, head=head,
-                           retain_bytes=config.limits.retain_bytes)
+        lim = config.limits  # (the window never holds more than the log keeps)
+        self.topic = Topic(name, retain=min(lim.window_messages, lim.retain_messages),
+                           idempotency_window=lim.idempotency_window, head=head,
+                           retain_bytes=min(lim.window_bytes, lim.retain_bytes))
+        #: the oldest offset the log still serves (notify/core/catchup.py); a new group's log
+        #: has all of it. None: the host's log serves nothing memory does not hold
+        self.log_first: int | None = 1 if config.history else None
         self.atomics = AtomicTracker()
         #: unresolved atomic messages per sender (the `max_pending_atomic` limit)
         self.slots: dict[MemberId, Slot] = {}
@@ -146,16 +154,21 @@ class Group:
     def restored(cls, name: str, config: CoreConfig, *, epoch: int, view: int, head: int,
                  seqs: dict[str, int], recent: list[Message],
                  outcomes: dict[int, bool], checkpoint: Checkpoint | None = None,
-                 install: ViewInstall | None = None, now: float = 0.0) -> Group:
+                 install: ViewInstall | None = None, now: float = 0.0,
+                 log_first: int | None = None) -> Group:
         """A group brought back after a restart: its view, log head, stream positions and
         recent messages come from storage (G1: the next install is `view + 1`). No connection
         survives a restart, so the view's members (`install.members`) come back SUSPECT: one
         that returns within `recovery_window` resumes like after any lost connection (G7, no
         view change; the install is replayed to it if it missed it), the others are removed.
         An atomic message whose outcome was not stored was never aborted (aborts are stored
-        before they are sent): committed."""
+        before they are sent): committed. `log_first`: the oldest offset the log retains (not
+        given: only what `recent` holds is known to be there)."""
         g = cls(name, config, epoch=epoch, view=view, head=head)
         g.topic.restore(seqs, recent)
+        if g.log_first is not None:
+            g.log_first = log_first if log_first is not None else (
+                recent[0].offset if recent else head + 1)
         g.transfers.checkpoint = checkpoint
         if install is not None:
             g.membership.view = View(name, view, install.members)
@@ -168,6 +181,9 @@ class Group:
         for m in recent:
             if m.atomic:
                 g.topic.record_outcome(m.offset, outcomes.get(m.offset, True))
+        retained = {m.offset for m in recent}
+        for offset in sorted(o for o, ok in outcomes.items() if not ok and o not in retained):
+            g.topic.record_outcome(offset, False)  # aborts of what left the window (`decided`)
         return g
 
     # -- read-only helpers -----------------------------------------------------------------------
@@ -354,9 +370,11 @@ class Group:
         joined_at = max((i.view for i in self._installs if member in i.joined), default=0)
         since = replace(join.resume, view=max(join.resume.view, joined_at - 1))
         if err is None and self._installs and since.view < self.view.version and \
-                since.view + 1 < self._installs[0].view:
-            # G1: it missed views no longer remembered (`_INSTALL_HISTORY`): resuming would
-            # skip them silently. It joins afresh instead (the SDK does, with state transfer).
+                since.view + 1 < self._installs[0].view and (
+                    self.log_first is None or self._installs[0].offset < since.offset):
+            # G1: it missed views no longer remembered (`_INSTALL_HISTORY`) that the log
+            # cannot give it either: resuming would skip them silently. It joins afresh
+            # instead (the SDK does, with state transfer).
             err = (ErrorCode.OFFSET_UNAVAILABLE,
                    f"views {since.view + 1}-{self._installs[0].view - 1} since yours are no "
                    "longer remembered; join afresh")
@@ -373,7 +391,7 @@ class Group:
         m = self.membership
         outcome = m.withdraw_leave(member, now) if self._leaving_for_failure(member) else None
         out.append(Send(conn, ViewResume(self.name, self.view.version)))
-        count = self._replay(out, conn, since, slot.accept_from, held_view=join.resume.view)
+        count = self._catch_up(out, conn, since, slot.accept_from, held_view=join.resume.view)
         out.append(Send(conn, CatchupDone(self.name, self.topic.head, count)))
         if outcome is not None:
             self._after_withdraw(out, outcome, now, skip=member)
@@ -414,15 +432,41 @@ class Group:
                                            f"{self.topic.head}; retry")
         if rp.offset > self.topic.head or any(s < 0 for s in rp.streams.values()):
             return ErrorCode.BAD_RESUME, f"offset {rp.offset} is past the head {self.topic.head}"
-        if not self.topic.can_replay(rp.offset, rp.streams,
-                                     external=accept_from is AcceptFrom.ANY):
-            return ErrorCode.OFFSET_UNAVAILABLE, (
-                f"offset {rp.offset} is older than the oldest retained {self.topic.first_retained}")
-        return None
+        if self.topic.can_replay(rp.offset, rp.streams, external=accept_from is AcceptFrom.ANY):
+            return None  # memory holds every message it lacks
+        if self.log_first is not None:  # the log serves what memory lacks (catchup.py)
+            # retention by count is known here: what it drops is gone, pruned yet or not
+            first = max(self.log_first, self.topic.head - self.config.limits.retain_messages + 1)
+            lost = lost_to_retention(rp, first)
+            if lost:
+                return ErrorCode.OFFSET_UNAVAILABLE, (
+                    f"offset {rp.offset} is older than the oldest the log retains, "
+                    f"{first}: {lost} messages were dropped by retention")
+            return None
+        return ErrorCode.OFFSET_UNAVAILABLE, (
+            f"offset {rp.offset} is older than the oldest retained {self.topic.first_retained}")
+
+    def _catch_up(self, out: list[Action], conn: ConnId, rp: ResumePoint,
+                  accept_from: AcceptFrom, *, held_view: int | None = None) -> int:
+        """Replay what `conn` missed since `rp`: from memory, after a `catchup_log` for what
+        only the log holds (notify/core/catchup.py). Returns how many messages were replayed
+        from memory."""
+        if held_view is not None:  # (a rejoin had them ahead of its install)
+            out.extend(self._decided_outcomes(conn, rp))
+        before = None if self.log_first is None else log_gap(
+            self.topic, self._installs, rp, view=self.view.version,
+            external=accept_from is AcceptFrom.ANY)
+        if before is not None:
+            out.append(Send(conn, CatchupLog(self.name, rp.offset, before, rp.view),
+                            replay=True))
+        return self._replay(out, conn, rp, accept_from, held_view=held_view, gap_before=before)
 
     def _replay(self, out: list[Action], conn: ConnId, rp: ResumePoint,
-                accept_from: AcceptFrom, *, held_view: int | None = None) -> int:
-        """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8).
+                accept_from: AcceptFrom, *, held_view: int | None = None,
+                gap_before: int | None = None) -> int:
+        """Send `conn` what it missed since `rp`, interleaving the installs it missed (G7/G8);
+        with `gap_before`, only the messages and installs from that offset on (what lies
+        before it, the member reads from the log: `_catch_up`).
 
         Atomic outcomes go out as they did live: before the install that followed the message
         (G2, G5). That includes messages the member already holds (it may have lost the confirm
@@ -430,8 +474,10 @@ class Group:
         its own resume point, when `rp.view` was moved on to skip installs it was not in); a
         repeated confirm or abort is ignored by a member that does not hold the message.
         """
+        floor = rp.offset if gap_before is None else gap_before
         installs: Iterator[ViewInstall] = (i for i in self._installs
-                                           if i.view > rp.view and i.offset >= rp.offset)
+                                           if i.view > rp.view and i.offset >= floor)
+        after = rp.offset if gap_before is None else max(rp.offset, gap_before - 1)
         nxt = next(installs, None)
         count = 0
         resolved: list[tuple[int, bool]] = []
@@ -452,7 +498,7 @@ class Group:
                 send_resolved()
                 out.append(Send(conn, nxt, replay=True))
                 nxt = next(installs, None)
-            if not includes(rp.offset, rp.streams, m.offset, m.stream, m.seq) and (
+            if not includes(after, rp.streams, m.offset, m.stream, m.seq) and (
                     m.from_member or accept_any):
                 out.append(Send(conn, Deliver.of(m), replay=True))
                 count += 1
@@ -479,7 +525,7 @@ class Group:
         may still hold: those it received (up to its point) since the start of the view it last
         installed, and whose outcome it may never have got (the install that removed it, and
         its aborts, went out while it was away). Sent before its new install (G2, G5)."""
-        out: list[Send] = []
+        out = self._decided_outcomes(conn, rp)
         for m in self.topic.replay(self._view_start(rp.view)):
             if m.offset > rp.offset:
                 break
@@ -489,6 +535,39 @@ class Group:
                     out.append(Send(conn, self._outcome_frame((m.offset,), committed),
                                     replay=True))
         return out
+
+    def _decided_outcomes(self, conn: ConnId, rp: ResumePoint) -> list[Send]:
+        """The outcomes of the atomic messages a member coming back says it holds undecided
+        (`rp.held`) that have left the window: decided, and not replayed with it."""
+        out: list[Send] = []
+        for offset in rp.held:
+            if offset in self.atomics or self.topic.outcome(offset) is not None:
+                continue  # undecided (its outcome goes live), or replayed from the window
+            committed = self.topic.decided(offset)
+            if committed is not None:
+                out.append(Send(conn, self._outcome_frame((offset,), committed), replay=True))
+        return out
+
+    def history(self, member: MemberId, conn: ConnId, h: History) -> list[Action]:
+        """A page of the log for a member (what a `catchup_log` left out, or scrolling back):
+        the host reads it off the event loop (`ReadHistory`). It ends before the oldest atomic
+        message still undecided (its outcome is not in the log yet), and it waits behind the
+        write under way like a frame (an abort that write stores is then in the log)."""
+        slot = self.slots.get(member)
+        if slot is None:
+            return [Send(conn, Error(ErrorCode.NOT_MEMBER, f"not a member of {self.name}",
+                                     h.req))]
+        if self.log_first is None:
+            return [Send(conn, Error(ErrorCode.UNAVAILABLE, "this server's log keeps no "
+                                     "history beyond the in-memory window", h.req))]
+        lim = self.config.limits
+        before = self.topic.head + 1 if h.before is None else min(h.before, self.topic.head + 1)
+        undecided = self.atomics.oldest()
+        if undecided is not None:
+            before = min(before, undecided)
+        return [ReadHistory(conn, h.req, self.name, self.epoch, h.after, before,
+                            min(h.limit, lim.history_page), lim.history_page_bytes,
+                            slot.accept_from is AcceptFrom.ANY)]
 
     # -- messaging -------------------------------------------------------------------------------
 
@@ -593,6 +672,8 @@ class Group:
         out: list[Action] = []
         if error is None:
             out.extend(held)
+            if isinstance(write, Append) and write.messages:
+                self.topic.stored(write.messages[-1].offset)
         elif isinstance(write, Append):
             # Nothing after this batch has an offset yet: undo exactly it (G13), and refuse it.
             self.topic.retract(write.messages, self._last_before)
@@ -653,6 +734,8 @@ class Group:
                     committed.append(msg)
                 continue
             done = self.topic.outcome(offset)
+            if done is None:  # it left the window (a resume's ACK of what it held): decided
+                done = self.topic.decided(offset)
             if done is None:
                 unknown.append(offset)
             else:  # resolved before this ACK arrived (e.g. resent after a resume)
@@ -801,7 +884,7 @@ class Group:
                     # The joiner gets this install first: replay no older install (it was not
                     # in those views, and one of them may be the install that removed it).
                     since = replace(joined.resume, view=view.version)
-                    n = self._replay(catchup, s.conn, since, joined.accept_from)
+                    n = self._catch_up(catchup, s.conn, since, joined.accept_from)
                     sends.extend(a for a in catchup if isinstance(a, Send))
                     sends.append(Send(s.conn, CatchupDone(self.name, self.topic.head, n)))
                     self.log(logs, "catchup", now, member=mem,

@@ -64,6 +64,7 @@ from notify.core.events import (
     ClientFrame,
     FlushOk,
     Hello,
+    History,
     Join,
     Leave,
     Ping,
@@ -249,6 +250,9 @@ class Hub:
                                      lambda g: g.flush_ok(member, conn, frame.view, now))
         if isinstance(frame, Join):
             return self._join(conn, session, frame, now)
+        if isinstance(frame, History):
+            return self._member_call(conn, frame.group, frame.req,
+                                     lambda g: g.history(member, conn, frame))
         if isinstance(frame, StateChunk):
             return self._member_call(conn, frame.group, None,
                                      lambda g: g.state_chunk(member, conn, frame, now))

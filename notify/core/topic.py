@@ -8,7 +8,10 @@ per stream, starting at 1, so a receiver can see a gap). Because the core is sin
 order in which messages are accepted *is* the total order; the adapter's one worker per stream
 keeps it on the way out. The topic also keeps the last `retain` messages for replay to members
 that resume (G7) or come back (G8), and remembers the outcome of retained atomic messages so a
-replay can carry their confirm/abort.
+replay can carry their confirm/abort. That in-memory window never lets go of an atomic message
+whose outcome is undecided (it holds at most `max_pending_atomic` per member): whatever lies
+before the window is decided, so a member reading it from the log (`history`) learns every
+outcome there (an aborted one is stored with the view that aborted it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from notify.core.view import MemberId
 
 TOTAL_STREAM = "total"
 
+#: aborted offsets a topic remembers beyond its window (aborts are rare: a member failed with
+#: atomic messages of its view undecided); past that, the oldest are forgotten (G14)
+MAX_ABORTS = 100_000
+
 
 def fifo_stream(member: MemberId) -> str:
     return f"fifo:{member}"
@@ -35,14 +42,18 @@ def external_stream(sender: MemberId) -> str:
 
 
 class Topic:
-    __slots__ = ("_bytes", "_last", "_log", "_max_bytes", "_outcomes", "_publish_ids", "_retain",
-                 "_retained", "_seqs", "_window", "group", "head")
+    __slots__ = ("_aborted", "_bytes", "_last", "_log", "_max_bytes", "_outcomes", "_publish_ids",
+                 "_retain", "_retained", "_seqs", "_undecided", "_window", "durable", "group",
+                 "head")
 
     def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0,
                  retain_bytes: int = 1 << 62) -> None:
         self.group = group
         #: offset of the last accepted message (0 = none yet)
         self.head = head
+        #: offset of the last message the log holds (`stored`): the window keeps every message
+        #: after it (an append under way may still be retracted, and the log has none of it)
+        self.durable = head
         self._seqs: dict[str, int] = {}
         #: offset of each stream's latest message, where known (not for streams whose every
         #: message was deleted before a restart)
@@ -56,6 +67,11 @@ class Topic:
         self._retained: dict[str, int] = {}
         self._retain = retain
         self._outcomes: dict[int, bool] = {}
+        #: retained atomic messages with no outcome yet: the window keeps them (see above)
+        self._undecided: set[int] = set()
+        #: the aborted atomic messages, retained or not (oldest first, at most `MAX_ABORTS`):
+        #: one that left the window is decided, and committed unless it is here (`decided`)
+        self._aborted: dict[int, None] = {}
         self._publish_ids: dict[MemberId, OrderedDict[str, int]] = {}
         self._window = idempotency_window
 
@@ -89,6 +105,8 @@ class Topic:
             from_member, size,
         )
         self._keep(msg)
+        if atomic:
+            self._undecided.add(msg.offset)
         ids = self._publish_ids.setdefault(sender, OrderedDict())
         ids[publish_id] = msg.offset
         if len(ids) > self._window:
@@ -122,6 +140,7 @@ class Topic:
             if ids is not None:
                 ids.pop(m.id, None)
             self._outcomes.pop(m.offset, None)
+            self._undecided.discard(m.offset)
             self.head = m.offset - 1
         for stream, last in last_before.items():
             if last is None:
@@ -143,16 +162,28 @@ class Topic:
 
     def _keep(self, m: Message) -> None:
         """Retain `m`, dropping the oldest past `retain` messages or `retain_bytes` bytes (the
-        newest message always stays)."""
+        newest message always stays, and an undecided atomic one holds what follows it)."""
         log = self._log
         log.append(m)
         self._bytes += m.size
         self._retained[m.stream] = self._retained.get(m.stream, 0) + 1
+        self._trim()
+
+    def _trim(self) -> None:
+        log = self._log
         while len(log) > self._retain or (self._bytes > self._max_bytes and len(log) > 1):
+            if log[0].offset in self._undecided or log[0].offset > self.durable:
+                return
             gone = log.popleft()
             self._bytes -= gone.size
             self._outcomes.pop(gone.offset, None)
             self._uncount(gone.stream)
+
+    def stored(self, offset: int) -> None:
+        """The log holds every message up to `offset` now: the window may let them go."""
+        if offset > self.durable:
+            self.durable = offset
+            self._trim()
 
     def _uncount(self, stream: str) -> None:
         n = self._retained[stream] - 1
@@ -177,9 +208,29 @@ class Topic:
     def record_outcome(self, offset: int, committed: bool) -> None:
         if self._log and offset >= self._log[0].offset:
             self._outcomes[offset] = committed
+        if not committed:
+            self._aborted[offset] = None
+            if len(self._aborted) > MAX_ABORTS:
+                del self._aborted[next(iter(self._aborted))]
+        if offset in self._undecided:
+            self._undecided.discard(offset)
+            self._trim()  # what it held may go now
 
     def outcome(self, offset: int) -> bool | None:
         return self._outcomes.get(offset)
+
+    def decided(self, offset: int) -> bool | None:
+        """The outcome of the atomic message at `offset` when it has left the window: every
+        one that did is decided (the window keeps the undecided), and committed unless it was
+        aborted. None: still in the window (`outcome` says), or not known any more (older
+        than the oldest abort remembered)."""
+        if offset >= self.first_retained or offset < 1:
+            return None
+        if offset in self._aborted:
+            return False
+        if len(self._aborted) >= MAX_ABORTS and offset < next(iter(self._aborted)):
+            return None
+        return True
 
     # -- replay ----------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from notify.core.actions import (
     Deliver,
     Fanout,
     Published,
+    ReadHistory,
     Rejected,
     Send,
     ServeCheckpoint,
@@ -44,7 +45,7 @@ from notify.core.actions import (
 from notify.core.errors import RejectCode
 
 #: actions that carry what the group says to its members: held while a write is under way
-_SAYS = (Send, Fanout, ServeCheckpoint)
+_SAYS = (Send, Fanout, ServeCheckpoint, ReadHistory)
 
 
 @dataclass(slots=True)

@@ -12,11 +12,13 @@ from notify.runtime.ports import (
     Done,
     Fetched,
     Observer,
+    Page,
+    Paged,
     Restorable,
     Store,
     Transport,
 )
 from notify.runtime.stats import DriverStats, bump
 
-__all__ = ["CheckpointAction", "Done", "Driver", "DriverStats", "Fetched", "Observer",
-           "Restorable", "Store", "Transport", "bump"]
+__all__ = ["CheckpointAction", "Done", "Driver", "DriverStats", "Fetched", "Observer", "Page",
+           "Paged", "Restorable", "Store", "Transport", "bump"]

@@ -28,6 +28,11 @@ I/O and never a rule, and the simulator and the replay run exactly what the serv
   is dropped here (its members are told to reconnect, and resume at the owner) and the store
   forgets it, instead of failing the write. `drop_groups` does the same for a shard this node
   lost.
+- **History.** A `ReadHistory` (a member's `history` request) asks the store for one page,
+  off the event loop, and answers the page, trimmed to what the group allowed (`before`, the
+  member's `accept_from`), as one `history_page`. One read at a time per connection and group
+  (G14: a session is in at most `max_groups_per_session` groups): a request while that read is
+  under way is refused `unavailable`.
 - **Time.** `next_wakeup()` is the one deadline every host waits for, exactly (a host may wake
   earlier, never later): the hub's timers and the loads'. `tick()` then does what is due.
 - **Containment (G12, G13).** An exception in the core while handling a frame answers that
@@ -43,13 +48,21 @@ from dataclasses import dataclass, field
 import structlog
 
 from notify.core import Action, Close, CloseCode, Fanout, Halt, Hub, LogEvent, Send, Write
-from notify.core.actions import Deliver, Error, Rejected, StoreView, Welcome
+from notify.core.actions import (
+    Deliver,
+    Error,
+    HistoryPage,
+    ReadHistory,
+    Rejected,
+    StoreView,
+    Welcome,
+)
 from notify.core.auth import Identity
 from notify.core.errors import ErrorCode
 from notify.core.events import ClientFrame, Hello, Join, Publish
 from notify.core.group import Group
 from notify.runtime.frames import BATCH_BYTES, BATCH_FRAMES, batch, dumps, packed, runs
-from notify.runtime.ports import Done, Fenced, Observer, Restorable, Store, Transport
+from notify.runtime.ports import Done, Fenced, Observer, Page, Restorable, Store, Transport
 from notify.runtime.stats import DriverStats, bump
 
 log = structlog.get_logger("notify.runtime")
@@ -79,7 +92,7 @@ class _Load:
 
 
 class Driver:
-    __slots__ = ("_clock", "_loads", "_observer", "_queue", "_running", "_store",
+    __slots__ = ("_clock", "_loads", "_observer", "_queue", "_reading", "_running", "_store",
                  "_transport", "_waiting", "halted", "hub", "stats")
 
     def __init__(self, hub: Hub, *, transport: Transport, store: Store, observer: Observer,
@@ -96,6 +109,8 @@ class Driver:
         self._loads: dict[str, _Load] = {}
         #: connection -> the group whose load holds its frames (left with that load)
         self._waiting: dict[int, str] = {}
+        #: (connection, group) with a history page being read (each leaves when answered)
+        self._reading: set[tuple[int, str]] = set()
 
     # -- what hosts tell the driver ----------------------------------------------------------------
 
@@ -309,6 +324,8 @@ class Driver:
                     self._observer.event(a)
                 elif isinstance(a, Close):
                     self._close(a)
+                elif isinstance(a, ReadHistory):
+                    self._read(a)
                 elif isinstance(a, Halt):
                     self.halted = a.reason
                     queue.clear()
@@ -320,6 +337,27 @@ class Driver:
             except Exception:  # a bug of ours: the others' frames must still go (G13)
                 stats.internal_errors += 1
                 log.exception("action_failed", action=type(a).__name__)
+
+    def _read(self, a: ReadHistory) -> None:
+        if (a.conn, a.group) in self._reading:
+            self._queue.append(Send(a.conn, Error(
+                ErrorCode.UNAVAILABLE, f"a history page of {a.group!r} is being read for this "
+                "connection; ask again once it is answered", a.req)))
+            return
+        self._reading.add((a.conn, a.group))
+        self._store.read(a.group, a.after, a.limit, a.max_bytes,
+                         lambda page, error: self._paged(a, page, error))
+
+    def _paged(self, a: ReadHistory, page: Page | None, error: str | None) -> None:
+        """The store's answer to `a` (on the loop: the store calls back there)."""
+        self._reading.discard((a.conn, a.group))
+        if error is not None:
+            log.error("history_read_failed", group=a.group, error=error)
+            self.run([Send(a.conn, Error(ErrorCode.UNAVAILABLE, f"the log of {a.group!r} "
+                                         "cannot be read right now; try again", a.req))])
+            return
+        self.stats.history_pages += 1
+        self.run([Send(a.conn, history_page(a, page))])
 
     def _close(self, a: Close) -> None:
         bump(self.stats.closes, int(a.code))
@@ -456,3 +494,18 @@ class Driver:
 
 
 __all__ = ["Driver"]
+
+
+def history_page(a: ReadHistory, page: Page | None) -> HistoryPage:
+    """The `history_page` answering `a` from what the log read: no message from `before` on
+    (the group's bound), none a non-member sent unless the member accepts them (G6), and the
+    installs and aborts of what it covers (`end`)."""
+    if page is None:  # the log never had the group: nothing stored yet
+        return HistoryPage(a.req, a.group, a.epoch, (), (), (), a.after, a.after + 1, 0)
+    end = max(a.after, min(page.end, a.before - 1))
+    messages = tuple(Deliver.of(m) for m in page.messages
+                     if m.offset <= end and (m.from_member or a.accept_any))
+    installs = tuple(i for i in page.installs if a.after <= i.offset <= end)
+    aborted = tuple(sorted(o for o in page.aborted if a.after < o <= end))
+    return HistoryPage(a.req, a.group, a.epoch, messages, installs, aborted, end, page.first,
+                       page.head)

@@ -12,15 +12,17 @@ anything from here but the types.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from notify.core.actions import (
     CommitCheckpoint,
     DiscardCheckpoint,
     LogEvent,
+    Message,
     ServeCheckpoint,
     StoreCheckpointChunk,
+    ViewInstall,
     Write,
 )
 from notify.core.config import CoreConfig
@@ -52,6 +54,33 @@ class Restorable(Protocol):
 Fetched = Callable[[Restorable | None, str | None], None]
 
 
+class Page(Protocol):
+    """One page of a group's log (notify.storage's `LogPage`)."""
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    @property
+    def installs(self) -> Sequence[ViewInstall]: ...
+
+    @property
+    def aborted(self) -> frozenset[int]: ...
+
+    @property
+    def first(self) -> int: ...
+
+    @property
+    def head(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+
+#: the log's answer to a page read: the page (None if the log never had the group), or what
+#: went wrong
+Paged = Callable[[Page | None, str | None], None]
+
+
 class Transport(Protocol):
     """Bytes to a member's connection, wherever its socket is."""
 
@@ -80,6 +109,11 @@ class Store(Protocol):
         """`group` left this node (its shard moved, or a write was `Fenced`): a log that
         fences takes it over again if it comes back. Nothing to do for a log of one node."""
 
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        """Read the page of `group`'s log after offset `after` (at most `limit` messages and
+        about `max_bytes` of payload), off the event loop, then call `answer` once: at once or
+        later. The driver asks one page at a time per connection."""
+
 
 class Observer(Protocol):
     """What the core reports and asks that is neither a frame nor a write."""
@@ -94,5 +128,5 @@ class Observer(Protocol):
         """Stop: the core can no longer keep a promise (G13 fail-stop)."""
 
 
-__all__ = ["CheckpointAction", "Done", "Fenced", "Fetched", "Observer", "Restorable", "Store",
-           "Transport"]
+__all__ = ["CheckpointAction", "Done", "Fenced", "Fetched", "Observer", "Page", "Paged",
+           "Restorable", "Store", "Transport"]

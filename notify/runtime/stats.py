@@ -24,6 +24,8 @@ class DriverStats:
     deliveries: int = 0
     #: groups brought back from the log after they had left memory (G14)
     groups_loaded: int = 0
+    #: `history_page`s answered (catch-up past the in-memory window, scrollback)
+    history_pages: int = 0
     #: groups dropped from this node (their shard moved, or a write was fenced)
     groups_dropped: int = 0
     #: writes refused because another node owns their group now

@@ -25,6 +25,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
 import orjson
 import structlog
@@ -43,24 +44,24 @@ from notify.core.actions import (
 from notify.core.auth import Identity
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
-from notify.core.events import Ack, CheckpointChunk, FlushOk, Leave, Req, StateChunk
+from notify.core.events import Ack, CheckpointChunk, FlushOk, History, Leave, Req, StateChunk
 from notify.eventlog import EventLog
 from notify.eventloop import loop_name
-from notify.runtime import CheckpointAction, Done, Driver, Fetched, bump
+from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged, bump
 from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.listener import stop_accepting
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
-from notify.storage.base import MessageLog, StoredGroup
+from notify.storage.base import LogPage, MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
 from notify.wire import Authenticate, Refresh, parse_any
 
 log = structlog.get_logger("notify.server")
 
 #: client frames that belong to one group: the placement says where the group lives
-GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk)
+GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk, History)
 
 
 class NotifyServer:
@@ -119,8 +120,8 @@ class NotifyServer:
         self.placement: Placement = placement if placement is not None else LocalPlacement()
         #: edge: what each connection's hello presented (resume token) and proved (identity)
         self._edge: dict[int, tuple[str | None, Identity | None]] = {}
-        #: reads of groups the driver asked for (`fetch`); each leaves when it ends
-        self._fetches: set[asyncio.Task[StoredGroup | None]] = set()
+        #: reads the driver asked for (`fetch`, `read`); each leaves when it ends
+        self._fetches: set[asyncio.Task[Any]] = set()
         #: set (and replaced) when a load ended or a connection closed: connections whose
         #: reading waits for a load look again (`_while_held`)
         self._loads_moved = asyncio.Event()
@@ -131,7 +132,7 @@ class NotifyServer:
 
     def restore_all(self) -> None:
         """Bring back the groups the store knows (after a restart or a crash)."""
-        restored = self.store.load(recent=self.config.limits.retain_messages)
+        restored = self.store.load(recent=self.config.limits.window_messages)
         for sg in restored:
             self._adopt(sg)
         if restored:
@@ -145,7 +146,7 @@ class NotifyServer:
         """Store port: read a group that left memory (G14) off the event loop; the driver
         holds its frames until `answer`, and gives up on a read that takes too long."""
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-            self.store.load_group, group, self.config.limits.retain_messages))
+            self.store.load_group, group, self.config.limits.window_messages))
         self._fetches.add(task)
 
         def done(t: asyncio.Task[StoredGroup | None]) -> None:
@@ -165,6 +166,25 @@ class NotifyServer:
             else:
                 answer(t.result(), None)
             self._pulse()
+
+        task.add_done_callback(done)
+
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        """Store port: a page of `group`'s log, read off the event loop (a catch-up of
+        gigabytes is many such reads, each answered before the next is asked: G11)."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
+            self.store.read_page, group, after, limit, max_bytes))
+        self._fetches.add(task)
+
+        def done(t: asyncio.Task[LogPage | None]) -> None:
+            self._fetches.discard(t)
+            if t.cancelled():
+                return
+            error = t.exception()
+            if error is not None:
+                answer(None, repr(error))
+            else:
+                answer(t.result(), None)
 
         task.add_done_callback(done)
 

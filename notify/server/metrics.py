@@ -92,6 +92,8 @@ class NotifyCollector(Collector):
                     len(hub.groups))
         yield counter("groups_loaded", "groups brought back from the log after leaving memory",
                       st.groups_loaded)
+        yield counter("history_pages", "history pages answered (catch-up past the in-memory "
+                      "window, scrollback)", st.history_pages)
         yield gauge("members", "members of the current views, summed over groups",
                     sum(len(g.view.members) for g in hub.groups.values()))
         depth, deepest = srv.queue_depths()

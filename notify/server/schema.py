@@ -47,6 +47,8 @@ _CLIENT = {
                        "checkpoint.",
     "RefreshFrame": "refresh: a new token for this connection's member.",
     "PingFrame": "ping: an application-level heartbeat, answered pong (with its req).",
+    "HistoryFrame": "history: a page of the group's log after `after` (and before `before`), "
+                    "for one of its members; answered history_page.",
     "ResumeModel": "A resume point: the log position a member's knowledge ends at.",
 }
 _SERVER = {
@@ -68,6 +70,12 @@ _SERVER = {
     "Ephemeral": "ephemeral: an ephemeral publish (presence, cursors), at most once, from "
                  "another member of the view; in no log.",
     "Pong": "pong: the answer to ping (`req` as sent, or null).",
+    "CatchupLog": "catchup_log: the messages after `after` and before `before` (and the "
+                  "installs among them) are not in the replay that follows; read them with "
+                  "history.",
+    "HistoryPage": "history_page: the answer to history: messages (deliver frames) up to "
+                   "`end`, the installs among them, which were aborted, and the log's "
+                   "`first` and `head`.",
 }
 
 _REFRESHED = {

@@ -46,6 +46,9 @@ class StoredGroup:
     checkpoint: Checkpoint | None = None
     #: the install of `view` (members, joined, left, offset), when stored
     install: ViewInstall | None = None
+    #: the oldest offset the log retains (`head + 1`: none); None: not known, only `recent`
+    #: is then known to be there (catch-up past it is refused, notify/core/catchup.py)
+    first: int | None = None
 
     def restore(self, config: CoreConfig, now: float) -> Group:
         """The group as the core had it: after a restart (its members SUSPECT for the recovery
@@ -53,7 +56,8 @@ class StoredGroup:
         return Group.restored(self.group, config, epoch=self.epoch, view=self.view,
                               head=self.head, seqs=self.seqs, recent=self.recent,
                               outcomes={o: False for o in self.aborted},
-                              checkpoint=self.checkpoint, install=self.install, now=now)
+                              checkpoint=self.checkpoint, install=self.install, now=now,
+                              log_first=self.first)
 
 
 @dataclass(frozen=True, slots=True)

@@ -680,7 +680,8 @@ class JetStreamLog:
         self._aborted.setdefault(group, set()).update(aborted)
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
                            messages[-recent:] if recent > 0 else [], frozenset(aborted),
-                           await self._checkpoint_or_none(group), install)
+                           await self._checkpoint_or_none(group), install,
+                           messages[0].offset if messages else head + 1)
 
     async def _read(self, group: str, last: int, *, start: int = 1, kind: str = ">",
                     batch: int | None = None) -> AsyncGenerator[tuple[str, int, bytes], None]:

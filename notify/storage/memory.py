@@ -86,11 +86,12 @@ class MemoryLog:
             i = installs[-1]
             log = list(self._groups.get(group, ()))
             kept = {m.offset for m in log}
-            return StoredGroup(group, i.epoch, i.view, i.members,
-                               log[-1].offset if log else i.offset,
+            head = log[-1].offset if log else i.offset
+            return StoredGroup(group, i.epoch, i.view, i.members, head,
                                dict(self._seqs.get(group, {})), log[-recent:],
                                frozenset(self._aborted.get(group, set()) & kept),
-                               self._checkpoints.get(group), i)
+                               self._checkpoints.get(group), i,
+                               log[0].offset if log else head + 1)
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []

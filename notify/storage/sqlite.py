@@ -98,9 +98,11 @@ INSERT OR IGNORE INTO views SELECT g.grp, g.view, g.epoch, g.members, i.joined, 
 class SqliteLog:
     def __init__(self, path: str | Path,
                  durability: Literal["normal", "full"] = "full", *,
-                 retain_messages: int | None = None, retain_age: float | None = None) -> None:
+                 retain_messages: int | None = None, retain_age: float | None = None,
+                 retain_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.retain_messages, self.retain_age = retain_messages, retain_age
+        self.retain_bytes = retain_bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -243,12 +245,13 @@ class SqliteLog:
                        head + 1 if bottom is None else bottom, head)
 
     def prune(self, now: float) -> int:
-        """Keep the last `retain_messages` of each group and nothing older than `retain_age`
-        seconds. Before deleting, the highest seq of each stream and the log head are kept in
-        `floors`, so offsets and seqs go on where they were after a restart. A member whose
-        resume point falls in what was deleted gets `offset_unavailable` and falls back to
-        state transfer (G8 → G9). One short transaction per group, so the writer (and so
-        every publish) waits at most for one group's deletes, never for the whole pass."""
+        """Keep the last `retain_messages` of each group, at most `retain_bytes` of their
+        payloads, and nothing older than `retain_age` seconds. Before deleting, the highest
+        seq of each stream and the log head are kept in `floors`, so offsets and seqs go on
+        where they were after a restart. A member whose resume point falls in what was
+        deleted gets `offset_unavailable` and falls back to state transfer (G8 → G9). One
+        short transaction per group, so the writer (and so every publish) waits at most for
+        one group's deletes, never for the whole pass."""
         deleted = 0
         with self._lock:
             heads = self._db.execute(
@@ -256,6 +259,8 @@ class SqliteLog:
         for group, head in heads:
             below = head - self.retain_messages if self.retain_messages is not None else 0
             cutoff = now - self.retain_age if self.retain_age is not None else float("-inf")
+            if self.retain_bytes is not None:
+                below = max(below, self._over_bytes(group, self.retain_bytes))
             where = 'grp=? AND "offset"<? AND ("offset"<=? OR ts<?)'
             args = (group, head, below, cutoff)  # the head row always stays
             with self._lock:
@@ -284,6 +289,16 @@ class SqliteLog:
                         self._db.execute("ROLLBACK")
                     raise
         return deleted
+
+    def _over_bytes(self, group: str, budget: int) -> int:
+        """The newest offset of `group` whose payload, with every newer one's, is over
+        `budget` bytes: it and everything before it go (0: the group fits)."""
+        with self._lock:
+            row = self._db.execute(
+                'SELECT "offset" FROM (SELECT "offset", SUM(LENGTH(payload)) OVER (ORDER BY '
+                '"offset" DESC ROWS UNBOUNDED PRECEDING) AS total FROM messages WHERE grp=?) '
+                'WHERE total > ? ORDER BY "offset" DESC LIMIT 1', (group, budget)).fetchone()
+        return 0 if row is None else int(row[0])
 
     # -- checkpoints (blocking; called off the event loop) -----------------------------------------
 
@@ -361,8 +376,10 @@ class SqliteLog:
             rows = self._db.execute(
                 'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
                 (g, recent)).fetchall()
-            head = max(self._db.execute('SELECT MAX("offset") FROM messages WHERE grp=?',
-                                        (g,)).fetchone()[0] or 0, floors.get("", 0))
+            low, high = self._db.execute('SELECT MIN("offset"), MAX("offset") FROM messages '
+                                         'WHERE grp=?', (g,)).fetchone()
+            head = max(high or 0, floors.get("", 0))
+            first = low if low is not None else head + 1
             aborted = frozenset(o for (o,) in self._db.execute(
                 'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
             installed = self._db.execute(
@@ -372,7 +389,8 @@ class SqliteLog:
                 tuple(orjson.loads(installed[1])), epoch, installed[2])
             checkpoint = self._checkpoint(g)
         return StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
-                           [_message(r) for r in reversed(rows)], aborted, checkpoint, install)
+                           [_message(r) for r in reversed(rows)], aborted, checkpoint, install,
+                           first)
 
 
 def _install(group: str, r: tuple[object, ...]) -> ViewInstall:

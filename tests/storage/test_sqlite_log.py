@@ -124,6 +124,19 @@ async def test_retention_by_count_and_age_keeps_offsets_and_seqs_going(tmp_path:
     await again.close()
 
 
+async def test_retention_by_bytes_keeps_the_newest_payloads_that_fit(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log.db", retain_bytes=2_500)
+    await asyncio.gather(*(append(log, msg(i, payload="x" * 98)) for i in range(1, 101)))
+    await write(log, view("g", 3, ("a",)))
+    assert log.prune(now=1200.0) == 75  # 100 bytes stored each (the JSON string): 25 fit
+    assert offsets(log, "g", 0) == list(range(76, 101))
+    assert log.read_page("g", 0, 10, 1 << 20).first == 76  # what catch-up is told
+    assert log.prune(now=1200.0) == 0
+    (g,) = log.load(recent=10)
+    assert g.first == 76 and g.head == 100
+    await log.close()
+
+
 def _checkpoint(key: str, chunks: int) -> Checkpoint:
     return Checkpoint(key, "a", ResumePoint(7, 3, {"fifo:a": 3}, 2), False, 10 * chunks, chunks,
                       "ab" * 32, 1.0)

@@ -1,8 +1,9 @@
 """Driving the `Hub` by hand in unit tests.
 
 `Net` runs the core through the runtime's `Driver` (the one every host runs), with a log that stores
-every write at once unless a test holds them (`Net.writes_held`), and records, per connection,
-the frames as the client would receive them. `stored()` does the same for a bare action list.
+every write at once unless a test holds them (`Net.writes_held`), in a real `MemoryLog` that
+answers `history` pages, and records, per connection, the frames as the client would receive
+them. `stored()` does the same for a bare action list.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import orjson
 from notify.core import CoreConfig, Hub, Limits, LogEvent, Timeouts, Write
 from notify.core.actions import Action
 from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
-from notify.runtime import CheckpointAction, Driver, Fetched
+from notify.runtime import CheckpointAction, Driver, Fetched, Paged
 from notify.runtime.frames import unbatch
+from notify.storage.memory import MemoryLog
 
 G = "g"
 
@@ -35,12 +37,15 @@ def stored(hub: Hub, actions: list[Action], now: float = 0.0) -> list[Action]:
 
 
 class Net:
-    def __init__(self, limits: Limits | None = None, **timeouts: float) -> None:
+    def __init__(self, limits: Limits | None = None, *, history: bool = True,
+                 **timeouts: float) -> None:
         t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
                         **timeouts})
         tokens = iter(range(1, 10_000))
-        self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits()),
+        self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits(), history=history),
                        new_token=lambda: f"tok{next(tokens)}", epoch=1)
+        #: what was stored, as a log that pages (`read`)
+        self.log = MemoryLog()
         self.now = 100.0
         self.inbox: dict[int, list[dict[str, Any]]] = {}
         self.closed: set[int] = set()
@@ -76,6 +81,7 @@ class Net:
             self.writes.append((write, done))
         else:
             self.stored.append(write)
+            self.log.write(write, lambda _error: None)
             done(None)
 
     def finish_writes(self, error: str | None = None) -> None:
@@ -85,6 +91,7 @@ class Net:
         for w, done in todo:
             if error is None:
                 self.stored.append(w)
+                self.log.write(w, lambda _error: None)
             done(error)
 
     def fetch(self, group: str, answer: Fetched) -> None:
@@ -92,6 +99,9 @@ class Net:
 
     def forget(self, group: str) -> None:
         self.forgotten.append(group)
+
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        answer(self.log.read_page(group, after, limit, max_bytes), None)
 
     def event(self, e: LogEvent) -> None:
         pass

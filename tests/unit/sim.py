@@ -42,9 +42,9 @@ from sim_clients import (
     _pick,
 )
 
-from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core import Append, CoreConfig, Hub, Limits, LogEvent, Timeouts, Write
 from notify.core.actions import Error
-from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged
 from notify.runtime.frames import unbatch
 from notify.storage.memory import MemoryLog
 from notify.wire import parse
@@ -79,6 +79,9 @@ class SimConfig:
     p_accept_any: float = 0.5
     #: how likely storage fails an append (the core retracts it and refuses its publishers)
     p_write_fail: float = 0.02
+    #: the groups' in-memory window (messages); a small one makes members that come back
+    #: read the rest from the log (`catchup_log`, `history` pages)
+    window: int = Limits().window_messages
 
 
 class Simulation(ClientSim):
@@ -90,12 +93,15 @@ class Simulation(ClientSim):
     def __init__(self, seed: int, cfg: SimConfig | None = None) -> None:
         super().__init__(seed, cfg or SimConfig())
         tokens = iter(range(1, 1 << 30))
-        self.hub = Hub(CoreConfig(timeouts=self.cfg.timeouts),
+        self.hub = Hub(CoreConfig(timeouts=self.cfg.timeouts,
+                                  limits=Limits(window_messages=self.cfg.window)),
                        new_token=lambda: f"s{next(tokens)}", epoch=EPOCH)
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: self.now)
         #: writes handed to storage, answered in order when the rng says so
         self.writes: deque[tuple[Write, Done]] = deque()
+        #: history pages asked for, read (from what is stored then) when the rng says so
+        self.reads: deque[tuple[str, int, int, int, Paged]] = deque()
         #: what storage holds, as the memory log keeps it (to bring back evicted groups)
         self.log = MemoryLog()
 
@@ -119,10 +125,19 @@ class Simulation(ClientSim):
 
     def fetch(self, group: str, answer: Fetched) -> None:
         """A group that left memory (G14) comes back from what storage holds."""
-        sg = self.log.load_group(group, self.hub.config.limits.retain_messages)
+        sg = self.log.load_group(group, self.hub.config.limits.window_messages)
         if sg is not None:
             self.count("group.reloaded")
         answer(sg, None)
+
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        self.reads.append((group, after, limit, max_bytes, answer))
+
+    def page(self) -> None:
+        """Storage reads the oldest page asked for, as the log is now."""
+        group, after, limit, max_bytes, answer = self.reads.popleft()
+        self.count("history.page")
+        answer(self.log.read_page(group, after, limit, max_bytes), None)
 
     def forget(self, group: str) -> None:
         pass
@@ -168,7 +183,9 @@ class Simulation(ClientSim):
         self.driver.frame(c.id, frame)
 
     def outcome(self, group: str, offset: int) -> bool | None:
-        return self.hub.groups[group].topic.outcome(offset)
+        topic = self.hub.groups[group].topic
+        known = topic.outcome(offset)
+        return known if known is not None else topic.decided(offset)
 
     def droppable(self) -> list[SimMember]:
         """Only while some member is connected (as it always was here: the seeds replay)."""
@@ -181,6 +198,7 @@ class Simulation(ClientSim):
         options: list[tuple[str, Any]] = []
         options += [("s", c) for c in self.conns.values() if c.to_server and c.server_open]
         options += [("w", None)] if self.writes else []
+        options += [("r", None)] if self.reads else []
         options += [("c", m) for m in self.everyone if m.conn is not None and m.conn.to_client]
         return options
 
@@ -189,6 +207,8 @@ class Simulation(ClientSim):
             self.server_in(x)
         elif kind == "w":
             self.store()
+        elif kind == "r":
+            self.page()
         else:
             self.client_in(x, n)
 
@@ -210,6 +230,8 @@ class Simulation(ClientSim):
             choices.append((4.0, "server_in"))
         if self.writes:
             choices.append((4.0, "store"))
+        if self.reads:
+            choices.append((4.0, "page"))
         readers = [m for m in self.everyone if m.conn is not None and m.conn.to_client]
         if readers:
             choices.append((4.0, "client_in"))
@@ -221,6 +243,8 @@ class Simulation(ClientSim):
             self.server_in(rng.choice(to_server))
         elif kind == "store":
             self.store()
+        elif kind == "page":
+            self.page()
         elif kind == "client_in":
             weights = [0.1 if m.slow else 1.0 for m in readers]
             m = rng.choices(readers, weights)[0]

@@ -92,7 +92,7 @@ from notify.core.events import (
 from notify.core.hub import Session
 from notify.core.membership import Reason
 from notify.core.users import split_member
-from notify.runtime import CheckpointAction, Done, Driver, Fetched
+from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged
 from notify.runtime.driver import MOVED
 from notify.runtime.frames import unbatch
 from notify.runtime.ports import Fenced
@@ -295,10 +295,16 @@ class SimNode:
         if self.dead:
             return
         self.loaded[group] = self.sim.log.load(self, group)
-        sg = self.sim.log.log.load_group(group, self.hub.config.limits.retain_messages)
+        sg = self.sim.log.log.load_group(group, self.hub.config.limits.window_messages)
         if sg is not None:
             self.sim.count("group.fetched")
         answer(sg, None)
+
+    def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
+        if self.dead:
+            return
+        self.sim.count("history.page")
+        answer(self.sim.log.log.read_page(group, after, limit, max_bytes), None)
 
     def forget(self, group: str) -> None:
         pass

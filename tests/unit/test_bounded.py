@@ -84,9 +84,12 @@ def test_G14_retention_in_memory_counts_payload_bytes() -> None:
     for i in range(10):
         t.accept(sender="a", publish_id=f"p{i}", order=Order.FIFO, view=1, atomic=False,
                  payload=None, now=0.0, from_member=True, size=100)
+    assert t.first_retained == 1  # nothing is in the log yet: the window keeps it all
+    t.stored(10)
     assert t.first_retained == 9  # two messages of 100 bytes fit in 250
     assert not t.can_replay(5, {}, external=False)
     assert t.can_replay(8, {}, external=False)
     big = t.accept(sender="a", publish_id="big", order=Order.FIFO, view=1, atomic=False,
                    payload=None, now=0.0, from_member=True, size=10_000)
+    t.stored(big.offset)
     assert t.first_retained == big.offset  # the newest one always stays

@@ -12,7 +12,7 @@ from drive import G, Net, delivered, form, view
 
 from client_sdk.events import Message
 from client_sdk.protocol import ClientProtocol
-from notify.core.events import AcceptFrom, Ack, FlushOk, Join, Leave, Order, Publish
+from notify.core.events import AcceptFrom, Ack, FlushOk, History, Join, Leave, Order, Publish
 from notify.core.events import ResumePoint as RP
 
 # -- G1 views ---------------------------------------------------------------------------------
@@ -339,15 +339,18 @@ def test_new_incarnation_removes_the_old_one_at_once() -> None:
     assert view(net) == (4, ("a", "b"))
 
 
+@pytest.mark.parametrize("history", [False, True])
 def test_G1_a_resume_across_more_installs_than_remembered_is_refused_not_skipped(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, history: bool) -> None:
     """b answered every view change but its connection died with the installs still on their
     way (its resume point says view 2). When the group remembers fewer installs than b missed,
-    its resume is refused (offset_unavailable: it joins afresh) rather than skipping views."""
+    they are read from the log (`catchup_log`: the installs from view 3 on lie before
+    `before`); a log that keeps no history refuses the resume (offset_unavailable: it joins
+    afresh). Never are views skipped."""
     import notify.core.group
 
     monkeypatch.setattr(notify.core.group, "_INSTALL_HISTORY", 2)
-    net = Net()
+    net = Net(history=history)
     a, b = form(net, "a", "b")
     for i in range(2):  # views 3 and 4 (a joins... and leaves) with b flushing blindly
         c = net.connect(f"c{i}")
@@ -359,9 +362,23 @@ def test_G1_a_resume_across_more_installs_than_remembered_is_refused_not_skipped
     net.drop(b)
     b2 = net.connect("b", net.sessions[b])
     net.send(b2, Join("r", G, resume=RP(1, 0, {}, 2)))
-    (err,) = net.take(b2, "error")
-    assert err["code"] == "offset_unavailable" and "no longer remembered" in err["message"]
-    assert net.take(b2, "view_resume", "view_install") == []
+    if not history:
+        (err,) = net.take(b2, "error")
+        assert err["code"] == "offset_unavailable" and "no longer remembered" in err["message"]
+        assert net.take(b2, "view_resume", "view_install") == []
+        return
+    remembered = list(net.hub.groups[G]._installs)
+    assert [i.view for i in remembered] == [5, 6]
+    frames = net.take(b2)
+    assert [f["type"] for f in frames] == ["view_resume", "catchup_log", "catchup_done"]
+    assert frames[1] == {"type": "catchup_log", "group": G, "after": 0,
+                         "before": remembered[0].offset + 1, "view": 2}
+    # every install was at offset 0: the page holds them all, and b's SDK hands over those
+    # after its view 2 (views 3 to 6), in their place
+    net.send(b2, History("h1", G, 0, frames[1]["before"]))
+    (page,) = net.take(b2, "history_page")
+    assert [i["view"] for i in page["installs"]] == [1, 2, 3, 4, 5, 6]
+    assert page["end"] == 0 and page["messages"] == []
 
 
 def test_G8_a_new_incarnation_that_resumes_after_its_old_one_timed_out_joins_afresh() -> None:

@@ -44,3 +44,16 @@ def test_simulation_without_faults_is_clean() -> None:
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_hunt_for_bugs(seed: int) -> None:
     run(seed, 3_000)
+
+
+#: seeds with a window of a few messages: members that come back read most of what they missed
+#: from the log (`catchup_log`, `history` pages answered at random times while live frames go on)
+WINDOW_SEEDS = [3, 14, 18, 24, 55]
+
+
+@pytest.mark.parametrize("seed", WINDOW_SEEDS)
+def test_simulation_with_a_small_window_catches_up_from_the_log(seed: int) -> None:
+    sim = run(seed, 6_000, SimConfig(window=4))
+    assert sim.obs.installs_checked > 30
+    assert sim.obs.app_delivered > 300
+    assert sim.stats.get("history.page", 0) > 5  # the log served what memory did not hold

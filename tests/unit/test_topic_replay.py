@@ -8,11 +8,13 @@ from notify.core.topic import Topic
 
 
 def topic_with(sends: list[tuple[str, bool]], retain: int) -> Topic:
-    """`sends`: (sender, from_member) in accept order, all FIFO."""
+    """`sends`: (sender, from_member) in accept order, all FIFO, all stored in the log (the
+    window keeps what is not)."""
     t = Topic("g", retain=retain, idempotency_window=100)
     for i, (sender, member) in enumerate(sends):
         t.accept(sender=sender, publish_id=str(i), order=Order.FIFO, view=1, atomic=False,
                  payload=i, now=0.0, from_member=member)
+    t.stored(t.head)
     return t
 
 

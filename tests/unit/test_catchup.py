@@ -1,0 +1,226 @@
+"""Catch-up past the in-memory window (issue 30, G8): what memory cannot replay, the log serves.
+
+The core's side (notify/core/catchup.py: `catchup_log`, `history` pages bounded by undecided
+atomics, retention refusals), the window's pins (undecided atomics, what the log does not hold
+yet, aborts remembered past the window), and the SDK reading a gap (client_sdk/catchup.py)
+against the real hub and driver, with the real `MemoryLog` answering the pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from client_sdk.events import CaughtUp, GroupEvent, Message, Reset, ViewInstalled, ViewResumed
+from client_sdk.protocol import ClientProtocol
+from notify.core import Limits
+from notify.core.events import Ack, History, Join, Leave, Order
+from notify.core.events import ResumePoint as RP
+from notify.core.topic import Topic
+from notify.wire import parse
+from tests.unit.drive import G, Net, form
+
+
+def window(n: int, **more: int) -> Limits:
+    return Limits(window_messages=n, **more)
+
+
+# -- the window ---------------------------------------------------------------------------------
+
+
+def accept(t: Topic, i: int, *, atomic: bool = False) -> int:
+    return t.accept(sender="a", publish_id=f"p{i}", order=Order.FIFO, view=1, atomic=atomic,
+                    payload=i, now=0.0, from_member=True).offset
+
+
+def test_the_window_keeps_an_undecided_atomic_and_what_the_log_lacks() -> None:
+    t = Topic(G, retain=3, idempotency_window=100)
+    offsets = [accept(t, i, atomic=i == 2) for i in range(1, 9)]
+    assert t.first_retained == 1  # none of it is in the log yet
+    t.stored(offsets[-1])
+    assert t.first_retained == 2  # held by the undecided atomic at offset 2
+    t.record_outcome(2, False)
+    assert t.first_retained == 6  # decided: the window is 3 again
+    assert t.decided(2) is False and t.decided(3) is True  # left the window: decided
+    assert t.decided(6) is None and t.outcome(6) is None  # in the window: not "decided"
+
+
+# -- the core ----------------------------------------------------------------------------------
+
+
+def away_while(net: Net, a: int, b: int, n: int) -> tuple[dict[str, Any], int]:
+    """b's resume point, then b drops while a publishes `n` messages."""
+    install = net.hub.groups[G].view.version
+    net.drop(b)
+    for i in range(n):
+        net.publish(a, f"m{i}")
+    return {"epoch": 1, "view": install}, net.connect("b", net.sessions[b])
+
+
+def test_a_resume_past_the_window_is_told_the_gap_and_replayed_the_rest() -> None:
+    net = Net(window(5), suspect_timeout=30.0)
+    a, b = form(net, "a", "b")
+    _, b2 = away_while(net, a, b, 20)
+    net.send(b2, Join("r", G, resume=RP(1, 0, {}, 2)))
+    frames = net.take(b2)
+    kinds = [f["type"] for f in frames]
+    assert kinds == ["view_resume", "catchup_log"] + ["deliver"] * 5 + ["catchup_done"]
+    gap = frames[1]
+    assert gap == {"type": "catchup_log", "group": G, "after": 0, "before": 16, "view": 2}
+    assert [f["offset"] for f in frames[2:7]] == [16, 17, 18, 19, 20]
+    net.send(b2, History("h", G, 0, 16, limit=10))
+    (page,) = net.take(b2)
+    assert page["type"] == "history_page" and page["end"] == 10
+    assert [m["offset"] for m in page["messages"]] == list(range(1, 11))
+    assert (page["first"], page["head"]) == (1, 20)
+    net.send(b2, History("h2", G, 10, 16))
+    (page,) = net.take(b2)
+    assert [m["offset"] for m in page["messages"]] == list(range(11, 16))
+    assert page["end"] == 15  # stops before `before`
+
+
+def test_a_page_stops_before_an_undecided_atomic() -> None:
+    net = Net(window(3))
+    a, b = form(net, "a", "b")
+    for i in range(3):
+        net.publish(a, f"m{i}")
+    net.publish(a, "atom", atomic=True)  # offset 4, nobody ACKs it
+    for i in range(3):
+        net.publish(a, f"n{i}")
+    net.send(b, History("h", G, 0))
+    (page,) = net.take(b, "history_page")
+    assert [m["offset"] for m in page["messages"]] == [1, 2, 3] and page["end"] == 3
+
+
+def test_history_is_for_members_only_and_a_log_without_it_says_so() -> None:
+    net = Net(window(3))
+    form(net, "a", "b")
+    c = net.connect("c")
+    net.send(c, History("h", G, 0))
+    (err,) = net.take(c)
+    assert (err["type"], err["code"], err["req"]) == ("error", "not_member", "h")
+    net2 = Net(window(3), history=False)
+    (a2,) = form(net2, "a")
+    net2.send(a2, History("h", G, 0))
+    (err,) = net2.take(a2)
+    assert err["code"] == "unavailable"
+
+
+def test_a_point_older_than_retention_is_refused_with_how_much_was_lost() -> None:
+    net = Net(window(3, retain_messages=10), suspect_timeout=30.0)
+    a, b = form(net, "a", "b")
+    _, b2 = away_while(net, a, b, 25)
+    net.send(b2, Join("r", G, resume=RP(1, 0, {}, 2)))
+    (err,) = net.take(b2)
+    assert err["code"] == "offset_unavailable"
+    assert "15 messages were dropped by retention" in err["message"]  # 1..15; 16..25 kept
+
+
+def test_held_atomics_that_left_the_window_get_their_outcomes_first() -> None:
+    """b held two atomic messages when it went; both were decided (one aborted at the
+    install that removed c) and left the window; its resume names them, and their outcomes
+    come ahead of anything else."""
+    net = Net(window(2), suspect_timeout=30.0)
+    a, b, c = form(net, "a", "b", "c")
+    net.publish(a, "x", atomic=True)  # offset 1: c never ACKs it
+    net.send(c, Leave("l", G))
+    net.flush(a, b)  # aborted at the install without c
+    net.publish(a, "y", atomic=True)  # offset 2, ACKed by both: committed
+    for m in (a, b):
+        net.send(m, Ack(G, (2,)))
+    net.drop(b)
+    for i in range(6):
+        net.publish(a, f"m{i}")
+    b2 = net.connect("b", net.sessions[b])
+    net.send(b2, Join("r", G, resume=RP(1, 2, {"fifo:a": 2}, 4, held=(1, 2))))
+    frames = net.take(b2)
+    assert [(f["type"], f["offsets"]) for f in frames[1:3]] == [("abort", [1]), ("confirm", [2])]
+    assert frames[0]["type"] == "view_resume" and frames[3]["type"] == "catchup_log"
+
+
+# -- the SDK reading a gap ------------------------------------------------------------------------
+
+
+class Sdk:
+    """A `ClientProtocol` wired to `net`: its frames parsed as the edge parses them."""
+
+    def __init__(self, net: Net, member: str) -> None:
+        self.net, self.proto = net, ClientProtocol(member)
+        self.conn = net.connect(member)
+        self.proto.receive(_welcome(net, self.conn, member))
+        self.events: list[GroupEvent] = []
+
+    def pump(self) -> None:
+        for _ in range(1000):
+            out = self.proto.data_to_send()
+            for f in out:
+                self.net.send(self.conn, parse(orjson.dumps(f)))
+            inbox = self.net.take(self.conn)
+            for f in inbox:
+                ev, _ = self.proto.receive(f)
+                self.events += ev
+            if not out and not inbox:
+                return
+        raise AssertionError("no quiet after 1,000 rounds")
+
+
+def _welcome(net: Net, conn: int, member: str) -> dict[str, Any]:
+    return {"type": "welcome", "session": net.sessions[conn], "member": member,
+            "heartbeat_ms": 5000, "limits": {}, "resumed": False, "user": member,
+            "instance": None}
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_the_sdk_reads_the_gap_and_hands_over_everything_once_in_order(live: bool) -> None:
+    """b flushed for c's join and lost its connection before the install reached it; 30
+    messages later it resumes, with a window of 4: the pages give it the install in its place
+    and the messages it lacks, then come what the replay (and, with `live`, a publish made
+    while it reads) brought, held back meanwhile, then `CaughtUp`."""
+    net = Net(window(4, history_page=7), suspect_timeout=30.0)
+    (a,) = form(net, "a")
+    b = Sdk(net, "b")
+    b.proto.join("j", G)
+    b.pump()
+    net.flush(a)
+    net.take(a)
+    b.pump()
+    for i in range(10):
+        net.publish(a, f"m{i}")
+    c = net.connect("c")
+    net.send(c, Join("jc", G))
+    net.flush(a)
+    for f in net.take(b.conn):  # b reads m0-m9 and the view change ...
+        b.proto.receive(f)
+    for f in b.proto.data_to_send():  # ... and answers flush_ok: c is installed
+        net.send(b.conn, parse(orjson.dumps(f)))
+    assert net.hub.groups[G].view.version == 3
+    b.events.clear()
+    net.drop(b.conn)  # ... before b read the install
+    for i in range(10, 40):
+        net.publish(a, f"m{i}")
+    b.conn = net.connect("b", net.sessions[b.conn])
+    b.proto.connection_lost()
+    b.proto.rejoin_all()
+    if live:  # a message published while b reads its gap: it waits behind the gap
+        for f in b.proto.data_to_send():
+            net.send(b.conn, parse(orjson.dumps(f)))
+        for f in net.take(b.conn):
+            ev, _ = b.proto.receive(f)
+            b.events += ev
+        assert b.proto.groups[G].gap is not None
+        net.publish(a, "live")
+    b.pump()
+    payloads = [e.payload for e in b.events if isinstance(e, Message)]
+    assert payloads == [f"m{i}" for i in range(10, 40)] + (["live"] if live else [])
+    assert isinstance(b.events[0], ViewResumed)
+    assert [e.view for e in b.events if isinstance(e, ViewInstalled)] == [3]
+    assert isinstance(b.events[1], ViewInstalled)  # in its place: before m10
+    caught = [i for i, e in enumerate(b.events) if isinstance(e, CaughtUp)]
+    last_replayed = max(i for i, e in enumerate(b.events)
+                        if isinstance(e, Message) and e.payload == "m39")
+    assert len(caught) == 1 and caught[0] > last_replayed
+    assert not any(isinstance(e, Reset) for e in b.events)
+    g = b.proto.groups[G]
+    assert g.gap is None and g.view == 3
+    assert g.resume_point()["offset"] >= 40

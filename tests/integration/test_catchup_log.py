@@ -1,9 +1,9 @@
 """Issue 30: a member that comes back from a point older than the server's in-memory window, but
-within the log's retention, gets every message it missed, once, in order, and no `Reset` (the
+within the log's retention, gets every message it missed, once, in order, and no `Reset`: on
+SQLite and on the memory log, for a brief drop (resume), after its group was evicted (rejoin),
+after SIGKILL and a restart, and for a raw resume point without `view` after a restart. (The
 installs a resume crosses come in their place too: tests/unit/test_catchup.py and the
-simulator, which can make a member flush and drop before the install): on SQLite and on the memory log, for a brief drop
-(resume), after its group was evicted (rejoin), after SIGKILL and a restart, and for a raw
-resume point without `view` after a restart.
+simulator, which can make a member flush and drop before the install.)
 
 Real `notify serve` processes with a window of 40 messages and 32 KiB, real SDK clients (a
 `FaultyProxy` cuts one off), payloads of mixed sizes so that both the count and the byte bound

@@ -20,7 +20,7 @@ already proposed for it is cancelled (`view_resume`, seed 003 Table 1).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -155,7 +155,8 @@ class Group:
                  seqs: dict[str, int], recent: list[Message],
                  outcomes: dict[int, bool], checkpoint: Checkpoint | None = None,
                  install: ViewInstall | None = None, now: float = 0.0,
-                 log_first: int | None = None) -> Group:
+                 log_first: int | None = None,
+                 ids: Iterable[tuple[MemberId, str, int]] = ()) -> Group:
         """A group brought back after a restart: its view, log head, stream positions and
         recent messages come from storage (G1: the next install is `view + 1`). No connection
         survives a restart, so the view's members (`install.members`) come back SUSPECT: one
@@ -165,7 +166,7 @@ class Group:
         before they are sent): committed. `log_first`: the oldest offset the log retains (not
         given: only what `recent` holds is known to be there)."""
         g = cls(name, config, epoch=epoch, view=view, head=head)
-        g.topic.restore(seqs, recent)
+        g.topic.restore(seqs, recent, ids)
         if g.log_first is not None:
             g.log_first = log_first if log_first is not None else (
                 recent[0].offset if recent else head + 1)

@@ -148,10 +148,18 @@ class Topic:
             else:
                 self._last[stream] = last
 
-    def restore(self, seqs: dict[str, int], recent: list[Message]) -> None:
-        """Refill from storage after a restart: stream positions, and the retained tail of the
-        log in offset order (which also brings back the publish ids for idempotent retries)."""
+    def restore(self, seqs: dict[str, int], recent: list[Message],
+                older_ids: Iterable[tuple[MemberId, str, int]] = ()) -> None:
+        """Refill from storage after a restart: stream positions, the publish ids of what the
+        log keeps before `recent` (sender, id, offset; oldest first), and the retained tail
+        of the log in offset order (which brings back its publish ids too): a retry of any id
+        the log still holds is known, whatever the window (idempotent retries)."""
         self._seqs.update(seqs)
+        for sender, publish_id, offset in older_ids:
+            known = self._publish_ids.setdefault(sender, OrderedDict())
+            known[publish_id] = offset
+            if len(known) > self._window:
+                known.popitem(last=False)
         for m in recent[-self._retain:]:
             self._keep(m)
             self._last[m.stream] = m.offset

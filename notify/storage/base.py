@@ -15,13 +15,14 @@ aborted, so no member can have been told otherwise.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from notify.core.actions import Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
-from notify.core.config import CoreConfig
+from notify.core.config import CoreConfig, Limits
 from notify.core.group import Group
 from notify.runtime.ports import Done
 
@@ -29,6 +30,23 @@ from notify.runtime.ports import Done
 class CheckpointSuperseded(Exception):
     """`commit_checkpoint` found another checkpoint committed meanwhile, or one further on
     (another owner's, in a cluster): this one is not committed, and its chunks are gone."""
+
+
+#: publish ids a reload brings back per sender, besides those of the window's messages (the
+#: core's default `idempotency_window`)
+RECENT_IDS = Limits().idempotency_window
+
+
+def recent_ids(older: Iterable[Message]) -> list[tuple[str, str, int]]:
+    """`StoredGroup.ids` from the retained messages before the window (in offset order): the
+    last `RECENT_IDS` of each sender."""
+    per: dict[str, deque[tuple[str, str, int]]] = {}
+    for m in older:
+        q = per.get(m.sender)
+        if q is None:
+            q = per[m.sender] = deque(maxlen=RECENT_IDS)
+        q.append((m.sender, m.id, m.offset))
+    return sorted((x for q in per.values() for x in q), key=lambda x: x[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +67,9 @@ class StoredGroup:
     #: the oldest offset the log retains (`head + 1`: none); None: not known, only `recent`
     #: is then known to be there (catch-up past it is refused, notify/core/catchup.py)
     first: int | None = None
+    #: the publish ids of the retained messages before `recent` (sender, id, offset; oldest
+    #: first; at most `RECENT_IDS` per sender): a retry of one is known after a reload
+    ids: list[tuple[str, str, int]] = field(default_factory=list)
 
     def restore(self, config: CoreConfig, now: float) -> Group:
         """The group as the core had it: after a restart (its members SUSPECT for the recovery
@@ -57,7 +78,7 @@ class StoredGroup:
                               head=self.head, seqs=self.seqs, recent=self.recent,
                               outcomes={o: False for o in self.aborted},
                               checkpoint=self.checkpoint, install=self.install, now=now,
-                              log_first=self.first)
+                              log_first=self.first, ids=self.ids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,7 +121,13 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done, Fenced
-from notify.storage.base import CheckpointSuperseded, LogPage, StoredGroup, installs_between
+from notify.storage.base import (
+    CheckpointSuperseded,
+    LogPage,
+    StoredGroup,
+    installs_between,
+    recent_ids,
+)
 
 log = structlog.get_logger("notify.storage")
 
@@ -678,10 +684,12 @@ class JetStreamLog:
         self._since[group] = max(self._since.get(group, 0), since)
         self._head[group] = max(self._head.get(group, 0), head)
         self._aborted.setdefault(group, set()).update(aborted)
+        window = messages[-recent:] if recent > 0 else []
         return StoredGroup(group, view["epoch"], view["view"], members, head, seqs,
-                           messages[-recent:] if recent > 0 else [], frozenset(aborted),
+                           window, frozenset(aborted),
                            await self._checkpoint_or_none(group), install,
-                           messages[0].offset if messages else head + 1)
+                           messages[0].offset if messages else head + 1,
+                           recent_ids(messages[:len(messages) - len(window)]))
 
     async def _read(self, group: str, last: int, *, start: int = 1, kind: str = ">",
                     batch: int | None = None) -> AsyncGenerator[tuple[str, int, bytes], None]:

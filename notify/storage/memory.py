@@ -27,7 +27,7 @@ import orjson
 from notify.core.actions import Append, Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.runtime.ports import Done
-from notify.storage.base import LogPage, StoredGroup, installs_between, page_of
+from notify.storage.base import LogPage, StoredGroup, installs_between, page_of, recent_ids
 
 
 class MemoryLog:
@@ -87,11 +87,13 @@ class MemoryLog:
             log = list(self._groups.get(group, ()))
             kept = {m.offset for m in log}
             head = log[-1].offset if log else i.offset
+            window = log[-recent:] if recent > 0 else []
             return StoredGroup(group, i.epoch, i.view, i.members, head,
-                               dict(self._seqs.get(group, {})), log[-recent:],
+                               dict(self._seqs.get(group, {})), window,
                                frozenset(self._aborted.get(group, set()) & kept),
                                self._checkpoints.get(group), i,
-                               log[0].offset if log else head + 1)
+                               log[0].offset if log else head + 1,
+                               recent_ids(log[:len(log) - len(window)]))
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []

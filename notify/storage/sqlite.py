@@ -45,7 +45,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done
-from notify.storage.base import LogPage, StoredGroup, page_of
+from notify.storage.base import RECENT_IDS, LogPage, StoredGroup, page_of
 
 log = structlog.get_logger("notify.storage")
 
@@ -376,6 +376,11 @@ class SqliteLog:
             rows = self._db.execute(
                 'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
                 (g, recent)).fetchall()
+            below = rows[-1][1] if rows else None  # the window's first offset
+            ids = [] if below is None else [(s, i, o) for s, i, o in self._db.execute(
+                'SELECT sender, id, "offset" FROM (SELECT sender, id, "offset", ROW_NUMBER() '
+                'OVER (PARTITION BY sender ORDER BY "offset" DESC) AS n FROM messages WHERE '
+                'grp=? AND "offset"<?) WHERE n<=? ORDER BY "offset"', (g, below, RECENT_IDS))]
             low, high = self._db.execute('SELECT MIN("offset"), MAX("offset") FROM messages '
                                          'WHERE grp=?', (g,)).fetchone()
             head = max(high or 0, floors.get("", 0))
@@ -390,7 +395,7 @@ class SqliteLog:
             checkpoint = self._checkpoint(g)
         return StoredGroup(g, epoch, view, tuple(orjson.loads(members)), head, seqs,
                            [_message(r) for r in reversed(rows)], aborted, checkpoint, install,
-                           first)
+                           first, ids)
 
 
 def _install(group: str, r: tuple[object, ...]) -> ViewInstall:

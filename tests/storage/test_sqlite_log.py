@@ -240,3 +240,26 @@ async def test_an_old_database_gets_its_latest_install_as_its_view_history(
     assert page is not None and page.installs == (v4,)
     assert log.load_group("g", 10).install == v4  # type: ignore[union-attr]
     await log.close()
+
+
+async def test_a_reload_knows_the_publish_ids_the_log_keeps_past_the_window(
+        tmp_path: Path) -> None:
+    """Issue 30: the window is small; a retry of an id the log still holds must be known after
+    a reload (restart, eviction), or it would be delivered twice."""
+    from notify.core import CoreConfig
+    from notify.storage.memory import MemoryLog
+
+    log = SqliteLog(tmp_path / "log.db")
+    await asyncio.gather(*(append(log, msg(i)) for i in range(1, 21)))
+    await write(log, view("g", 3, ("a",)))
+    memory = MemoryLog()
+    for i in range(1, 21):
+        memory.write(Append("g", i, (msg(i),)), lambda _e: None)
+    memory.write(view("g", 3, ("a",)), lambda _e: None)
+    for store in (log, memory):
+        sg = store.load_group("g", recent=5)
+        assert sg is not None and [m.offset for m in sg.recent] == [16, 17, 18, 19, 20]
+        assert sg.ids == [("a", f"id{i}", i) for i in range(1, 16)]
+        topic = sg.restore(CoreConfig(), 0.0).topic
+        assert topic.known_offset("a", "id3") == 3 and topic.known_offset("a", "id20") == 20
+    await log.close()

@@ -196,7 +196,8 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     elif srv.store == "sqlite":
         store = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
                           retain_messages=config.limits.retain_messages,
-                          retain_age=srv.retain_age, retain_bytes=config.limits.retain_bytes)
+                          retain_age=srv.retain_age, retain_bytes=config.limits.retain_bytes,
+                          retention=config.retention_for)
     else:
         store = MemoryLog(config.limits.retain_messages)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,

@@ -22,7 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from notify.core import CoreConfig, Limits, Timeouts
+from notify.core import CoreConfig, Limits, Retention, Timeouts
 
 _D, _L = Timeouts(), Limits()
 
@@ -167,6 +167,19 @@ class AuthSettings(_Section):
                                            self.jwks_file))
 
 
+class RetentionSettings(_Section):
+    """One `[[retention]]` rule of the config file: what the log keeps of the groups whose
+    names match `groups` (a glob: `chat:*`); what it leaves out takes `[limits]`
+    `retain_messages`/`retain_bytes` and `[server]` `retain_age`. The first rule that matches
+    a group applies. Applied by the SQLite log (the JetStream log keeps `retain_messages`
+    per group for every group)."""
+
+    groups: str = Field(min_length=1)
+    messages: int | None = Field(default=None, ge=1)
+    bytes: int | None = Field(default=None, ge=1)
+    age: float | None = Field(default=None, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NOTIFY_", env_nested_delimiter="__",
                                       extra="forbid", toml_file=None)
@@ -175,6 +188,7 @@ class Settings(BaseSettings):
     timeouts: TimeoutSettings = Field(default_factory=lambda: TimeoutSettings())
     limits: LimitSettings = Field(default_factory=lambda: LimitSettings())
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
+    retention: list[RetentionSettings] = Field(default_factory=list)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -227,7 +241,13 @@ class Settings(BaseSettings):
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
                    max_pending_atomic=lim.max_pending_atomic),
             event_log=self.server.event_log is not None,
-            shared_log=bool(self.server.cluster))
+            shared_log=bool(self.server.cluster),
+            retention=tuple(Retention(
+                r.groups, r.messages if r.messages is not None else lim.retain_messages,
+                r.bytes if r.bytes is not None else lim.retain_bytes,
+                r.age if r.age is not None else self.server.retain_age)
+                for r in self.retention),
+            retain_age=self.server.retain_age)
 
     def ssl_context(self) -> ssl.SSLContext | None:
         s = self.server

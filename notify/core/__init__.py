@@ -16,7 +16,7 @@ from notify.core.actions import (
     StoreView,
     Write,
 )
-from notify.core.config import CoreConfig, Limits, Timeouts
+from notify.core.config import CoreConfig, Limits, Retention, Timeouts
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     AcceptFrom,
@@ -62,6 +62,7 @@ __all__ = [
     "Publish",
     "RejectCode",
     "ResumePoint",
+    "Retention",
     "Send",
     "StoreView",
     "Timeouts",

@@ -8,6 +8,7 @@ ones DESIGN §4 names; the what-if analysis job tunes `suspect_timeout`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,24 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class Retention:
+    """What the log keeps and serves of the groups whose names match `groups` (a glob, as
+    `fnmatch` reads it: `chat:*`): at most `messages`, `bytes` of payload, none older than
+    `age` seconds (None: no bound by age). Pub/Sub's and Centrifugo's per-namespace history
+    options are the model: a chat keeps a week, a cursor channel nothing to speak of."""
+
+    groups: str
+    messages: int
+    bytes: int
+    age: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.groups or self.messages < 1 or self.bytes < 1 or (
+                self.age is not None and self.age <= 0):
+            raise ValueError(f"bad retention rule {self!r}")
+
+
+@dataclass(frozen=True, slots=True)
 class CoreConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     limits: Limits = field(default_factory=Limits)
@@ -97,3 +116,16 @@ class CoreConfig:
     #: the host's log serves pages (`history`, and catch-up past the in-memory window, G8);
     #: without, a resume point older than the window is refused `offset_unavailable`
     history: bool = True
+    #: retention by group pattern, the first that matches applies (`retention_for`)
+    retention: tuple[Retention, ...] = ()
+    #: the age bound of groups no rule matches (None: none)
+    retain_age: float | None = None
+
+    def retention_for(self, group: str) -> Retention:
+        """The rule for `group`: the first of `retention` whose pattern matches it, else the
+        defaults (`limits.retain_messages`, `limits.retain_bytes`, `retain_age`)."""
+        for rule in self.retention:
+            if fnmatchcase(group, rule.groups):
+                return rule
+        lim = self.limits
+        return Retention("*", lim.retain_messages, lim.retain_bytes, self.retain_age)

@@ -107,10 +107,13 @@ class Group:
         t = config.timeouts
         self.membership = Membership(View(name, view, ()), flush_timeout=t.flush_timeout,
                                      install_hold=t.install_hold, clash_hold=t.clash_hold)
-        lim = config.limits  # (the window never holds more than the log keeps)
-        self.topic = Topic(name, retain=min(lim.window_messages, lim.retain_messages),
+        lim = config.limits
+        #: what the log keeps of this group (its rule, `CoreConfig.retention_for`)
+        self.retention = config.retention_for(name)
+        keep = self.retention  # (the window never holds more than the log keeps)
+        self.topic = Topic(name, retain=min(lim.window_messages, keep.messages),
                            idempotency_window=lim.idempotency_window, head=head,
-                           retain_bytes=min(lim.window_bytes, lim.retain_bytes))
+                           retain_bytes=min(lim.window_bytes, keep.bytes))
         #: the oldest offset the log still serves (notify/core/catchup.py); a new group's log
         #: has all of it. None: the host's log serves nothing memory does not hold
         self.log_first: int | None = 1 if config.history else None
@@ -437,7 +440,7 @@ class Group:
             return None  # memory holds every message it lacks
         if self.log_first is not None:  # the log serves what memory lacks (catchup.py)
             # retention by count is known here: what it drops is gone, pruned yet or not
-            first = max(self.log_first, self.topic.head - self.config.limits.retain_messages + 1)
+            first = max(self.log_first, self.topic.head - self.retention.messages + 1)
             lost = lost_to_retention(rp, first)
             if lost:
                 return ErrorCode.OFFSET_UNAVAILABLE, (

@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ import structlog
 
 from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
+from notify.core.config import Retention
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done
 from notify.storage.base import RECENT_IDS, LogPage, StoredGroup, page_of
@@ -99,10 +100,13 @@ class SqliteLog:
     def __init__(self, path: str | Path,
                  durability: Literal["normal", "full"] = "full", *,
                  retain_messages: int | None = None, retain_age: float | None = None,
-                 retain_bytes: int | None = None) -> None:
+                 retain_bytes: int | None = None,
+                 retention: Callable[[str], Retention] | None = None) -> None:
         self.path = Path(path)
         self.retain_messages, self.retain_age = retain_messages, retain_age
         self.retain_bytes = retain_bytes
+        #: per group, when given (`CoreConfig.retention_for`): overrides the three above
+        self.retention = retention
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -246,7 +250,8 @@ class SqliteLog:
 
     def prune(self, now: float) -> int:
         """Keep the last `retain_messages` of each group, at most `retain_bytes` of their
-        payloads, and nothing older than `retain_age` seconds. Before deleting, the highest
+        payloads, and nothing older than `retain_age` seconds (or what the group's
+        `retention` rule says). Before deleting, the highest
         seq of each stream and the log head are kept in `floors`, so offsets and seqs go on
         where they were after a restart. A member whose resume point falls in what was
         deleted gets `offset_unavailable` and falls back to state transfer (G8 → G9). One
@@ -257,10 +262,14 @@ class SqliteLog:
             heads = self._db.execute(
                 'SELECT grp, MAX("offset") FROM messages GROUP BY grp').fetchall()
         for group, head in heads:
-            below = head - self.retain_messages if self.retain_messages is not None else 0
-            cutoff = now - self.retain_age if self.retain_age is not None else float("-inf")
-            if self.retain_bytes is not None:
-                below = max(below, self._over_bytes(group, self.retain_bytes))
+            count, size, age = self.retain_messages, self.retain_bytes, self.retain_age
+            if self.retention is not None:
+                rule = self.retention(group)
+                count, size, age = rule.messages, rule.bytes, rule.age
+            below = head - count if count is not None else 0
+            cutoff = now - age if age is not None else float("-inf")
+            if size is not None:
+                below = max(below, self._over_bytes(group, size))
             where = 'grp=? AND "offset"<? AND ("offset"<=? OR ts<?)'
             args = (group, head, below, cutoff)  # the head row always stays
             with self._lock:

@@ -156,3 +156,40 @@ def test_cluster_settings_imply_the_jetstream_log_and_refuse_what_does_not_fit()
     for server in bad:
         with pytest.raises(ValueError):
             Settings.load(config_file=None, cli={"server": server})
+
+
+async def test_retention_by_group_pattern_from_the_config_file(tmp_path: Path) -> None:
+    """Issue 30: `[[retention]]` rules by group pattern, first match wins, defaults from
+    `[limits]`/`[server]`; the core applies the count, the SQLite log all three at prune."""
+    import asyncio
+
+    from notify.core.actions import Append, Message, StoreView, ViewInstall
+    from notify.storage.sqlite import SqliteLog
+
+    toml = tmp_path / "notify.toml"
+    toml.write_text('[limits]\nretain_messages = 50\n\n[[retention]]\ngroups = "chat:*"\n'
+                    'messages = 5\n\n[[retention]]\ngroups = "cursor:*"\nage = 1.0\n'
+                    'bytes = 100\n')
+    core = Settings.load(config_file=toml).core()
+    assert (core.retention_for("chat:1").messages, core.retention_for("chat:1").age) == (5, None)
+    cursor = core.retention_for("cursor:x")
+    assert (cursor.messages, cursor.bytes, cursor.age) == (50, 100, 1.0)
+    assert core.retention_for("doc").messages == 50 and core.retention_for("doc").groups == "*"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[retention]]\ngroups = "x"\nmessages = 0\n')
+    with pytest.raises(ValueError):
+        Settings.load(config_file=bad)
+
+    log = SqliteLog(tmp_path / "log.db", retention=core.retention_for)
+    done: list[str | None] = []
+    for g in ("chat:1", "doc"):
+        for i in range(1, 21):
+            log.write(Append(g, i, (Message(g, i, "fifo:a", i, "a", 1, False, i, 100.0 + i,
+                                            f"p{i}"),)), done.append)
+        log.write(StoreView(99, ViewInstall(g, 1, ("a",), ("a",), (), 7, 0)), done.append)
+    while len(done) < 42:
+        await asyncio.sleep(0.01)
+    log.prune(now=200.0)
+    assert log.read_page("chat:1", 0, 100, 1 << 20).first == 16  # keeps 5
+    assert log.read_page("doc", 0, 100, 1 << 20).first == 1  # 50: keeps all 20
+    await log.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from notify.core import CoreConfig, Hub, Limits, LogEvent, Timeouts, Write
+from notify.core import CoreConfig, Hub, Limits, LogEvent, Retention, Timeouts, Write
 from notify.core.actions import Action
 from notify.core.events import AcceptFrom, FlushOk, Hello, Join, Order, Publish
 from notify.runtime import CheckpointAction, Driver, Fetched, Paged
@@ -38,11 +38,12 @@ def stored(hub: Hub, actions: list[Action], now: float = 0.0) -> list[Action]:
 
 class Net:
     def __init__(self, limits: Limits | None = None, *, history: bool = True,
-                 **timeouts: float) -> None:
+                 retention: tuple[Retention, ...] = (), **timeouts: float) -> None:
         t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
                         **timeouts})
         tokens = iter(range(1, 10_000))
-        self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits(), history=history),
+        self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits(), history=history,
+                                  retention=retention),
                        new_token=lambda: f"tok{next(tokens)}", epoch=1)
         #: what was stored, as a log that pages (`read`)
         self.log = MemoryLog()

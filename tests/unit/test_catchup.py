@@ -14,7 +14,7 @@ import pytest
 
 from client_sdk.events import CaughtUp, GroupEvent, Message, Reset, ViewInstalled, ViewResumed
 from client_sdk.protocol import ClientProtocol
-from notify.core import Limits
+from notify.core import Limits, Retention
 from notify.core.events import Ack, History, Join, Leave, Order
 from notify.core.events import ResumePoint as RP
 from notify.core.topic import Topic
@@ -115,6 +115,30 @@ def test_a_point_older_than_retention_is_refused_with_how_much_was_lost() -> Non
     (err,) = net.take(b2)
     assert err["code"] == "offset_unavailable"
     assert "15 messages were dropped by retention" in err["message"]  # 1..15; 16..25 kept
+
+
+def test_retention_by_group_pattern_is_what_a_point_is_judged_by() -> None:
+    """`chat:*` keeps 5 messages, other groups the default: the same point is served in one
+    and refused in the other (and the window is never larger than what its log keeps)."""
+    net = Net(window(100), suspect_timeout=30.0, retention=(Retention("chat:*", 5, 1 << 20),))
+    for group in ("chat:1", "doc"):
+        a, b = net.connect(f"a-{group}"), net.connect(f"b-{group}")
+        for m in (a, b):
+            net.send(m, Join("j", group))
+            net.flush(a, b)
+        for i in range(10):
+            net.publish(a, f"{group}-{i}", group=group)
+        net.drop(b)
+        b2 = net.connect(f"b-{group}", net.sessions[b])
+        net.take(b2)
+        net.send(b2, Join("r", group, resume=RP(1, 0, {}, 2)))
+        frames = net.take(b2)
+        if group == "chat:1":
+            assert net.hub.groups[group].topic.first_retained == 6  # its window: 5
+            assert frames[0]["code"] == "offset_unavailable"
+            assert "5 messages were dropped by retention" in frames[0]["message"]
+        else:
+            assert frames[0]["type"] == "view_resume"
 
 
 def test_held_atomics_that_left_the_window_get_their_outcomes_first() -> None:

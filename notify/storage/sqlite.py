@@ -72,6 +72,10 @@ CREATE INDEX IF NOT EXISTS views_by_offset ON views (grp, "offset");
 CREATE TABLE IF NOT EXISTS floors (
     grp TEXT NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (grp, stream)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sender_ids (
+    grp TEXT NOT NULL, sender TEXT NOT NULL, id TEXT NOT NULL, "offset" INTEGER NOT NULL,
+    ts REAL NOT NULL, PRIMARY KEY (grp, sender, "offset")
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS aborts (
     grp TEXT NOT NULL, "offset" INTEGER NOT NULL, PRIMARY KEY (grp, "offset")
 ) WITHOUT ROWID;
@@ -88,6 +92,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 """
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+
+#: seconds the publish ids of pruned messages are kept for idempotent retries (`sender_ids`)
+SENDER_IDS_AGE = 86_400.0
 
 #: a database from before the view history: each group's latest install becomes its first row
 _MIGRATE_VIEWS = """
@@ -282,6 +289,18 @@ class SqliteLog:
                     self._db.execute(
                         "INSERT INTO floors VALUES (?, '', ?) ON CONFLICT (grp, stream) "
                         "DO UPDATE SET seq = MAX(seq, excluded.seq)", (group, head))
+                    # a sender's recent publish ids outlive its messages (idempotent retries
+                    # after a reload do not depend on retention): the last RECENT_IDS each
+                    # (and for a day at most: a retry comes within minutes, G14)
+                    self._db.execute(
+                        'INSERT OR IGNORE INTO sender_ids SELECT grp, sender, id, "offset", ts '
+                        "FROM messages WHERE " + where, args)
+                    self._db.execute(
+                        'DELETE FROM sender_ids WHERE grp=? AND (ts<? OR (sender, "offset") IN '
+                        '(SELECT sender, "offset" FROM (SELECT sender, "offset", ROW_NUMBER() '
+                        'OVER (PARTITION BY sender ORDER BY "offset" DESC) AS n FROM sender_ids '
+                        "WHERE grp=?) WHERE n>?))",
+                        (group, now - SENDER_IDS_AGE, group, RECENT_IDS))
                     deleted += self._db.execute("DELETE FROM messages WHERE " + where,
                                                 args).rowcount
                     self._db.execute(
@@ -385,15 +404,18 @@ class SqliteLog:
             rows = self._db.execute(
                 'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
                 (g, recent)).fetchall()
-            below = rows[-1][1] if rows else None  # the window's first offset
-            ids = [] if below is None else [(s, i, o) for s, i, o in self._db.execute(
-                'SELECT sender, id, "offset" FROM (SELECT sender, id, "offset", ROW_NUMBER() '
-                'OVER (PARTITION BY sender ORDER BY "offset" DESC) AS n FROM messages WHERE '
-                'grp=? AND "offset"<?) WHERE n<=? ORDER BY "offset"', (g, below, RECENT_IDS))]
             low, high = self._db.execute('SELECT MIN("offset"), MAX("offset") FROM messages '
                                          'WHERE grp=?', (g,)).fetchone()
             head = max(high or 0, floors.get("", 0))
             first = low if low is not None else head + 1
+            below = rows[-1][1] if rows else head + 1  # the window's first offset
+            # the publish ids before the window: of retained messages, and of pruned ones
+            ids = [(s, i, o) for s, i, o in self._db.execute(
+                'SELECT sender, id, "offset" FROM (SELECT sender, id, "offset", ROW_NUMBER() '
+                'OVER (PARTITION BY sender ORDER BY "offset" DESC) AS n FROM (SELECT sender, '
+                'id, "offset" FROM messages WHERE grp=? AND "offset"<? UNION ALL SELECT '
+                'sender, id, "offset" FROM sender_ids WHERE grp=?)) WHERE n<=? ORDER BY '
+                '"offset"', (g, below, g, RECENT_IDS))]
             aborted = frozenset(o for (o,) in self._db.execute(
                 'SELECT "offset" FROM aborts WHERE grp=?', (g,)))
             installed = self._db.execute(

@@ -262,4 +262,15 @@ async def test_a_reload_knows_the_publish_ids_the_log_keeps_past_the_window(
         assert sg.ids == [("a", f"id{i}", i) for i in range(1, 16)]
         topic = sg.restore(CoreConfig(), 0.0).topic
         assert topic.known_offset("a", "id3") == 3 and topic.known_offset("a", "id20") == 20
+    # retention takes the messages, not their ids: a retry after a reload is still known
+    log.retain_messages = 4
+    assert log.prune(now=2000.0) == 16  # (their ts is 1001-1020: within a day)
+    sg = log.load_group("g", recent=2)
+    assert sg is not None and [m.offset for m in sg.recent] == [19, 20]
+    assert sg.ids == [("a", f"id{i}", i) for i in range(1, 19)]
+    assert sg.restore(CoreConfig(), 0.0).topic.known_offset("a", "id1") == 1
     await log.close()
+    again = SqliteLog(tmp_path / "log.db")  # and after a restart
+    sg = again.load_group("g", recent=2)
+    assert sg is not None and [x[1] for x in sg.ids][:2] == ["id1", "id2"]
+    await again.close()

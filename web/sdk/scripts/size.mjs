@@ -26,7 +26,15 @@ import { fileURLToPath } from "node:url";
 // again with no headroom, and said so here and in docs/web.md ("Size"). 13,264 B (+25 B) since a
 // clash fails the publishes still unanswered (sent again under the new instance, whose ids are
 // new, one could be delivered twice).
-export const BUDGET = 13_264; // bytes, min+gzip, entry chunk
+//
+// 14,507 B (+1,243 B) since catch-up from the log (issue 30: catchup.ts, the gap read with
+// `history` pages while what comes behind it waits, as the Python SDK does). It runs when a
+// `catchup_log` arrives, synchronously with the frames around it (the protocol must keep what
+// comes behind the gap from that frame on), so it cannot be a lazy chunk. Trimmed before
+// measuring, from +1,451 B (one view-event builder for installs and pages, one reset helper,
+// ProtocolViolation in errors.ts so catchup.ts throws it directly, terse messages); the budget
+// is the measured entry, again with no headroom.
+export const BUDGET = 14_507; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

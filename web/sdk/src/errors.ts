@@ -1,5 +1,8 @@
 /** Errors the SDK's promises reject with. Each has a `code` to switch on. */
 
+import type { Reply } from "./events.js";
+import type { ProtocolEvent } from "./protocol.js";
+
 export class NotifyError extends Error {
   constructor(
     message: string,
@@ -49,5 +52,19 @@ export class ClientClosed extends NotifyError {}
 export class Replaced extends ClientClosed {
   constructor(readonly old: string) {
     super(`instance ${old} was claimed by a newer connection (4002)`, "replaced");
+  }
+}
+
+/**
+ * (Inside the SDK, never seen by the application.) The server sent something the protocol does
+ * not allow, or a frame that does not parse: `events` and `replies` are what the frames before
+ * it produced (the protocol state already counts them: hand them over). The client reconnects.
+ */
+export class ProtocolViolation extends Error {
+  events: ProtocolEvent[] = [];
+  replies: Reply[] = [];
+  constructor(message: string) {
+    super(message);
+    this.name = "ProtocolViolation";
   }
 }

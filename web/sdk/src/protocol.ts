@@ -14,6 +14,10 @@
  *   forgets its old stream, and the install of the new membership is preceded by one `reset`.
  * - A frame it cannot make sense of throws `ProtocolViolation`, carrying what the frames before
  *   it produced (a `batch` may be cut short): nothing the state already counts is lost.
+ * - A `catchup_log` (a resume point older than the server's in-memory window, G8) opens a gap
+ *   that the protocol reads from the log with `history` requests, page by page, while it goes on
+ *   acting on what comes behind the gap, whose events wait for the application until the gap is
+ *   read (`catchup.ts`).
  * - The requests the application waits for (joins, leaves, publishes, checkpoints, token
  *   refreshes), the matching of replies to them, the refusal policy and the resend after
  *   `view_changing` are sans-I/O too: see `requests.ts`. The host says `hello()` and, at every
@@ -25,8 +29,9 @@
  * decoded snapshot with `stateDecoded()`.
  */
 
+import { Gap, PAGE_RETRIES, type Page } from "./catchup.js";
 import type { EncodedChunk } from "./codec.js";
-import { GroupLeftError, NotifyError, PublishRejected, ServerRefused } from "./errors.js";
+import { GroupLeftError, NotifyError, ProtocolViolation, PublishRejected, ServerRefused } from "./errors.js";
 import { arrivals, usersOf } from "./presence.js";
 import type {
   EphemeralEvent,
@@ -86,14 +91,7 @@ export interface Rejoin {
 
 type ErrorReply = Extract<Reply, { type: "error" }>;
 
-export class ProtocolViolation extends Error {
-  events: ProtocolEvent[] = [];
-  replies: Reply[] = [];
-  constructor(message: string) {
-    super(message);
-    this.name = "ProtocolViolation";
-  }
-}
+export { ProtocolViolation };
 
 interface Refusal {
   readonly reason: string;
@@ -144,6 +142,13 @@ export class GroupProtocol {
   stateReplay = new Map<string, Message>();
   stateBoundary = 0;
   snapshot: PendingSnapshot | null = null;
+  /**
+   * What a `catchup_log` left out, while it is read from the log (null: no gap). Meanwhile the
+   * resume point is the gap's frontier, and `base` moves as usual with what comes behind the
+   * gap: nothing reads it until the gap is read (`base` is then the higher of the two) or given
+   * up (`base` goes back to the frontier).
+   */
+  gap: Gap | null = null;
 
   constructor(readonly name: string, wantState: boolean, joinReq: string) {
     this.wantState = wantState;
@@ -151,6 +156,9 @@ export class GroupProtocol {
   }
 
   resumePoint(): ResumePoint {
+    const gap = this.gap;
+    // during a gap, what the application has been handed: the gap's frontier
+    if (gap !== null) return { epoch: this.epoch, offset: gap.after, view: gap.view, streams: { ...gap.streams } };
     const streams: Record<string, number> = {};
     for (const [k, s] of this.streams) if (s.received) streams[k] = s.received;
     return { epoch: this.epoch, offset: this.base, view: this.view, streams };
@@ -163,17 +171,17 @@ export class GroupProtocol {
    */
   savedPoint(): ResumePoint {
     const point = this.resumePoint();
+    const streams = point.streams!;
+    const gap = this.gap;
     let lowest = Infinity;
-    for (const s of this.streams.values()) for (const m of s.held) lowest = Math.min(lowest, m.offset);
-    if (lowest !== Infinity) {
-      point.offset = Math.min(this.base, lowest - 1);
-      const streams: Record<string, number> = {};
-      for (const [k, s] of this.streams) {
-        const n = s.received - s.held.length;
-        if (n) streams[k] = n;
+    for (const [k, s] of this.streams) {
+      for (const m of s.held) {
+        if (gap !== null && !gap.heldBefore.has(m.offset)) continue; // behind the gap: not in its frontier
+        lowest = Math.min(lowest, m.offset);
+        if (!(streams[k] = streams[k]! - 1)) delete streams[k];
       }
-      point.streams = streams;
     }
+    if (lowest !== Infinity) point.offset = Math.min(point.offset, lowest - 1);
     return point;
   }
 
@@ -323,6 +331,7 @@ export class ClientProtocol {
     const rejoins: Rejoin[] = [];
     // (a resume join changes its group in place: the map is not changed while this walks it)
     for (const [name, g] of this.groups) {
+      if (g.gap !== null) this.#abandonGap(g); // (a host that did not say `connectionLost`)
       if (g.phase === "left" || q.abandoned.has(name)) continue;
       q.joinRetries.delete(name);
       const leave = q.leaves.get(name); // asked while away, or lost with the link
@@ -345,6 +354,7 @@ export class ClientProtocol {
     const q = this.requests;
     for (const p of q.publishes.values()) p.sent = false;
     q.unsent = true;
+    for (const g of this.groups.values()) if (g.gap !== null) this.#abandonGap(g); // read again after the resume
     for (const req of q.checkpoints) {
       q.answer("checkpoint", req, null, new NotifyError("connection lost during the checkpoint", "lost"));
     }
@@ -585,7 +595,10 @@ export class ClientProtocol {
       return;
     }
     if (opts.resume && g !== undefined && g.epoch) {
-      frame.resume = g.resumePoint();
+      const point = g.resumePoint();
+      const held = undecided(g).sort((a, b) => a - b);
+      // their outcomes come first (those that left the server's window too)
+      frame.resume = held.length ? { ...point, held } : point;
     } else if (opts.resume && g !== undefined) {
       frame.want_state = g.wantState; // nothing to resume (never installed, or refused)
     }
@@ -701,7 +714,9 @@ export class ClientProtocol {
       try {
         const next = frames.next();
         if (next.done) break;
-        this.#receiveOne(next.value, raw, replies);
+        // a history page is for the application now, ahead of what its gap keeps
+        if (next.value.type === "history_page") this.#historyPage(next.value, events);
+        else this.#receiveOne(next.value, raw, replies);
       } catch (e) {
         violation =
           e instanceof ProtocolViolation
@@ -756,6 +771,14 @@ export class ClientProtocol {
   #route(raw: ProtocolEvent[], events: ProtocolEvent[]): void {
     for (const ev of raw) {
       const g = this.groups.get(ev.group);
+      const gap = g?.gap;
+      if (gap) {
+        // behind a gap being read: kept until the gap is, but for a message received before the
+        // gap (released now) and the ephemeral ones (never in the log)
+        if (ev.type === "ephemeral" || (ev.type === "message" && gap.heldBefore.delete(ev.offset))) events.push(ev);
+        else gap.events.push(ev);
+        continue;
+      }
       const passes =
         ev.type === "state-received" ||
         ev.type === "state-request" ||
@@ -811,6 +834,9 @@ export class ClientProtocol {
         events.push({ type: "caught-up", group: g.name, offset, count: int(f, "count") });
         return;
       }
+      case "catchup_log":
+        this.#catchupLog(f);
+        return;
       case "ephemeral":
         str(f, "group");
         events.push(f as unknown as EphemeralEvent); // the frame is the event
@@ -823,6 +849,11 @@ export class ClientProtocol {
         this.#stateChunk(f, events);
         return;
       case "error": {
+        const reading = this.#gapOf(f.req);
+        if (reading !== undefined) {
+          this.#historyRefused(reading, str(f, "code"), events);
+          return;
+        }
         const g = this.groupOfJoin(reqOf(f));
         if (g !== undefined && g.stateBuffer !== null && (f.code === "state_unavailable" || f.code === "state_too_large")) {
           this.#stateDone(g, stateReceived(g.name, 0, null, f.code), events);
@@ -869,6 +900,8 @@ export class ClientProtocol {
     if (s.received && m.seq !== s.received + 1) {
       throw new ProtocolViolation(`${g.name}/${m.stream}: seq ${m.seq} after ${s.received}`);
     }
+    const gap = g.gap;
+    if (gap !== null && !gap.ahead.has(m.stream)) gap.ahead.set(m.stream, m.seq); // behind the gap
     s.received = m.seq;
     g.top = Math.max(g.top, m.offset);
     if (m.atomic) {
@@ -918,11 +951,8 @@ export class ClientProtocol {
   #viewInstall(f: Frame, events: ProtocolEvent[]): void {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined) return;
-    const view = int(f, "view");
-    const members = strings(f, "members");
-    const joined = strings(f, "joined");
-    const left = strings(f, "left");
-    const offset = int(f, "offset");
+    const installed = viewEvent(g.name, f);
+    const { view, members, left, offset } = installed;
     const epoch = int(f, "epoch");
     g.view = view;
     g.proposed = null;
@@ -971,9 +1001,6 @@ export class ClientProtocol {
     }
     g.phase = "active";
     g.members = members;
-    const users = usersOf(members);
-    const [usersJoined, usersLeft] = arrivals(users, joined, left);
-    const installed: ViewEvent = { type: "view", group: g.name, view, members, joined, left, offset, users, usersJoined, usersLeft };
     events.push(installed);
     if (this.requests.inUse) this.#installed(installed);
   }
@@ -1026,12 +1053,108 @@ export class ClientProtocol {
    * server answers with the outcome if it is already known.
    */
   #reack(g: GroupProtocol): void {
-    const waiting = [...g.atomic].filter(([, outcome]) => outcome === null).map(([off]) => off);
+    const waiting = undecided(g);
     if (!waiting.length) return;
     const acks = this.#acks.get(g.name);
     if (acks) acks.push(...waiting);
     else this.#acks.set(g.name, waiting);
   }
+  // -- catch-up from the log (catchup.ts) ----------------------------------------------------
+
+  /**
+   * `catchup_log`: the messages after `after` and before `before` are read from the log, a page
+   * at a time; what comes meanwhile waits for the application behind them. Every stream starts
+   * afresh behind the gap (what is held back stays: it is older), and the gap's end checks that
+   * the two meet.
+   */
+  #catchupLog(f: Frame): void {
+    const g = this.groups.get(str(f, "group"));
+    if (g === undefined || g.phase === "left") return;
+    // one per resume or rejoin, and a reconnect ends it
+    if (g.gap !== null) throw new ProtocolViolation(`${g.name}: catchup_log during a gap`);
+    const after = int(f, "after");
+    const before = int(f, "before");
+    if (after >= before - 1) return;
+    const gap = (g.gap = new Gap(g.name, g.epoch, after, before, g.resumePoint().streams!, Math.max(g.view, int(f, "view"))));
+    for (const s of g.streams.values()) {
+      s.received = 0;
+      for (const m of s.held) gap.heldBefore.add(m.offset);
+    }
+    this.#ask(gap);
+  }
+
+  /** Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... */
+  #ask(gap: Gap): void {
+    this.#out.push(gap.request(this.requests.newReq("h")));
+  }
+
+  #gapOf(req: unknown): GroupProtocol | undefined {
+    for (const g of this.groups.values()) if (g.gap !== null && g.gap.req === req) return g;
+    return undefined;
+  }
+
+  #historyPage(f: Frame, events: ProtocolEvent[]): void {
+    const g = this.#gapOf(f.req);
+    if (g === undefined) return; // for a gap given up (a lost connection, a removal): read again later
+    const gap = g.gap!;
+    for (const k of ["epoch", "first", "end", "head"]) int(f, k);
+    // (not lists: they throw, a malformed frame)
+    const messages = (f.messages as Frame[]).map((m) => message(g, m, true));
+    const installs = (f.installs as Frame[]).map((i) => viewEvent(g.name, i));
+    gap.page({ ...(f as unknown as Page), aborted: [...(f.aborted as number[])], messages, installs }, events);
+    if (gap.members !== null && gap.view > g.view) {
+      // the log knew a later view
+      g.view = gap.view;
+      g.members = gap.members;
+    }
+    if (gap.done) this.#closeGap(g, events);
+    else this.#ask(gap);
+  }
+
+  /**
+   * A `history` request refused: asked again a few times (the log could not be read); then the
+   * gap is given up: the application is told its knowledge jumps (`reset`), and what came behind
+   * follows. `not_member`: the member is out, the gap is moot.
+   */
+  #historyRefused(g: GroupProtocol, code: string, events: ProtocolEvent[]): void {
+    const gap = g.gap!;
+    if (code === "not_member") this.#abandonGap(g);
+    else if (gap.tries < PAGE_RETRIES) this.#ask(gap);
+    else {
+      gap.jump(code, gap.before - 1, events);
+      gap.after = gap.before - 1;
+      this.#closeGap(g, events);
+    }
+  }
+
+  /** The gap is read: streams go on from where what came behind it left them, and its events follow the history's. */
+  #closeGap(g: GroupProtocol, events: ProtocolEvent[]): void {
+    const gap = g.gap!;
+    g.gap = null;
+    for (const [k, seq] of Object.entries(gap.streams)) {
+      const s = g.streams.get(k) ?? { received: 0, held: [] };
+      s.received = Math.max(s.received, seq);
+      g.streams.set(k, s);
+    }
+    g.base = Math.max(g.base, gap.after);
+    for (const ev of gap.events) events.push(ev); // (a spread could overflow the stack)
+  }
+
+  /**
+   * Stop reading the gap (the connection is lost, or the member was removed): the group's
+   * knowledge goes back to the gap's frontier, so its next resume point starts there, and what
+   * came behind the gap (kept, never handed over) comes again.
+   */
+  #abandonGap(g: GroupProtocol): void {
+    const { gap, streams } = g;
+    g.restorePoint(g.resumePoint()); // the gap's frontier
+    g.gap = null;
+    // what was held back before the gap stays held (with its atomic bookkeeping); the rest goes
+    const before = gap!.heldBefore;
+    for (const [k, s] of g.streams) s.held = streams.get(k)?.held.filter((m) => before.has(m.offset)) ?? [];
+    for (const off of g.atomic.keys()) if (!before.has(off)) g.atomic.delete(off);
+  }
+
   // -- requests: what the server's frames answer ---------------------------------------------
 
   /** A connection is open: its session is the one to resume, its member is `me`; the token its
@@ -1064,6 +1187,8 @@ export class ClientProtocol {
   }
 
   #removed(group: string): void {
+    const g = this.groups.get(group);
+    if (g?.gap) this.#abandonGap(g); // moot: a rejoin reads it again
     const q = this.requests;
     q.abandoned.delete(group);
     q.joinRetries.delete(group);
@@ -1199,11 +1324,25 @@ export class ClientProtocol {
 
 }
 
-function message(g: GroupProtocol, f: Frame): Message {
+function message(g: GroupProtocol, f: Frame, replayed = g.catchingUp): Message {
   int(f, "offset");
   int(f, "seq");
   str(f, "stream");
-  return { ...f, type: "message", group: g.name, atomic: f.atomic === true, replayed: g.catchingUp } as unknown as Message;
+  return { ...f, type: "message", group: g.name, atomic: f.atomic === true, replayed } as unknown as Message;
+}
+
+function viewEvent(group: string, f: Frame): ViewEvent {
+  const members = strings(f, "members");
+  const joined = strings(f, "joined");
+  const left = strings(f, "left");
+  const users = usersOf(members);
+  const [usersJoined, usersLeft] = arrivals(users, joined, left);
+  return { type: "view", group, view: int(f, "view"), members, joined, left, offset: int(f, "offset"), users, usersJoined, usersLeft };
+}
+
+/** The atomic messages held with no outcome yet. */
+function undecided(g: GroupProtocol): number[] {
+  return [...g.atomic].filter(([, outcome]) => outcome === null).map(([off]) => off);
 }
 
 function stateReceived(

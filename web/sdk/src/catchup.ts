@@ -1,0 +1,137 @@
+/**
+ * Catch-up from the log, client side (G8, issue 30): reading what a `catchup_log` left out. The
+ * same rules as the Python SDK's `client_sdk/catchup.py`.
+ *
+ * A member that resumes or rejoins from a point older than the server's in-memory window gets
+ * `catchup_log{after, before, view}` ahead of the replay: the messages after `after` and before
+ * `before`, and the view installs among them, are in the log only, and the member reads them
+ * with `history` requests, one page at a time. Everything else comes as usual meanwhile: the
+ * replay from `before`, then live frames. The protocol acts on those at once (it ACKs atomic
+ * messages, answers `flush_ok`, follows the view), so the member holds up nobody while it reads,
+ * but it keeps their *events* for the application until the gap is read: the application sees
+ * every message once, in log order per stream, with the installs it crossed in their place.
+ *
+ * `Gap` is that reading, sans I/O: which page to ask for next, what a page hands the
+ * application, and the position the member's knowledge is at meanwhile (a resume point taken
+ * during the gap starts at its frontier, never past it: what was kept back is read again).
+ * `protocol.ts` parses the frames and owns the group's streams.
+ */
+
+import { ProtocolViolation } from "./errors.js";
+import type { Message, ViewEvent } from "./events.js";
+import type { Frame, ProtocolEvent } from "./protocol.js";
+
+/** Messages asked for per page (the server may answer fewer). */
+export const PAGE = 1000;
+/** A page the server could not read is asked again this many times before the gap is given up. */
+export const PAGE_RETRIES = 3;
+
+/** A `history_page`, its `deliver`s and `view_install`s parsed into events. */
+export interface Page {
+  readonly epoch: number;
+  /** the oldest offset the log keeps */
+  readonly first: number;
+  /** the page's last offset: the next page's `after` */
+  readonly end: number;
+  /** the log's newest offset */
+  readonly head: number;
+  /** the atomic messages of the page that were aborted */
+  readonly aborted: readonly number[];
+  readonly messages: readonly Message[];
+  readonly installs: readonly ViewEvent[];
+}
+
+export class Gap {
+  /** the events of what arrived behind the gap, kept for the application */
+  readonly events: ProtocolEvent[] = [];
+  /** per stream, the first seq that arrived behind the gap (the history must end before it) */
+  readonly ahead = new Map<string, number>();
+  /** the `history` request under way, and how often the current page was asked for */
+  req = "";
+  tries = 0;
+  /** the frontier jumped over offsets retention dropped (streams may skip seqs after it) */
+  holed = false;
+  /** the members of `view`, once a page installed it (null: not read from the log) */
+  members: readonly string[] | null = null;
+  /**
+   * The messages held back (behind an atomic one) when the gap opened: received before it, they
+   * go to the application when released, ahead of the gap (each is later in its stream than
+   * anything the log can add), and stay held if the gap is given up.
+   */
+  readonly heldBefore = new Set<number>();
+
+  constructor(
+    readonly group: string,
+    readonly epoch: number,
+    /** the frontier: every message up to this offset has been handed to the application */
+    public after: number,
+    readonly before: number,
+    /** per stream, the last seq handed to the application (history's frontier) */
+    readonly streams: Record<string, number>,
+    /** the last view installed, as the application has seen them */
+    public view: number,
+  ) {}
+
+  /** The `history` frame for the next page. */
+  request(req: string): Frame {
+    this.req = req;
+    this.tries += 1;
+    return { type: "history", req, group: this.group, after: this.after, before: this.before, limit: PAGE };
+  }
+
+  get done(): boolean {
+    return this.after >= this.before - 1;
+  }
+
+  /** The application's knowledge jumps from the frontier to `to` (`reason`): a `reset`. */
+  jump(reason: string, to: number, events: ProtocolEvent[]): void {
+    const { group, epoch } = this;
+    events.push({ type: "reset", group, reason, oldEpoch: epoch, oldOffset: this.after, newEpoch: epoch, newOffset: to });
+    this.holed = true;
+  }
+
+  /**
+   * A page for this gap: its messages and installs go to `events` (for the application, now),
+   * in log order; aborted atomic ones are skipped. Moves the frontier to the page's `end`, or
+   * to `before - 1` when the page reaches the log's head; then, if the gap is read, checks that
+   * it meets what came behind it.
+   */
+  page(p: Page, events: ProtocolEvent[]): void {
+    this.tries = 0;
+    const { group, epoch, after } = this;
+    if (p.epoch !== epoch) throw new ProtocolViolation(`${group}: epoch ${p.epoch}, not ${epoch}`);
+    // retention dropped what lay between: the application is told how far its knowledge
+    // jumps, as after a refused resume
+    if (p.first > after + 1 && !this.holed) this.jump("offset_unavailable", p.first - 1, events);
+    const aborted = new Set(p.aborted);
+    const installs = [...p.installs].sort((a, b) => a.view - b.view);
+    let k = 0;
+    const installsBefore = (offset: number): void => {
+      for (let i; (i = installs[k]) !== undefined && i.offset < offset; k++) {
+        if (i.view <= this.view) continue; // seen already (the page before had it too)
+        this.view = i.view;
+        this.members = i.members;
+        events.push(i);
+      }
+    };
+    for (const m of p.messages) {
+      installsBefore(m.offset);
+      const had = this.streams[m.stream] ?? 0;
+      if (m.seq <= had) continue; // had already (its point covered this stream further)
+      if (had && m.seq !== had + 1 && !this.holed) {
+        throw new ProtocolViolation(`${group}/${m.stream}: seq ${m.seq} after ${had}`);
+      }
+      this.streams[m.stream] = m.seq;
+      if (!aborted.has(m.offset)) events.push(m);
+    }
+    installsBefore(Infinity);
+    this.after = Math.max(after, p.end);
+    if (p.end >= p.head) this.after = Math.max(this.after, this.before - 1); // nothing more to read
+    if (!this.done) return;
+    // read: each stream's history reaches exactly the first seq that came behind the gap
+    for (const [stream, first] of this.ahead) {
+      const had = this.streams[stream] ?? 0;
+      if (had && first !== had + 1 && !this.holed) throw new ProtocolViolation(`${group}/${stream}: seq ${first} after ${had}`);
+    }
+  }
+}

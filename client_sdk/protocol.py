@@ -185,13 +185,22 @@ class GroupProtocol:
     def saved_point(self) -> dict[str, Any]:
         """A resume point to keep beyond this process: it stops before any message still held
         back (an unconfirmed atomic and what waits behind it), so a later process gets those
-        again and learns their outcome, instead of skipping them."""
+        again and learns their outcome, instead of skipping them. During a gap the point is its
+        frontier, and only what was held before the gap is taken off it (what came behind the
+        gap is not in the frontier)."""
         point = self.resume_point()
-        held = [m for s in self.streams.values() for m in s.held]
-        if held:
-            point["offset"] = min(self.base, min(m.offset for m in held) - 1)
-            point["streams"] = {k: s.received - len(s.held)
-                                for k, s in self.streams.items() if s.received - len(s.held)}
+        streams: dict[str, int] = point["streams"]
+        gap, lowest = self.gap, None
+        for k, s in self.streams.items():
+            for m in s.held:
+                if gap is not None and m.offset not in gap.held_before:
+                    continue
+                lowest = m.offset if lowest is None else min(lowest, m.offset)
+                streams[k] -= 1
+                if not streams[k]:
+                    del streams[k]
+        if lowest is not None:
+            point["offset"] = min(point["offset"], lowest - 1)
         return point
 
     def snapshot_point(self, base: int, delivered: dict[str, int]) -> dict[str, Any]:

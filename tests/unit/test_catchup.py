@@ -248,3 +248,21 @@ def test_the_sdk_reads_the_gap_and_hands_over_everything_once_in_order(live: boo
     g = b.proto.groups[G]
     assert g.gap is None and g.view == 3
     assert g.resume_point()["offset"] >= 40
+
+
+def test_a_saved_point_during_a_gap_starts_at_its_frontier_before_what_was_held() -> None:
+    """The point a page saves while a gap is read (to resume in another process): the gap's
+    frontier, less what was held back before the gap (an atomic without its outcome); what
+    came behind the gap is not in it."""
+    p = ClientProtocol("b")
+    p.join("j", G)
+    p.receive({"type": "view_install", "group": G, "view": 2, "members": ["a", "b"],
+               "joined": ["b"], "left": [], "epoch": 1, "offset": 0})
+    d = {"type": "deliver", "group": G, "stream": "fifo:a", "sender": "a", "view": 2,
+         "payload": None, "ts": 0.0}
+    p.receive({**d, "offset": 1, "seq": 1, "atomic": True})  # held: no outcome yet
+    p.receive({"type": "catchup_log", "group": G, "after": 1, "before": 10, "view": 2})
+    p.receive({**d, "offset": 10, "seq": 10, "atomic": False})  # behind the gap
+    g = p.groups[G]
+    assert g.resume_point() == {"epoch": 1, "offset": 1, "view": 2, "streams": {"fifo:a": 1}}
+    assert g.saved_point() == {"epoch": 1, "offset": 0, "view": 2, "streams": {}}

@@ -88,7 +88,7 @@ class Gap:
             # retention dropped what lay between (the server's view of it was older): the
             # application is told how far its knowledge jumps, as after a refused resume
             events.append(Reset(self.group, "offset_unavailable", self.epoch, self.after,
-                                self.epoch, first - 1))
+                                self.epoch, first - 1, first - self.after - 1))
             self.holed = True
         aborted = set(f["aborted"])
         installs = sorted(f["installs"], key=lambda i: i["view"])

@@ -153,7 +153,8 @@ class Reset:
     resume point past the log head) or any other refusal code. This member's knowledge of log
     `old_epoch` ended at `old_offset` (the highest offset it received; messages still held back
     then, unconfirmed atomic ones, are dropped); the new knowledge starts after `new_offset` of
-    log `new_epoch` (equal epochs: the same log, with a gap in between)."""
+    log `new_epoch` (equal epochs: the same log, with a gap in between). `lost`: how many
+    messages the log's retention dropped after `old_offset` (when the server said so)."""
 
     group: str
     reason: str
@@ -161,6 +162,7 @@ class Reset:
     old_offset: int
     new_epoch: int
     new_offset: int
+    lost: int | None = None
 
 
 GroupEvent = (Message | ViewInstalled | ViewChanging | ViewResumed | CaughtUp | Removed
@@ -205,6 +207,8 @@ class ServerError:
     code: str
     message: str
     req: str | None
+    #: `offset_unavailable` for a point older than retention: how many messages it dropped
+    lost: int | None = None
 
 
 Reply = Published | Rejected | Outcome | ServerError | CheckpointStored | Refreshed

@@ -120,6 +120,7 @@ class _Refusal:
     reason: str
     epoch: int
     offset: int
+    lost: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -486,7 +487,7 @@ class ClientProtocol:
         self._out.append(frame)
 
     def join_afresh(self, req: str, group: str, reason: str, *, want_state: bool = False,
-                    accept_from: str | None = None) -> None:
+                    accept_from: str | None = None, lost: int | None = None) -> None:
         """The server refused this group's resume point (`reason`, its error code): join
         without one (`accept_from`: the group's own by default). The old stream is over: what
         is held back of it is dropped (it cannot be confirmed in a log that no longer has it),
@@ -497,7 +498,11 @@ class ClientProtocol:
             accept_from = g.accept_from
         g.accept_from = accept_from
         if g.refusal is None:
-            g.refusal = _Refusal(reason, g.epoch, max(g.base, g.top))
+            # `lost` counts the offsets after the point presented (`base`); those up to `top`
+            # had reached this member already (their streams said so)
+            end = max(g.base, g.top)
+            g.refusal = _Refusal(reason, g.epoch, end,
+                                 None if lost is None else max(0, g.base + lost - end))
         g.phase, g.join_req, g.resuming, g.want_state = GroupPhase.JOINING, req, False, want_state
         g.epoch = g.base = g.top = 0  # knowledge starts at the next install
         g.proposed = None
@@ -714,7 +719,8 @@ class ClientProtocol:
             if g is not None and f["code"] in ("state_unavailable", "state_too_large"):
                 self._state_done(g, StateReceived(g.name, 0, None, f["code"]), events)
             else:
-                replies.append(ServerError(f["code"], f["message"], f.get("req")))
+                replies.append(ServerError(f["code"], f["message"], f.get("req"),
+                                           f.get("lost")))
         elif t == "welcome":
             self._welcome(f)
 
@@ -811,7 +817,8 @@ class ClientProtocol:
             g.state_replay, g.state_boundary = {}, f["offset"]
         if g.phase is GroupPhase.JOINING and g.refusal is not None:
             r, g.refusal = g.refusal, None
-            events.append(Reset(g.name, r.reason, r.epoch, r.offset, f["epoch"], f["offset"]))
+            events.append(Reset(g.name, r.reason, r.epoch, r.offset, f["epoch"], f["offset"],
+                                r.lost))
             if r.epoch != f["epoch"]:
                 # The views their stamps name are gone with the old log: a `same_view`
                 # publish cannot be checked against them, so it is refused, never misapplied.
@@ -1118,7 +1125,7 @@ class ClientProtocol:
             return
         if g.resuming:
             want_state = q.held[name]
-            self.join_afresh(q.new_req("r"), name, r.code, want_state=want_state)
+            self.join_afresh(q.new_req("r"), name, r.code, want_state=want_state, lost=r.lost)
             q.out.append(JoinedAfresh(name, r.code, r.message, want_state))
             return
         self.join_refused(name)

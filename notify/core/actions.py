@@ -137,6 +137,9 @@ class Error:
     code: str
     message: str
     req: Req | None = None
+    #: `offset_unavailable` for a point older than retention: how many messages it dropped
+    #: after the point (None otherwise)
+    lost: int | None = None
     type: str = field(default="error", init=False)
 
 

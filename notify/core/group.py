@@ -280,9 +280,9 @@ class Group:
                                         join.req)))
             return out
         if join.resume is not None:
-            err = self._check_resume_point(join.resume, join.accept_from)
+            err = self._check_resume_point(join.resume, join.accept_from, join.req)
             if err is not None:
-                out.append(Send(conn, Error(err[0], err[1], join.req)))
+                out.append(Send(conn, err))
                 return out
         self._joiner_conns[member] = conn
         m.request_join(member, join, now)
@@ -368,7 +368,7 @@ class Group:
                 now: float) -> list[Action]:
         out: list[Action] = []
         assert join.resume is not None
-        err = self._check_resume_point(join.resume, join.accept_from)
+        err = self._check_resume_point(join.resume, join.accept_from, join.req)
         # Installs from before its latest (re)join are not its views (one may be the install
         # that removed an earlier membership): replay from the install that let it in.
         joined_at = max((i.view for i in self._installs if member in i.joined), default=0)
@@ -379,11 +379,11 @@ class Group:
             # G1: it missed views no longer remembered (`_INSTALL_HISTORY`) that the log
             # cannot give it either: resuming would skip them silently. It joins afresh
             # instead (the SDK does, with state transfer).
-            err = (ErrorCode.OFFSET_UNAVAILABLE,
-                   f"views {since.view + 1}-{self._installs[0].view - 1} since yours are no "
-                   "longer remembered; join afresh")
+            err = Error(ErrorCode.OFFSET_UNAVAILABLE,
+                        f"views {since.view + 1}-{self._installs[0].view - 1} since yours are "
+                        "no longer remembered; join afresh", join.req)
         if err is not None:
-            out.append(Send(conn, Error(err[0], err[1], join.req)))
+            out.append(Send(conn, err))
             return out
         gap_ms = 0.0 if slot.lost_at is None else (now - slot.lost_at) * 1000
         self._move(member, slot, MemberEvent.RESUME)
@@ -423,19 +423,23 @@ class Group:
         reason = self.membership.leave_reason(member)
         return reason is not None and reason.cancellable
 
-    def _check_resume_point(self, rp: ResumePoint,
-                            accept_from: AcceptFrom) -> tuple[ErrorCode, str] | None:
+    def _check_resume_point(self, rp: ResumePoint, accept_from: AcceptFrom,
+                            req: Req) -> Error | None:
+        """The refusal of a resume point (None: it is served). One older than the log's
+        retention says how many messages retention dropped (`Error.lost`)."""
         if rp.epoch != self.epoch:
-            return ErrorCode.OFFSET_UNAVAILABLE, f"log epoch is {self.epoch}, not {rp.epoch}"
+            return Error(ErrorCode.OFFSET_UNAVAILABLE,
+                         f"log epoch is {self.epoch}, not {rp.epoch}", req)
         if rp.offset > self.topic.head and self.config.shared_log:
             # Another owner may have written past what this copy knows (a deposed owner told
             # late serves from memory until it is fenced, docs/cluster.md): not the client's
             # mistake, and not a reason to reset it. It asks again, and by then this node has
             # dropped the group (its members reconnect to the owner) or was right all along.
-            return ErrorCode.UNAVAILABLE, (f"offset {rp.offset} is past this owner's head "
-                                           f"{self.topic.head}; retry")
+            return Error(ErrorCode.UNAVAILABLE, f"offset {rp.offset} is past this owner's "
+                         f"head {self.topic.head}; retry", req)
         if rp.offset > self.topic.head or any(s < 0 for s in rp.streams.values()):
-            return ErrorCode.BAD_RESUME, f"offset {rp.offset} is past the head {self.topic.head}"
+            return Error(ErrorCode.BAD_RESUME,
+                         f"offset {rp.offset} is past the head {self.topic.head}", req)
         if self.topic.can_replay(rp.offset, rp.streams, external=accept_from is AcceptFrom.ANY):
             return None  # memory holds every message it lacks
         if self.log_first is not None:  # the log serves what memory lacks (catchup.py)
@@ -443,12 +447,12 @@ class Group:
             first = max(self.log_first, self.topic.head - self.retention.messages + 1)
             lost = lost_to_retention(rp, first)
             if lost:
-                return ErrorCode.OFFSET_UNAVAILABLE, (
-                    f"offset {rp.offset} is older than the oldest the log retains, "
-                    f"{first}: {lost} messages were dropped by retention")
+                return Error(ErrorCode.OFFSET_UNAVAILABLE,
+                             f"offset {rp.offset} is older than the oldest the log retains, "
+                             f"{first}: {lost} messages were dropped by retention", req, lost)
             return None
-        return ErrorCode.OFFSET_UNAVAILABLE, (
-            f"offset {rp.offset} is older than the oldest retained {self.topic.first_retained}")
+        return Error(ErrorCode.OFFSET_UNAVAILABLE, f"offset {rp.offset} is older than the "
+                     f"oldest retained {self.topic.first_retained}", req)
 
     def _catch_up(self, out: list[Action], conn: ConnId, rp: ResumePoint,
                   accept_from: AcceptFrom, *, held_view: int | None = None) -> int:

@@ -185,6 +185,7 @@ async def test_issue16_member_away_past_retention_rejoins_with_reset(
         assert reset.reason == "offset_unavailable"
         assert reset.old_epoch == reset.new_epoch == before["epoch"]  # same log, with a gap
         assert before["offset"] <= reset.old_offset == 1 and reset.new_offset == 21
+        assert reset.lost == 15  # retention keeps 17-21: b had 1, so 2-16 are gone
         assert not any(isinstance(e, Message) and str(e.payload).startswith("while-away")
                        for e in evs)
         evs_a = await until(ga, lambda e: isinstance(e, ViewInstalled) and b.member in e.members)

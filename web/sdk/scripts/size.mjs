@@ -33,8 +33,9 @@ import { fileURLToPath } from "node:url";
 // comes behind the gap from that frame on), so it cannot be a lazy chunk. Trimmed before
 // measuring, from +1,451 B (one view-event builder for installs and pages, one reset helper,
 // ProtocolViolation in errors.ts so catchup.ts throws it directly, terse messages); the budget
-// is the measured entry, again with no headroom.
-export const BUDGET = 14_507; // bytes, min+gzip, entry chunk
+// is the measured entry, again with no headroom. 14,563 B (+56 B) since a `reset` says how many
+// messages retention dropped (`lost`, from the server's `offset_unavailable` or a page's `first`).
+export const BUDGET = 14_563; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

@@ -84,9 +84,9 @@ export class Gap {
   }
 
   /** The application's knowledge jumps from the frontier to `to` (`reason`): a `reset`. */
-  jump(reason: string, to: number, events: ProtocolEvent[]): void {
+  jump(reason: string, to: number, events: ProtocolEvent[], lost: number | null = null): void {
     const { group, epoch } = this;
-    events.push({ type: "reset", group, reason, oldEpoch: epoch, oldOffset: this.after, newEpoch: epoch, newOffset: to });
+    events.push({ type: "reset", group, reason, oldEpoch: epoch, oldOffset: this.after, newEpoch: epoch, newOffset: to, lost });
     this.holed = true;
   }
 
@@ -102,7 +102,7 @@ export class Gap {
     if (p.epoch !== epoch) throw new ProtocolViolation(`${group}: epoch ${p.epoch}, not ${epoch}`);
     // retention dropped what lay between: the application is told how far its knowledge
     // jumps, as after a refused resume
-    if (p.first > after + 1 && !this.holed) this.jump("offset_unavailable", p.first - 1, events);
+    if (p.first > after + 1 && !this.holed) this.jump("offset_unavailable", p.first - 1, events, p.first - after - 1);
     const aborted = new Set(p.aborted);
     const installs = [...p.installs].sort((a, b) => a.view - b.view);
     let k = 0;

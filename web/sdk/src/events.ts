@@ -114,6 +114,8 @@ export interface ResetEvent {
   readonly oldOffset: number;
   readonly newEpoch: number;
   readonly newOffset: number;
+  /** how many messages the log's retention dropped after `oldOffset` (null: not said) */
+  readonly lost: number | null;
 }
 
 /** An ephemeral publish (presence, cursors) of another member: at most once, never replayed. */
@@ -162,7 +164,14 @@ export type Reply =
       readonly offset: number;
       readonly bytes: number;
     }
-  | { readonly type: "error"; readonly code: string; readonly message: string; readonly req: string | number | null }
+  | {
+      readonly type: "error";
+      readonly code: string;
+      readonly message: string;
+      readonly req: string | number | null;
+      /** `offset_unavailable` past retention: how many messages it dropped */
+      readonly lost: number | null;
+    }
   | { readonly type: "pong"; readonly req?: string | number | null };
 
 /** A donor's duty: snapshot now and send it (handled inside the SDK, never seen by the app). */

@@ -97,6 +97,7 @@ interface Refusal {
   readonly reason: string;
   readonly epoch: number;
   readonly offset: number;
+  readonly lost: number | null;
 }
 
 interface Stream {
@@ -620,10 +621,19 @@ export class ClientProtocol {
    * dropped (a log that no longer has it cannot confirm it), and the next install is preceded
    * by a `reset`; a second refusal before that install keeps the first reason.
    */
-  joinAfresh(req: string, group: string, reason: string, opts: { wantState?: boolean; acceptFrom?: string } = {}): void {
+  joinAfresh(
+    req: string,
+    group: string,
+    reason: string,
+    opts: { wantState?: boolean; acceptFrom?: string; lost?: number | null } = {},
+  ): void {
     const g = this.groups.get(group);
     if (g === undefined) throw new Error(`joinAfresh: unknown group ${group}`);
-    g.refusal ??= { reason, epoch: g.epoch, offset: Math.max(g.base, g.top) };
+    // `lost` counts the offsets after the point presented (`base`); those up to `top` had
+    // reached this member already (their streams said so)
+    const end = Math.max(g.base, g.top);
+    const lost = opts.lost ?? null;
+    g.refusal ??= { reason, epoch: g.epoch, offset: end, lost: lost === null ? null : Math.max(0, g.base + lost - end) };
     g.acceptFrom = opts.acceptFrom ?? g.acceptFrom;
     g.phase = "joining";
     g.joinReq = req;
@@ -859,7 +869,13 @@ export class ClientProtocol {
           this.#stateDone(g, stateReceived(g.name, 0, null, f.code), events);
           return;
         }
-        replies.push({ type: "error", code: str(f, "code"), message: String(f.message), req: reqOf(f) });
+        replies.push({
+          type: "error",
+          code: str(f, "code"),
+          message: String(f.message),
+          req: reqOf(f),
+          lost: typeof f.lost === "number" ? f.lost : null,
+        });
         return;
       }
       case "published":
@@ -980,6 +996,7 @@ export class ClientProtocol {
         oldOffset: r.offset,
         newEpoch: epoch,
         newOffset: offset,
+        lost: r.lost,
       });
       if (r.epoch !== epoch) {
         // The views their stamps name are gone with the old log: refused, never misapplied.
@@ -1308,7 +1325,7 @@ export class ClientProtocol {
     }
     if (g.resuming) {
       const wantState = q.held.get(name) ?? false;
-      this.joinAfresh(q.newReq("r"), name, r.code, { wantState });
+      this.joinAfresh(q.newReq("r"), name, r.code, { wantState, lost: r.lost });
       q.out.push({ type: "joined-afresh", group: name, code: r.code, message: r.message, wantState });
       return;
     }

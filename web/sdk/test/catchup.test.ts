@@ -125,7 +125,7 @@ describe("catch-up from the log", () => {
     const { events, replies } = refused("h4");
     expect(replies).toEqual([]); // (no stray error: the gap's)
     expect(p.dataToSend()).toEqual([]);
-    expect(events[0]).toEqual({ type: "reset", group: G, reason: "unavailable", oldEpoch: 7, oldOffset: 11, newEpoch: 7, newOffset: 15 });
+    expect(events[0]).toEqual({ type: "reset", group: G, reason: "unavailable", oldEpoch: 7, oldOffset: 11, newEpoch: 7, newOffset: 15, lost: null });
     expect(short(events)).toEqual(["reset", "m17", "m16", "caught-up"]);
     const g = p.groups.get(G)!;
     expect(g.gap).toBeNull();

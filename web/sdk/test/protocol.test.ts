@@ -360,7 +360,7 @@ describe("resume points", () => {
     expect(out).toEqual([{ type: "join", req: "r3", group: G, want_state: false, accept_from: "members" }]);
     const { events } = p.receive(install({ view: 1, members: ["me"], epoch: 8, offset: 0 }));
     expect(events).toEqual([
-      { type: "reset", group: G, reason: "offset_unavailable", oldEpoch: 7, oldOffset: 12, newEpoch: 8, newOffset: 0 },
+      { type: "reset", group: G, reason: "offset_unavailable", oldEpoch: 7, oldOffset: 12, newEpoch: 8, newOffset: 0, lost: null },
       { type: "view", group: G, view: 1, members: ["me"], joined: ["me"], left: [], offset: 0, users: new Map([["me", ["me"]]]), usersJoined: ["me"], usersLeft: [] },
     ]);
     const g = p.groups.get(G)!;
@@ -479,7 +479,7 @@ describe("replies", () => {
         { type: "rejected", req: "p2", id: "i2", code: "view_changing" },
         { type: "outcome", id: "i3", group: G, offset: 12, committed: false, reason: "ack_timeout" },
         { type: "pong", req: "h1" },
-        { type: "error", code: "bad_frame", message: "no", req: 5 },
+        { type: "error", code: "bad_frame", message: "no", req: 5, lost: null },
       ),
     );
     expect(replies).toEqual([
@@ -487,7 +487,7 @@ describe("replies", () => {
       { type: "rejected", req: "p2", id: "i2", code: "view_changing" },
       { type: "outcome", id: "i3", group: G, offset: 12, committed: false, reason: "ack_timeout" },
       { type: "pong", req: "h1" },
-      { type: "error", code: "bad_frame", message: "no", req: 5 },
+      { type: "error", code: "bad_frame", message: "no", req: 5, lost: null },
     ]);
   });
 });

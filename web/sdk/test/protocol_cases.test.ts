@@ -72,6 +72,7 @@ export function eventJson(e: ProtocolEvent): { [key: string]: Json } {
         old_offset: e.oldOffset,
         new_epoch: e.newEpoch,
         new_offset: e.newOffset,
+        lost: e.lost,
       };
     case "state-received":
       return { type: "state_received", ...pick(e, ["group", "offset", "snapshot", "reason", "streams"]) };

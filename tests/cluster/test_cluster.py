@@ -34,6 +34,7 @@ from client_sdk import (
 )
 from tests.cluster.conftest import NatsCluster
 from tests.cluster.nodes import LEASE_TTL, NotifyCluster, NotifyNode, make_cluster
+from tests.integration.proxy import FaultyProxy
 
 TIMEOUT = 30.0
 FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)
@@ -61,6 +62,15 @@ def retaining_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[Not
     """Two nodes that keep only the newest 20 messages of a group (`--retain-messages 20`)."""
     yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
                                      extra=("--retain-messages", "20")))
+
+
+@pytest.fixture
+def windowed_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    """Two nodes whose groups keep 10 messages in memory (`--window-messages 10`): a member
+    that comes back reads the rest from the stream (issue 30)."""
+    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+                                     extra=("--window-messages", "10",
+                                            "--suspect-timeout", "30")))
 
 
 @pytest.fixture
@@ -135,6 +145,45 @@ async def pair(cluster: NotifyCluster, made: list[Client], owner: NotifyNode,
     gb = await asyncio.wait_for(b.join(g), TIMEOUT)
     cols = [Collector(ga), Collector(gb)]
     return g, ga, gb, cols
+
+
+@pytest.mark.timeout(120)
+async def test_a_member_of_an_edge_catches_up_from_the_owners_log(
+        windowed_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """b is a member through the edge node, its group's owner is the other; it is cut off while
+    a publishes 100 messages (the window keeps 10). Back, it resumes through the edge: the
+    `catchup_log`, its `history` requests and their pages go through the edge to the owner,
+    which reads them from the JetStream stream; b has every message once, in order."""
+    cluster = windowed_cluster
+    owner, edge = cluster.nodes[0], cluster.nodes[1]
+    g = group_on(cluster, owner.name)
+    proxy = await FaultyProxy(edge.port).start()
+    cols: list[Collector] = []
+    try:
+        a = await client(clients, owner.url, "a")
+        b = await client(clients, proxy.url, "b")
+        ga = await asyncio.wait_for(a.join(g), TIMEOUT)
+        gb = await asyncio.wait_for(b.join(g), TIMEOUT)
+        cols += [Collector(ga), Collector(gb)]
+        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for col in cols))
+        proxy.block()
+        proxy.cut()
+        for k in range(0, 100, 25):
+            await asyncio.wait_for(asyncio.gather(
+                *(ga.publish({"i": i}) for i in range(k, k + 25))), TIMEOUT)
+        proxy.unblock()
+        await cols[1].wait_for(lambda s: len(s.messages) >= 100, 3 * TIMEOUT)
+        await asyncio.sleep(0.5)  # nothing more, nothing twice
+        assert [m.payload["i"] for m in cols[1].messages] == list(range(100))
+        assert cols[1].views == [(2, ("a", "b"))]  # a resume: no view change
+        pages = [line for line in owner.http("/metrics")[1].decode().splitlines()
+                 if line.startswith("notify_history_pages_total")]
+        assert pages and float(pages[0].split()[-1]) >= 1, pages  # served by the owner
+    finally:
+        for col in cols:
+            await col.stop()
+        await proxy.close()
 
 
 @pytest.mark.timeout(150)

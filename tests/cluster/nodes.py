@@ -8,6 +8,7 @@ a node has joined; `/cluster` says who owns which shard, as that node sees it.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,16 @@ def make_cluster(nats: list[str], tmp: Path, n: int = 3,
     ports = free_ports(n)
     return NotifyCluster([NotifyNode(f"n{i + 1}", ports[i], nats, tmp, extra)
                           for i in range(n)])
+
+
+def nodes_running(cluster: NotifyCluster) -> Iterator[NotifyCluster]:
+    """For a fixture: start every node, wait until they are ready, stop them after the test
+    (their logs printed: pytest shows them when the test failed)."""
+    try:
+        for n in cluster.nodes:
+            n.start()
+        cluster.wait_ready()
+        yield cluster
+    finally:
+        cluster.stop()
+        print(cluster.logs())

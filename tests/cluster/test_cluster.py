@@ -33,34 +33,22 @@ from client_sdk import (
     connect,
 )
 from tests.cluster.conftest import NatsCluster
-from tests.cluster.nodes import LEASE_TTL, NotifyCluster, NotifyNode, make_cluster
+from tests.cluster.nodes import LEASE_TTL, NotifyCluster, NotifyNode, make_cluster, nodes_running
 from tests.integration.proxy import FaultyProxy
 
 TIMEOUT = 30.0
 FAST = ClientOptions(backoff=Backoff(base=0.05, cap=0.5), request_timeout=60.0)
 
 
-def _running(cluster: NotifyCluster) -> Iterator[NotifyCluster]:
-    """Start every node, wait until they are ready, stop them after the test."""
-    try:
-        for n in cluster.nodes:
-            n.start()
-        cluster.wait_ready()
-        yield cluster
-    finally:
-        cluster.stop()
-        print(cluster.logs())  # shown when the test failed
-
-
 @pytest.fixture
 def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
-    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes"))
+    yield from nodes_running(make_cluster(nats_cluster.urls, tmp_path / "nodes"))
 
 
 @pytest.fixture
 def retaining_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
     """Two nodes that keep only the newest 20 messages of a group (`--retain-messages 20`)."""
-    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+    yield from nodes_running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
                                      extra=("--retain-messages", "20")))
 
 
@@ -68,7 +56,7 @@ def retaining_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[Not
 def windowed_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
     """Two nodes whose groups keep 10 messages in memory (`--window-messages 10`): a member
     that comes back reads the rest from the stream (issue 30)."""
-    yield from _running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+    yield from nodes_running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
                                      extra=("--window-messages", "10",
                                             "--suspect-timeout", "30")))
 

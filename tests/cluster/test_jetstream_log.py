@@ -551,22 +551,31 @@ async def test_r3_a_killed_node_loses_nothing_acknowledged(nats_cluster: NatsClu
     assert sg.seqs == {"fifo:a": head}
 
 
+def server_on_stream(nats: NatsCluster, stream: str,
+                     config: CoreConfig) -> Callable[[], Awaitable[NotifyServer]]:
+    """`await serve()`: a started `NotifyServer` on `stream`, with a new log instance each
+    time and always the same port (so a client reconnects to the next one)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+
+    async def serve() -> NotifyServer:
+        store = await asyncio.to_thread(JetStreamLog, nats.urls, stream=stream)
+        srv = NotifyServer(config, port=port, store=store)
+        await srv.start()
+        return srv
+
+    return serve
+
+
 @pytest.mark.timeout(120)
 async def test_a_server_on_jetstream_comes_back_from_the_stream(
         nats_cluster: NatsCluster) -> None:
     """Two SDK clients in a group on `NotifyServer(store=JetStreamLog(...))`; the server goes
     away and a new one (a new log instance, same stream) restores the group: the members
     resume their view, the messages are there, offsets and versions go on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    config = CoreConfig(Timeouts(suspect_timeout=0.5, flush_timeout=1.0))
-
-    async def serve() -> NotifyServer:
-        store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="E2E")
-        srv = NotifyServer(config, port=port, store=store)
-        await srv.start()
-        return srv
+    serve = server_on_stream(nats_cluster, "E2E",
+                             CoreConfig(Timeouts(suspect_timeout=0.5, flush_timeout=1.0)))
 
     srv = await serve()
     a = await bounded(Connection.connect(srv.url, "a"))
@@ -614,17 +623,9 @@ async def test_a_member_away_past_the_window_is_caught_up_from_the_stream(
     again and the server restarts meanwhile: each time b resumes and reads what memory lacks
     from the stream, every message once, in order. (No atomic messages: one b has not ACKed
     stays undecided, and the window keeps it and all after it; the simulator covers those.)"""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    config = CoreConfig(Timeouts(suspect_timeout=30.0, flush_timeout=1.0),
-                        Limits(window_messages=10))
-
-    async def serve() -> NotifyServer:
-        store = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="GAP")
-        srv = NotifyServer(config, port=port, store=store)
-        await srv.start()
-        return srv
+    serve = server_on_stream(nats_cluster, "GAP",
+                             CoreConfig(Timeouts(suspect_timeout=30.0, flush_timeout=1.0),
+                                        Limits(window_messages=10)))
 
     srv = await serve()
     a = await bounded(Connection.connect(srv.url, "a"))

@@ -22,7 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.cluster.conftest import NatsCluster
-from tests.cluster.nodes import NotifyCluster, make_cluster
+from tests.cluster.nodes import NotifyCluster, make_cluster, nodes_running
 
 TIMEOUT = 30.0
 
@@ -34,16 +34,8 @@ def notify_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[Notify
     """Three nodes, with a suspect timeout (30 s) no step of the test comes near: a view
     change can only come from the member being taken for someone else, never from its
     absence."""
-    cluster = make_cluster(nats_cluster.urls, tmp_path / "nodes",
-                           extra=("--suspect-timeout", "30"))
-    try:
-        for n in cluster.nodes:
-            n.start()
-        cluster.wait_ready()
-        yield cluster
-    finally:
-        cluster.stop()
-        print(cluster.logs())  # shown when the test failed
+    yield from nodes_running(make_cluster(nats_cluster.urls, tmp_path / "nodes",
+                                    extra=("--suspect-timeout", "30")))
 
 
 class Raw:

@@ -75,6 +75,14 @@ def pages_served(server: ServerProcess) -> float:
                if line.startswith("notify_history_pages_total"))
 
 
+async def members(server: ServerProcess, proxy: FaultyProxy, sdk: Any) -> tuple[Any, Any]:
+    """a on the server, b behind `proxy`, both in group `g`: their group handles."""
+    a, b = await sdk(server.url, "a", options=FAST), await sdk(proxy.url, "b", options=FAST)
+    ga, gb = await a.join("g"), await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 2)
+    return ga, gb
+
+
 @pytest.mark.parametrize("store", ["sqlite", "memory"])
 async def test_a_brief_drop_past_the_window_is_caught_up_from_the_log(
         processes: Callable[..., ServerProcess], sdk: Any, store: str) -> None:
@@ -82,9 +90,7 @@ async def test_a_brief_drop_past_the_window_is_caught_up_from_the_log(
     server.start()
     proxy = await FaultyProxy(server.port).start()
     try:
-        a, b = await sdk(server.url, "a", options=FAST), await sdk(proxy.url, "b", options=FAST)
-        ga, gb = await a.join("g"), await b.join("g")
-        await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 2)
+        ga, gb = await members(server, proxy, sdk)
         await ga.publish(payload(-1))
         await until(gb, lambda e: isinstance(e, Message) and e.payload["i"] == -1)
 
@@ -115,9 +121,7 @@ async def test_a_member_back_after_its_group_was_evicted_is_caught_up_from_the_l
     server.start()
     proxy = await FaultyProxy(server.port).start()
     try:
-        a, b = await sdk(server.url, "a", options=FAST), await sdk(proxy.url, "b", options=FAST)
-        ga, gb = await a.join("g"), await b.join("g")
-        await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 2)
+        ga, gb = await members(server, proxy, sdk)
         proxy.block()
         proxy.cut()
         await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 1)
@@ -139,9 +143,7 @@ async def test_after_sigkill_and_a_restart_a_member_is_caught_up_from_the_log(
     server.start()
     proxy = await FaultyProxy(server.port).start()
     try:
-        a, b = await sdk(server.url, "a", options=FAST), await sdk(proxy.url, "b", options=FAST)
-        ga, gb = await a.join("g"), await b.join("g")
-        await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 2)
+        ga, gb = await members(server, proxy, sdk)
         proxy.block()
         proxy.cut()
         await publish_missed(ga, 0, MISSED)

@@ -8,24 +8,7 @@
 import { describe, expect, it } from "vitest";
 import type { Message } from "../src/events.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, ProtocolViolation } from "../src/protocol.js";
-
-const G = "g";
-
-function deliver(offset: number, stream: string, seq: number, over: Partial<Frame> = {}): Frame {
-  return {
-    type: "deliver",
-    group: G,
-    offset,
-    stream,
-    seq,
-    sender: stream.split(":")[1] ?? "a",
-    view: 1,
-    atomic: false,
-    payload: { n: offset },
-    ts: 1_700_000_000,
-    ...over,
-  };
-}
+import { deliver, G } from "./frames.js";
 
 function install(view: number, offset: number, over: Partial<Frame> = {}): Frame {
   return { type: "view_install", group: G, view, members: ["a", "me"], joined: [], left: [], epoch: 7, offset, ...over };

@@ -6,8 +6,7 @@
 import { describe, expect, it } from "vitest";
 import type { Message } from "../src/events.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, ProtocolViolation } from "../src/protocol.js";
-
-const G = "g";
+import { deliver, G } from "./frames.js";
 
 function install(over: Partial<Frame> = {}): Frame {
   return {
@@ -19,22 +18,6 @@ function install(over: Partial<Frame> = {}): Frame {
     left: [],
     epoch: 7,
     offset: 10,
-    ...over,
-  };
-}
-
-function deliver(offset: number, stream: string, seq: number, over: Partial<Frame> = {}): Frame {
-  return {
-    type: "deliver",
-    group: G,
-    offset,
-    stream,
-    seq,
-    sender: stream.split(":")[1] ?? "a",
-    view: 1,
-    atomic: false,
-    payload: { n: offset },
-    ts: 1_700_000_000,
     ...over,
   };
 }

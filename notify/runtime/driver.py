@@ -16,8 +16,8 @@ I/O and never a rule, and the simulator and the replay run exactly what the serv
   being applied is queued behind them, so the hub is never re-entered. An answer is for the
   group object that issued the write: a group that left memory and came back meanwhile never
   takes an old write's answer for one of its own tickets.
-- **Fault-in (G14).** A `join` or `publish` for a group that is not in memory asks the store
-  to `fetch` it, and the driver holds that group's frames, and every later frame of their
+- **Fault-in (G14).** A `join`, `publish` or `history` for a group that is not in memory asks
+  the store to `fetch` it, and the driver holds that group's frames, and every later frame of their
   connections (a connection's frames are handled in the order it sent them), until the store
   answers or the load deadline passes (`write_timeout`: then they are refused `unavailable`,
   as when the log cannot be read, and a late answer is ignored). At most `MAX_HELD` frames
@@ -59,7 +59,7 @@ from notify.core.actions import (
 )
 from notify.core.auth import Identity
 from notify.core.errors import ErrorCode
-from notify.core.events import ClientFrame, Hello, Join, Publish
+from notify.core.events import ClientFrame, Hello, History, Join, Publish
 from notify.core.group import Group
 from notify.runtime.frames import BATCH_BYTES, BATCH_FRAMES, batch, dumps, packed, runs
 from notify.runtime.ports import Done, Fenced, Observer, Page, Restorable, Store, Transport
@@ -72,6 +72,10 @@ MOVED = "the group moved to another node; reconnect"
 
 #: frames that may wait for one group's load from the log
 MAX_HELD = 10_000
+
+#: frames that bring their group back from the log when it is not in memory (a `history` of
+#: a member whose group left memory, or moved here, since its resume)
+_LOADS = (Join, Publish, History)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +136,7 @@ class Driver:
             if group is not None:
                 self._hold(self._loads[group], conn, frame)
                 return
-        if isinstance(frame, (Join, Publish)) and frame.group not in self.hub.groups:
+        if isinstance(frame, _LOADS) and frame.group not in self.hub.groups:
             self._fault_in(conn, frame)
         else:
             self._handle(conn, frame)
@@ -234,7 +238,7 @@ class Driver:
             self.run([Send(conn, Error(ErrorCode.INTERNAL, "internal error; frame dropped",
                                        req))])  # type: ignore[arg-type]
 
-    def _fault_in(self, conn: int, frame: Join | Publish) -> None:
+    def _fault_in(self, conn: int, frame: Join | Publish | History) -> None:
         """Hold `frame` until its group is back from the log: one fetch per group at a time
         (two loads racing would each adopt what they read; on JetStream each also appends a
         fence record, which would refuse a write the first one's group already started)."""
@@ -283,7 +287,7 @@ class Driver:
                 self._hold(self._loads[self._waiting[conn]], conn, item)
             elif isinstance(item, _Closed):
                 self.closed(conn, item.code, item.reason)
-            elif not isinstance(item, (Join, Publish)) or item.group != load.group:
+            elif not isinstance(item, _LOADS) or item.group != load.group:
                 self.frame(conn, item)
             elif error is None:  # the group is in memory now, or new (the log never had it)
                 self._handle(conn, item)

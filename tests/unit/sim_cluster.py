@@ -76,7 +76,7 @@ from notify.cluster.routing import (
     Forward,
     RouteAction,
 )
-from notify.core import Append, CoreConfig, Hub, LogEvent, Timeouts, Write
+from notify.core import Append, CoreConfig, Hub, Limits, LogEvent, Timeouts, Write
 from notify.core.actions import Error
 from notify.core.auth import Identity
 from notify.core.events import (
@@ -133,6 +133,8 @@ class ClusterSimConfig:
     beats: bool = True
     #: how often the quiescent phase ends with a last message whose batch to one edge is lost
     p_quiet_tail: float = 0.5
+    #: the groups' in-memory window (a small one: members read the rest from the log)
+    window: int = Limits().window_messages
 
 
 @dataclass(eq=False)
@@ -213,7 +215,8 @@ class SimNode:
         self.dead = False
         tokens = iter(range(1, 1 << 30))
         self.hub = SimHub(sim, f"{name}#{inc}",
-                          CoreConfig(timeouts=sim.cfg.timeouts, shared_log=True),
+                          CoreConfig(timeouts=sim.cfg.timeouts, shared_log=True,
+                                     limits=Limits(window_messages=sim.cfg.window)),
                           new_token=lambda: f"{name}.{inc}.s{next(tokens)}", epoch=EPOCH)
         self.driver = Driver(self.hub, transport=self, store=self, observer=self,
                              clock=lambda: sim.now)
@@ -512,6 +515,8 @@ class ClusterSimulation(ClientSim):
         for node in self.nodes.values():
             g = node.hub.groups.get(group)
             oc = g.topic.outcome(offset) if g is not None else None
+            if oc is None and g is not None and offset <= g.topic.head:
+                oc = g.topic.decided(offset)  # it left the window: decided (issue 30)
             if oc is not None:
                 if oc or (group, offset) in self.stored_aborts:
                     self.note_outcome(group, offset, oc)

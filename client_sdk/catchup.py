@@ -26,7 +26,7 @@ Frame = dict[str, Any]
 
 #: messages asked for per page (the server may answer fewer: its `history_page` limit)
 PAGE = 1000
-#: a page the server could not read is asked again this many times before the gap is given up
+#: a page the server refused is asked again this many times; then the host reconnects
 PAGE_RETRIES = 3
 
 
@@ -61,15 +61,18 @@ class Gap:
     #: the messages held back (behind an atomic one) when the gap opened: received before
     #: it, they go to the application when released, ahead of the gap (each is later in its
     #: stream than anything the log can add, and of a view no later than the gap starts in),
-    #: and stay held if the gap is given up
+    #: and stay held if the gap is abandoned (a lost connection)
     held_before: set[int] = field(default_factory=set)
 
-    def request(self, req: str) -> Frame:
-        """The `history` frame for the next page."""
+    def request(self, req: str, accept_from: str) -> Frame:
+        """The `history` frame for the next page (with the group's own `accept_from`)."""
         self.req = req
         self.tries += 1
-        return {"type": "history", "req": req, "group": self.group, "after": self.after,
-                "before": self.before, "limit": PAGE}
+        frame: Frame = {"type": "history", "req": req, "group": self.group, "after": self.after,
+                        "before": self.before, "limit": PAGE}
+        if accept_from != "members":
+            frame["accept_from"] = accept_from
+        return frame
 
     @property
     def done(self) -> bool:
@@ -79,7 +82,6 @@ class Gap:
         """A `history_page` for this gap: its messages and installs go to `events` (for the
         application, now), in log order; aborted atomic ones are skipped. Moves the
         frontier to the page's `end`, or to the log's head when that is below `before`."""
-        self.tries = 0
         if f["epoch"] != self.epoch:
             raise GapViolation(f"{self.group}: a history page of log {f['epoch']}, "
                                f"not {self.epoch}")
@@ -102,6 +104,8 @@ class Gap:
         for i in installs[k:]:
             self._install(i, events)
         end = f["end"]
+        if end > self.after:
+            self.tries = 0  # it moved on (a page that does not counts as a refusal)
         self.after = max(self.after, end)
         if end >= f["head"]:  # the log ends here: nothing more to read before `before`
             self.after = max(self.after, self.before - 1)

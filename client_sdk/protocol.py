@@ -113,6 +113,11 @@ class ProtocolViolation(Exception):
         self.replies: list[Reply] = []
 
 
+class GapUnreadable(ProtocolViolation):
+    """A gap's history was refused again and again on this connection: the host reconnects
+    and resumes (what a violation makes it do), from the gap's frontier."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Refusal:
     """Why a group was joined afresh, and where its old stream ended."""
@@ -915,7 +920,7 @@ class ClientProtocol:
         for s in g.streams.values():
             s.received = 0  # (what is held back stays: it is older than what comes behind)
         g.gap = gap
-        self._out.append(gap.request(self.requests.new_req("h")))
+        self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
 
     def _gap_of(self, req: object) -> GroupProtocol | None:
         if not isinstance(req, str) or not req.startswith("h"):
@@ -934,7 +939,10 @@ class ClientProtocol:
             if gap.members is not None and gap.view > g.view:  # the log knew a later view
                 g.view, g.members = gap.view, gap.members
             if not gap.done:
-                self._out.append(gap.request(self.requests.new_req("h")))
+                if gap.tries >= PAGE_RETRIES:  # pages that do not move on (a node behind)
+                    raise GapUnreadable(f"{g.name}: its history did not move on past "
+                                        f"{gap.after} in {gap.tries} pages; reconnect")
+                self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
                 return
             gap.check_continuity()
         except GapViolation as e:
@@ -942,20 +950,18 @@ class ClientProtocol:
         self._close_gap(g, events)
 
     def _history_refused(self, g: GroupProtocol, f: Frame, events: list[GroupEvent]) -> None:
-        """A `history` request refused: asked again a few times (the log could not be read);
-        then, or when this member is not in the group any more, the gap is given up: the
-        application is told its knowledge jumps (`Reset`), and what came behind follows."""
+        """A `history` request refused: asked again a few times (the log could not be read
+        now; in a cluster, a node whose copy of the group is behind answered). Then the gap
+        cannot be read on this connection: `GapUnreadable`, a protocol violation, so the host
+        reconnects and resumes from the gap's frontier (nothing is skipped; a member that was
+        removed learns it there). A removal on this connection comes as an install instead."""
         gap = g.gap
         assert gap is not None
-        if f["code"] != "not_member" and gap.tries < PAGE_RETRIES:
-            self._out.append(gap.request(self.requests.new_req("h")))
+        if gap.tries < PAGE_RETRIES:
+            self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
             return
-        if f["code"] == "not_member":
-            self._abandon_gap(g)
-            return
-        events.append(Reset(g.name, f["code"], g.epoch, gap.after, g.epoch, gap.before - 1))
-        gap.after, gap.holed = gap.before - 1, True
-        self._close_gap(g, events)
+        raise GapUnreadable(f"{g.name}: its history was refused {gap.tries} times "
+                            f"({f['code']}: {f['message']}); reconnect and resume")
 
     def _close_gap(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
         """The gap is read: streams continue where what came behind it left them, and its

@@ -235,9 +235,11 @@ class HistoryFrame(_Frame):
     before: Offset | None = None
     #: at most this many messages (the server may answer fewer: `Limits.history_page`)
     limit: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    accept_from: ev.AcceptFrom = ev.AcceptFrom.MEMBERS
 
     def to_core(self) -> ev.History:
-        return ev.History(self.req, self.group, self.after, self.before, self.limit)
+        return ev.History(self.req, self.group, self.after, self.before, self.limit,
+                          self.accept_from)
 
 
 ClientFrameModel = Annotated[

@@ -155,6 +155,10 @@ class History:
     after: int
     before: int | None = None
     limit: int = 1000
+    #: which messages the page holds, as for a join: "members" (the default) leaves out what
+    #: non-members sent (G6). The member's own choice, read by itself (in a cluster the owner
+    #: that answers may not have seen the resume that set its `accept_from` yet)
+    accept_from: AcceptFrom = AcceptFrom.MEMBERS
 
 
 ClientFrame = (

@@ -575,7 +575,7 @@ class Group:
             before = min(before, undecided)
         return [ReadHistory(conn, h.req, self.name, self.epoch, h.after, before,
                             min(h.limit, lim.history_page), lim.history_page_bytes,
-                            slot.accept_from is AcceptFrom.ANY)]
+                            h.accept_from is AcceptFrom.ANY)]
 
     # -- messaging -------------------------------------------------------------------------------
 

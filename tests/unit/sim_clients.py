@@ -45,7 +45,7 @@ from client_sdk.events import (
     ServerError,
     ViewInstalled,
 )
-from client_sdk.protocol import ClientProtocol, GroupPhase, ProtocolViolation
+from client_sdk.protocol import ClientProtocol, GapUnreadable, GroupPhase, ProtocolViolation
 from notify.core import Append, Timeouts, Write
 from notify.core.group import Group
 from notify.core.membership import GroupState
@@ -460,6 +460,16 @@ class ClientSim:
                 continue
             try:
                 ev, rep = m.proto.receive(f)
+            except GapUnreadable as e:
+                # what `Client` does: close, reconnect and resume from the gap's frontier
+                self.count("gap.unreadable")
+                self.obs.events(m, events + e.events)
+                for r in replies + e.replies:
+                    self.reply(m, r)
+                self.client_lost(c)
+                self.server_closed(c)
+                self.connect(m, resume=True)
+                return
             except ProtocolViolation as e:
                 self.obs.fail(f"{m.name}: the client protocol refused {f}: {e}")
                 raise

@@ -266,3 +266,29 @@ def test_a_saved_point_during_a_gap_starts_at_its_frontier_before_what_was_held(
     g = p.groups[G]
     assert g.resume_point() == {"epoch": 1, "offset": 1, "view": 2, "streams": {"fifo:a": 1}}
     assert g.saved_point() == {"epoch": 1, "offset": 0, "view": 2, "streams": {}}
+
+
+def test_pages_refused_or_not_moving_on_make_the_client_reconnect_not_skip() -> None:
+    """A page refused (the log cannot be read now; in a cluster, a node whose copy is behind
+    answered, even `not_member`) or one that does not move on is asked again; the third time
+    the protocol raises `GapUnreadable`, a violation: the host reconnects and resumes from the
+    gap's frontier. Nothing is skipped and no `Reset` is made up."""
+    from client_sdk.protocol import GapUnreadable
+
+    p = ClientProtocol("b")
+    p.join("j", G)
+    p.receive({"type": "view_install", "group": G, "view": 2, "members": ["a", "b"],
+               "joined": ["b"], "left": [], "epoch": 1, "offset": 0})
+    p.data_to_send()  # the join
+    p.receive({"type": "catchup_log", "group": G, "after": 0, "before": 9, "view": 2})
+    assert [f["req"] for f in p.data_to_send()] == ["h1"]
+    p.receive({"type": "error", "req": "h1", "code": "not_member", "message": "", "lost": None})
+    assert [f["req"] for f in p.data_to_send()] == ["h2"]
+    page = {"type": "history_page", "req": "h2", "group": G, "epoch": 1, "messages": [],
+            "installs": [], "aborted": [], "end": 0, "first": 1, "head": 9}
+    events, _ = p.receive(page)  # no progress: a copy behind bounds it
+    assert events == [] and [f["req"] for f in p.data_to_send()] == ["h3"]
+    with pytest.raises(GapUnreadable):
+        p.receive({**page, "req": "h3"})
+    p.connection_lost()
+    assert p.groups[G].gap is None and p.groups[G].resume_point()["offset"] == 0

@@ -23,7 +23,7 @@ import type { Frame, ProtocolEvent } from "./protocol.js";
 
 /** Messages asked for per page (the server may answer fewer). */
 export const PAGE = 1000;
-/** A page the server could not read is asked again this many times before the gap is given up. */
+/** A page refused (or that does not move on) is asked again this many times; then the host reconnects. */
 export const PAGE_RETRIES = 3;
 
 /** A `history_page`, its `deliver`s and `view_install`s parsed into events. */
@@ -56,7 +56,7 @@ export class Gap {
   /**
    * The messages held back (behind an atomic one) when the gap opened: received before it, they
    * go to the application when released, ahead of the gap (each is later in its stream than
-   * anything the log can add), and stay held if the gap is given up.
+   * anything the log can add), and stay held if the gap is abandoned (a lost connection).
    */
   readonly heldBefore = new Set<number>();
 
@@ -72,23 +72,19 @@ export class Gap {
     public view: number,
   ) {}
 
-  /** The `history` frame for the next page. */
-  request(req: string): Frame {
+  /** The `history` frame for the next page (with the group's own `accept_from`). */
+  request(req: string, acceptFrom: string): Frame {
     this.req = req;
     this.tries += 1;
-    return { type: "history", req, group: this.group, after: this.after, before: this.before, limit: PAGE };
+    const f: Frame = { type: "history", req, group: this.group, after: this.after, before: this.before, limit: PAGE };
+    if (acceptFrom !== "members") f.accept_from = acceptFrom;
+    return f;
   }
 
   get done(): boolean {
     return this.after >= this.before - 1;
   }
 
-  /** The application's knowledge jumps from the frontier to `to` (`reason`): a `reset`. */
-  jump(reason: string, to: number, events: ProtocolEvent[], lost: number | null = null): void {
-    const { group, epoch } = this;
-    events.push({ type: "reset", group, reason, oldEpoch: epoch, oldOffset: this.after, newEpoch: epoch, newOffset: to, lost });
-    this.holed = true;
-  }
 
   /**
    * A page for this gap: its messages and installs go to `events` (for the application, now),
@@ -97,12 +93,16 @@ export class Gap {
    * it meets what came behind it.
    */
   page(p: Page, events: ProtocolEvent[]): void {
-    this.tries = 0;
     const { group, epoch, after } = this;
+    if (p.end > after) this.tries = 0; // it moved on (a page that does not counts as a refusal)
     if (p.epoch !== epoch) throw new ProtocolViolation(`${group}: epoch ${p.epoch}, not ${epoch}`);
     // retention dropped what lay between: the application is told how far its knowledge
     // jumps, as after a refused resume
-    if (p.first > after + 1 && !this.holed) this.jump("offset_unavailable", p.first - 1, events, p.first - after - 1);
+    if (p.first > after + 1 && !this.holed) {
+      const lost = p.first - after - 1;
+      events.push({ type: "reset", group, reason: "offset_unavailable", oldEpoch: epoch, oldOffset: after, newEpoch: epoch, newOffset: after + lost, lost });
+      this.holed = true;
+    }
     const aborted = new Set(p.aborted);
     const installs = [...p.installs].sort((a, b) => a.view - b.view);
     let k = 0;

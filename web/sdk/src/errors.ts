@@ -68,3 +68,6 @@ export class ProtocolViolation extends Error {
     this.name = "ProtocolViolation";
   }
 }
+
+/** A gap's history refused again and again: the host reconnects and resumes from its frontier. */
+export class GapUnreadable extends ProtocolViolation {}

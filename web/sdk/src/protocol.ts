@@ -31,7 +31,7 @@
 
 import { Gap, PAGE_RETRIES, type Page } from "./catchup.js";
 import type { EncodedChunk } from "./codec.js";
-import { GroupLeftError, NotifyError, ProtocolViolation, PublishRejected, ServerRefused } from "./errors.js";
+import { GapUnreadable, GroupLeftError, NotifyError, ProtocolViolation, PublishRejected, ServerRefused } from "./errors.js";
 import { arrivals, usersOf } from "./presence.js";
 import type {
   EphemeralEvent,
@@ -861,7 +861,7 @@ export class ClientProtocol {
       case "error": {
         const reading = this.#gapOf(f.req);
         if (reading !== undefined) {
-          this.#historyRefused(reading, str(f, "code"), events);
+          this.#historyRefused(reading);
           return;
         }
         const g = this.groupOfJoin(reqOf(f));
@@ -1097,12 +1097,15 @@ export class ClientProtocol {
       s.received = 0;
       for (const m of s.held) gap.heldBefore.add(m.offset);
     }
-    this.#ask(gap);
+    this.#ask(g);
   }
 
   /** Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... */
-  #ask(gap: Gap): void {
-    this.#out.push(gap.request(this.requests.newReq("h")));
+  #ask(g: GroupProtocol): void {
+    const gap = g.gap!;
+    // refused, or pages that do not move on (in a cluster, a node behind): reconnect and resume
+    if (gap.tries >= PAGE_RETRIES) throw new GapUnreadable(`${g.name}: history refused`);
+    this.#out.push(gap.request(this.requests.newReq("h"), g.acceptFrom));
   }
 
   #gapOf(req: unknown): GroupProtocol | undefined {
@@ -1125,23 +1128,17 @@ export class ClientProtocol {
       g.members = gap.members;
     }
     if (gap.done) this.#closeGap(g, events);
-    else this.#ask(gap);
+    else this.#ask(g);
   }
 
   /**
-   * A `history` request refused: asked again a few times (the log could not be read); then the
-   * gap is given up: the application is told its knowledge jumps (`reset`), and what came behind
-   * follows. `not_member`: the member is out, the gap is moot.
+   * A `history` request refused: asked again a few times (the log could not be read now; in a
+   * cluster, a node whose copy is behind answered); then `GapUnreadable`, a protocol violation:
+   * the host reconnects and resumes from the gap's frontier (nothing skipped; a member that was
+   * removed learns it there).
    */
-  #historyRefused(g: GroupProtocol, code: string, events: ProtocolEvent[]): void {
-    const gap = g.gap!;
-    if (code === "not_member") this.#abandonGap(g);
-    else if (gap.tries < PAGE_RETRIES) this.#ask(gap);
-    else {
-      gap.jump(code, gap.before - 1, events);
-      gap.after = gap.before - 1;
-      this.#closeGap(g, events);
-    }
+  #historyRefused(g: GroupProtocol): void {
+    this.#ask(g);
   }
 
   /** The gap is read: streams go on from where what came behind it left them, and its events follow the history's. */

@@ -7,6 +7,7 @@
 
 import { describe, expect, it } from "vitest";
 import type { Message } from "../src/events.js";
+import { GapUnreadable } from "../src/errors.js";
 import { ClientProtocol, type Frame, type ProtocolEvent, ProtocolViolation } from "../src/protocol.js";
 import { deliver, G } from "./frames.js";
 
@@ -97,7 +98,7 @@ describe("catch-up from the log", () => {
     expect(short(p.receive(deliver(19, "total", 3, { view: 3 })).events)).toEqual(["m19"]);
   });
 
-  it("asks a refused page again, then gives the gap up with a reset, and hands over what came behind", () => {
+  it("asks a refused page again, then gives the gap up as a violation: the host reconnects from its frontier", () => {
     const p = inGap();
     replayBehind(p);
     const refused = (req: string) => p.receive({ type: "error", req, code: "unavailable", message: "busy" });
@@ -105,28 +106,28 @@ describe("catch-up from the log", () => {
     expect(p.dataToSend()).toEqual([{ type: "history", req: "h3", group: G, after: 11, before: 16, limit: 1000 }]);
     expect(refused("h3").events).toEqual([]);
     expect(p.dataToSend()).toEqual([{ type: "history", req: "h4", group: G, after: 11, before: 16, limit: 1000 }]);
-    const { events, replies } = refused("h4");
-    expect(replies).toEqual([]); // (no stray error: the gap's)
-    expect(p.dataToSend()).toEqual([]);
-    expect(events[0]).toEqual({ type: "reset", group: G, reason: "unavailable", oldEpoch: 7, oldOffset: 11, newEpoch: 7, newOffset: 15, lost: null });
-    expect(short(events)).toEqual(["reset", "m17", "m16", "caught-up"]);
-    const g = p.groups.get(G)!;
-    expect(g.gap).toBeNull();
-    expect(g.resumePoint()).toEqual({ epoch: 7, offset: 17, view: 1, streams: { "fifo:a": 4, total: 2 } });
-  });
-
-  it("not_member abandons the gap: nothing handed over, the point back at its frontier, a late page ignored", () => {
-    const p = inGap();
-    replayBehind(p);
-    const { events, replies } = p.receive({ type: "error", req: "h2", code: "not_member", message: "" });
-    expect(events).toEqual([]);
-    expect(replies).toEqual([]);
-    expect(p.dataToSend()).toEqual([]); // not asked again
+    let thrown: unknown = null;
+    try {
+      refused("h4");
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(GapUnreadable); // a ProtocolViolation: the client reconnects
+    expect(thrown).toBeInstanceOf(ProtocolViolation);
+    p.connectionLost(); // ... and resumes from the gap's frontier: nothing handed over, nothing skipped
     const g = p.groups.get(G)!;
     expect(g.gap).toBeNull();
     expect(g.resumePoint()).toEqual({ epoch: 7, offset: 11, view: 1, streams: { "fifo:a": 1 } });
-    expect(g.atomic.size).toBe(0);
-    expect(p.receive(page("h2", [deliver(12, "fifo:a", 2)], { end: 15 })).events).toEqual([]);
+  });
+
+  it("a not_member for a page (a node behind) is asked again too, and a page that does not move on counts as a refusal", () => {
+    const p = inGap();
+    replayBehind(p);
+    p.receive({ type: "error", req: "h2", code: "not_member", message: "" });
+    expect(p.dataToSend()).toEqual([{ type: "history", req: "h3", group: G, after: 11, before: 16, limit: 1000 }]);
+    p.receive(page("h3", [], { end: 11 })); // no progress: a copy behind bounds it
+    expect(p.dataToSend()).toEqual([{ type: "history", req: "h4", group: G, after: 11, before: 16, limit: 1000 }]);
+    expect(() => p.receive(page("h4", [], { end: 11 }))).toThrow(GapUnreadable);
   });
 
   it("resumePoint during a gap is its frontier; savedPoint keeps out only what was held before it", () => {

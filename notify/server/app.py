@@ -51,6 +51,7 @@ from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged, bump
 from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
+from notify.server.heap import release_free_memory
 from notify.server.listener import stop_accepting
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
@@ -578,7 +579,7 @@ class NotifyServer:
             if now >= next_prune and (self._pruning is None or self._pruning.done()):
                 next_prune = now + PRUNE_INTERVAL  # retention, off the event loop
                 self._pruning = asyncio.get_running_loop().create_task(
-                    asyncio.to_thread(self.store.prune, now))
+                    asyncio.to_thread(_prune_and_trim, self.store, now))
                 self._pruning.add_done_callback(_log_prune)
             loading = self.driver.loading
             self.driver.tick()
@@ -601,6 +602,14 @@ class NotifyServer:
 PRUNE_INTERVAL = 60.0
 #: the timer's longest and shortest sleep (see `NotifyServer._run_timer`)
 MAX_SLEEP, MIN_SLEEP = 0.05, 0.001
+
+
+def _prune_and_trim(store: MessageLog, now: float) -> int:
+    """A retention pass, then the heap's free pages back to the system (notify/server/heap.py):
+    groups that left memory since are given back too."""
+    deleted = store.prune(now)
+    release_free_memory()
+    return deleted
 
 
 def _log_prune(task: asyncio.Task[int]) -> None:

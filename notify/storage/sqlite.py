@@ -93,6 +93,12 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 
+#: a group's newest and oldest offsets: two lookups at the ends of the primary key (one
+#: `SELECT MAX(..), MIN(..)` scans every row of the group: the min/max optimisation takes one
+#: aggregate per query, and a page of a large group paid for the whole group each time)
+_ENDS = ('SELECT (SELECT MAX("offset") FROM messages WHERE grp=?), '
+         '(SELECT MIN("offset") FROM messages WHERE grp=?)')
+
 #: seconds the publish ids of pruned messages are kept for idempotent retries (`sender_ids`)
 SENDER_IDS_AGE = 86_400.0
 
@@ -172,6 +178,9 @@ class SqliteLog:
                 # a closed loop has nobody waiting any more
                 with contextlib.suppress(RuntimeError):
                     loop.call_soon_threadsafe(done, error)
+            # (while it waits for the next batch, this thread must not keep the last one's
+            # writes and answers alive: they hold their groups, which an eviction let go)
+            del batch, errors, done, loop
 
     def _commit(self, writes: list[Write]) -> list[str | None]:
         """Write everything in one transaction; if that fails, each write alone, so that a
@@ -231,7 +240,7 @@ class SqliteLog:
         g = group
         with self._lock:
             top, bottom = self._db.execute(
-                'SELECT MAX("offset"), MIN("offset") FROM messages WHERE grp=?', (g,)).fetchone()
+                _ENDS, (g, g)).fetchone()
             floor = self._db.execute("SELECT seq FROM floors WHERE grp=? AND stream=''",
                                      (g,)).fetchone()
             if top is None and floor is None and self._db.execute(
@@ -404,8 +413,7 @@ class SqliteLog:
             rows = self._db.execute(
                 'SELECT * FROM messages WHERE grp=? ORDER BY "offset" DESC LIMIT ?',
                 (g, recent)).fetchall()
-            low, high = self._db.execute('SELECT MIN("offset"), MAX("offset") FROM messages '
-                                         'WHERE grp=?', (g,)).fetchone()
+            high, low = self._db.execute(_ENDS, (g, g)).fetchone()
             head = max(high or 0, floors.get("", 0))
             first = low if low is not None else head + 1
             below = rows[-1][1] if rows else head + 1  # the window's first offset

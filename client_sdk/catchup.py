@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from client_sdk.errors import ProtocolViolation
 from client_sdk.events import GroupEvent, Message, Reset, ViewInstalled
 
 Frame = dict[str, Any]
@@ -28,10 +29,6 @@ Frame = dict[str, Any]
 PAGE = 1000
 #: a page the server refused is asked again this many times; then the host reconnects
 PAGE_RETRIES = 3
-
-
-class GapViolation(Exception):
-    """A page that breaks the protocol (a stream that skips a seq)."""
 
 
 @dataclass(slots=True)
@@ -83,7 +80,7 @@ class Gap:
         application, now), in log order; aborted atomic ones are skipped. Moves the
         frontier to the page's `end`, or to the log's head when that is below `before`."""
         if f["epoch"] != self.epoch:
-            raise GapViolation(f"{self.group}: a history page of log {f['epoch']}, "
+            raise ProtocolViolation(f"{self.group}: a history page of log {f['epoch']}, "
                                f"not {self.epoch}")
         first = f["first"]
         if first > self.after + 1 and not self.holed:
@@ -116,7 +113,7 @@ class Gap:
         if seq <= had:
             return  # had already (its point covered this stream further; or held back)
         if had and seq != had + 1 and not self.holed:
-            raise GapViolation(f"{self.group}/{stream}: seq {seq} after {had} in the log")
+            raise ProtocolViolation(f"{self.group}/{stream}: seq {seq} after {had} in the log")
         self.streams[stream] = seq
         if not aborted:
             events.append(Message(self.group, m["offset"], stream, seq, m["sender"], m["view"],
@@ -135,5 +132,5 @@ class Gap:
         for stream, first in self.ahead.items():
             had = self.streams.get(stream, 0)
             if had and first != had + 1 and not self.holed:
-                raise GapViolation(f"{self.group}/{stream}: the log ends at seq {had}, "
+                raise ProtocolViolation(f"{self.group}/{stream}: the log ends at seq {had}, "
                                    f"the replay starts at {first}")

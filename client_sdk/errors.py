@@ -3,6 +3,11 @@ table (`client_sdk.requests`) makes them, the asyncio client raises them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from client_sdk.events import GroupEvent, Reply
+
 __all__ = [
     "ClientFailed",
     "ConnectError",
@@ -77,3 +82,20 @@ class Replaced(NotifyError):
     def __init__(self, old: str) -> None:
         super().__init__(f"instance {old!r} was claimed by a newer connection (close 4002)")
         self.old = old
+
+
+class ProtocolViolation(Exception):
+    """The server sent something the protocol does not allow (a bug on its side), or a frame
+    that does not parse. `events` and `replies` are what the frames before it produced (the
+    protocol state already counts them: hand them over). Not a `NotifyError`: the client
+    reconnects on it (`client_sdk.client`), the application never sees it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.events: list[GroupEvent] = []
+        self.replies: list[Reply] = []
+
+
+class GapUnreadable(ProtocolViolation):
+    """A gap's history was refused again and again on this connection: the host reconnects
+    and resumes (what a violation makes it do), from the gap's frontier."""

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from client_sdk.catchup import PAGE_RETRIES, Gap, GapViolation
+from client_sdk.catchup import PAGE_RETRIES, Gap
+from client_sdk.errors import GapUnreadable as GapUnreadable  # (re-exported: hosts catch them)
 from client_sdk.errors import GroupLeftError, NotifyError, PublishRejected, ServerRefused
+from client_sdk.errors import ProtocolViolation as ProtocolViolation
 from client_sdk.events import (
     CaughtUp,
     CheckpointStored,
@@ -100,22 +102,6 @@ class GroupPhase(StrEnum):
     ACTIVE = "active"
     FLUSHING = "flushing"
     LEFT = "left"
-
-
-class ProtocolViolation(Exception):
-    """The server sent something the protocol does not allow (a bug on its side), or a frame
-    that does not parse. `events` and `replies` are what the frames before it produced (the
-    protocol state already counts them: hand them over)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.events: list[GroupEvent] = []
-        self.replies: list[Reply] = []
-
-
-class GapUnreadable(ProtocolViolation):
-    """A gap's history was refused again and again on this connection: the host reconnects
-    and resumes (what a violation makes it do), from the gap's frontier."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -717,8 +703,8 @@ class ClientProtocol:
             replies.append(CheckpointStored(f["req"], f["group"], f["offset"], f["bytes"]))
         elif t == "error":
             reading = self._gap_of(f.get("req"))
-            if reading is not None:
-                self._history_refused(reading, f, events)
+            if reading is not None:  # a page refused: asked again, or given up
+                self._ask_page(reading)
                 return
             g = self.group_of_join(f.get("req"))
             if g is not None and f["code"] in ("state_unavailable", "state_too_large"):
@@ -920,7 +906,7 @@ class ClientProtocol:
         for s in g.streams.values():
             s.received = 0  # (what is held back stays: it is older than what comes behind)
         g.gap = gap
-        self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
+        self._ask_page(g)
 
     def _gap_of(self, req: object) -> GroupProtocol | None:
         if not isinstance(req, str) or not req.startswith("h"):
@@ -934,34 +920,28 @@ class ClientProtocol:
             return  # for a gap given up (a lost connection, a removal): read again later
         gap = g.gap
         assert gap is not None
-        try:
-            gap.page(f, events)
-            if gap.members is not None and gap.view > g.view:  # the log knew a later view
-                g.view, g.members = gap.view, gap.members
-            if not gap.done:
-                if gap.tries >= PAGE_RETRIES:  # pages that do not move on (a node behind)
-                    raise GapUnreadable(f"{g.name}: its history did not move on past "
-                                        f"{gap.after} in {gap.tries} pages; reconnect")
-                self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
-                return
-            gap.check_continuity()
-        except GapViolation as e:
-            raise ProtocolViolation(str(e)) from e
+        gap.page(f, events)
+        if gap.members is not None and gap.view > g.view:  # the log knew a later view
+            g.view, g.members = gap.view, gap.members
+        if not gap.done:
+            self._ask_page(g)
+            return
+        gap.check_continuity()
         self._close_gap(g, events)
 
-    def _history_refused(self, g: GroupProtocol, f: Frame, events: list[GroupEvent]) -> None:
-        """A `history` request refused: asked again a few times (the log could not be read
-        now; in a cluster, a node whose copy of the group is behind answered). Then the gap
-        cannot be read on this connection: `GapUnreadable`, a protocol violation, so the host
-        reconnects and resumes from the gap's frontier (nothing is skipped; a member that was
-        removed learns it there). A removal on this connection comes as an install instead."""
+    def _ask_page(self, g: GroupProtocol) -> None:
+        """Ask for the gap's next page, or the same again. A page refused (the log could not
+        be read now; in a cluster, a node whose copy of the group is behind answered) or one
+        that did not move on counts as a try: after `PAGE_RETRIES` the gap cannot be read on
+        this connection, `GapUnreadable`, a protocol violation, so the host reconnects and
+        resumes from the gap's frontier (nothing is skipped; a member that was removed learns
+        it there)."""
         gap = g.gap
         assert gap is not None
-        if gap.tries < PAGE_RETRIES:
-            self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
-            return
-        raise GapUnreadable(f"{g.name}: its history was refused {gap.tries} times "
-                            f"({f['code']}: {f['message']}); reconnect and resume")
+        if gap.tries >= PAGE_RETRIES:
+            raise GapUnreadable(f"{g.name}: its history was refused or did not move on past "
+                                f"{gap.after}, {gap.tries} times; reconnect and resume")
+        self._out.append(gap.request(self.requests.new_req("h"), g.accept_from))
 
     def _close_gap(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
         """The gap is read: streams continue where what came behind it left them, and its

@@ -25,7 +25,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -55,9 +55,11 @@ from notify.server.heap import release_free_memory
 from notify.server.listener import stop_accepting
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
-from notify.storage.base import LogPage, MessageLog, StoredGroup
+from notify.storage.base import MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
 from notify.wire import Authenticate, Refresh, parse_any
+
+T = TypeVar("T")
 
 log = structlog.get_logger("notify.server")
 
@@ -146,18 +148,11 @@ class NotifyServer:
     def fetch(self, group: str, answer: Fetched) -> None:
         """Store port: read a group that left memory (G14) off the event loop; the driver
         holds its frames until `answer`, and gives up on a read that takes too long."""
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-            self.store.load_group, group, self.config.limits.window_messages))
-        self._fetches.add(task)
 
-        def done(t: asyncio.Task[StoredGroup | None]) -> None:
-            self._fetches.discard(t)
-            if t.cancelled():
-                return
-            error = t.exception()
+        def done(stored: StoredGroup | None, error: str | None) -> None:
             if error is not None:
-                log.error("load_group_failed", group=group, error=repr(error))
-                answer(None, repr(error))
+                log.error("load_group_failed", group=group, error=error)
+                answer(None, error)
             elif not self.placement.owns(group):
                 # its shard moved while it was read (cluster review S5): adopted, it would be a
                 # zombie here, with timers that write; its frames are refused (`unavailable`)
@@ -165,19 +160,25 @@ class NotifyServer:
                 log.info("load_group_moved", group=group)
                 answer(None, "the group moved to another node while it was read")
             else:
-                answer(t.result(), None)
+                answer(stored, None)
             self._pulse()
 
-        task.add_done_callback(done)
+        self._off_loop(done, self.store.load_group, group, self.config.limits.window_messages)
 
     def read(self, group: str, after: int, limit: int, max_bytes: int, answer: Paged) -> None:
         """Store port: a page of `group`'s log, read off the event loop (a catch-up of
         gigabytes is many such reads, each answered before the next is asked: G11)."""
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(
-            self.store.read_page, group, after, limit, max_bytes))
+        self._off_loop(answer, self.store.read_page, group, after, limit, max_bytes)
+
+    def _off_loop(self, answer: Callable[[T | None, str | None], None],
+                  call: Callable[..., T], *args: Any) -> None:
+        """Run a blocking store call in a thread, then `answer(result, None)` or
+        `answer(None, what went wrong)` on the loop; the task is kept until it ends (and
+        cancelled at stop, when nobody waits for the answer any more)."""
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(call, *args))
         self._fetches.add(task)
 
-        def done(t: asyncio.Task[LogPage | None]) -> None:
+        def done(t: asyncio.Task[T]) -> None:
             self._fetches.discard(t)
             if t.cancelled():
                 return

@@ -274,3 +274,20 @@ async def test_a_reload_knows_the_publish_ids_the_log_keeps_past_the_window(
     sg = again.load_group("g", recent=2)
     assert sg is not None and [x[1] for x in sg.ids][:2] == ["id1", "id2"]
     await again.close()
+
+
+async def test_the_ids_of_pruned_messages_are_kept_a_day_at_most(tmp_path: Path) -> None:
+    """G14: `sender_ids` keeps a pruned message's publish id for `SENDER_IDS_AGE` after its
+    time, then a prune removes it."""
+    from notify.storage.sqlite import SENDER_IDS_AGE
+
+    log = SqliteLog(tmp_path / "log.db", retain_messages=2)
+    await asyncio.gather(*(append(log, msg(i)) for i in range(1, 11)))  # ts 1001..1010
+    await write(log, view("g", 3, ("a",)))
+    log.prune(now=1100.0)
+    sg = log.load_group("g", recent=2)
+    assert sg is not None and [x[1] for x in sg.ids] == [f"id{i}" for i in range(1, 9)]
+    log.prune(now=1005.5 + SENDER_IDS_AGE)  # the ids of messages 1-5 are over a day old
+    sg = log.load_group("g", recent=2)
+    assert sg is not None and [x[1] for x in sg.ids] == [f"id{i}" for i in range(6, 9)]
+    await log.close()

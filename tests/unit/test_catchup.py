@@ -292,3 +292,46 @@ def test_pages_refused_or_not_moving_on_make_the_client_reconnect_not_skip() -> 
         p.receive({**page, "req": "h3"})
     p.connection_lost()
     assert p.groups[G].gap is None and p.groups[G].resume_point()["offset"] == 0
+
+
+def test_one_page_read_at_a_time_per_connection_and_group() -> None:
+    """G14: the driver's table of reads under way. A second request while a page of that group
+    is being read for that connection is refused `unavailable`; its entry leaves with the
+    answer, and the next request is read."""
+    net = Net(window(3))
+    (a,) = form(net, "a")
+    for i in range(5):
+        net.publish(a, f"m{i}")
+    net.take(a)
+    waiting: list[Any] = []
+
+    def held_read(group: str, after: int, limit: int, max_bytes: int, answer: Any) -> None:
+        waiting.append(lambda: answer(net.log.read_page(group, after, limit, max_bytes), None))
+
+    net.read = held_read  # type: ignore[method-assign]
+    net.send(a, History("h1", G, 0))
+    net.send(a, History("h2", G, 0))
+    (refused,) = net.take(a)
+    assert (refused["code"], refused["req"]) == ("unavailable", "h2")
+    waiting.pop()()
+    (page,) = net.take(a)
+    assert page["req"] == "h1" and len(page["messages"]) == 5
+    net.send(a, History("h3", G, 0))
+    waiting.pop()()
+    assert [f["req"] for f in net.take(a)] == ["h3"]
+    assert not net.driver._reading
+
+
+def test_aborts_remembered_past_the_window_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """G14: the topic's aborted offsets past the window, at most MAX_ABORTS: the oldest go, and
+    an offset older than every one remembered is no longer said to be decided."""
+    import notify.core.topic as topic
+
+    monkeypatch.setattr(topic, "MAX_ABORTS", 3)
+    t = Topic(G, retain=1, idempotency_window=100)
+    offsets = [accept(t, i, atomic=True) for i in range(1, 7)]
+    t.stored(offsets[-1])
+    for o in offsets[:-1]:
+        t.record_outcome(o, False)  # 1-5 aborted: 3, 4 and 5 are remembered
+    assert (t.decided(5), t.decided(3)) == (False, False)
+    assert t.decided(2) is None and t.decided(1) is None

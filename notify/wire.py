@@ -306,7 +306,9 @@ def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publi
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     if len(body) > limits.max_frame_bytes:  # re-written numbers may come out longer (1E2)
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
-    return model.to_core(body)
+    # orjson hands back its whole write buffer (8 KiB for any payload under it, up to twice the
+    # size past it) and the in-memory window keeps this body: an exact copy is 1 KiB, not 8
+    return model.to_core(memoryview(body).tobytes())
 
 
 def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:

@@ -16,6 +16,7 @@ outcome there (an aborted one is stored with the view that aborted it).
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from typing import Any
@@ -32,13 +33,15 @@ MAX_ABORTS = 100_000
 
 
 def fifo_stream(member: MemberId) -> str:
-    return f"fifo:{member}"
+    """Interned: every message in the window names its stream, and one string per stream is
+    60 bytes less per retained message than one per message."""
+    return sys.intern(f"fifo:{member}")
 
 
 def external_stream(sender: MemberId) -> str:
     """Messages a sender published while not a member have a stream of their own: receivers
     with `accept_from: "members"` skip them whole, so no stream they get has a seq gap (G3)."""
-    return f"ext:{sender}"
+    return sys.intern(f"ext:{sender}")
 
 
 class Topic:

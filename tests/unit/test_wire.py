@@ -8,6 +8,7 @@ is refused as `rejected{bad_payload}` with its `req` and `id`, whatever parser s
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import orjson
@@ -318,3 +319,19 @@ _trees = st.recursive(
 def test_the_fast_depth_check_agrees_with_the_walk(tree: Any, levels: int) -> None:
     walked = payload_problem(tree, levels) is not None
     assert _deeper_than(tree, levels) == walked
+
+
+def test_a_parsed_payload_costs_its_size_not_orjsons_buffer() -> None:
+    """The in-memory window keeps each publish's body: orjson's own output keeps its whole
+    write buffer (8 KiB for a 1 KiB payload), which made a loaded group cost 8x its window."""
+    frames = [orjson.dumps({"type": "publish", "req": i, "group": "g", "id": f"p{i}", "view": 1,
+                            "payload": {"text": "x" * 1000, "n": i}}) for i in range(300)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [parse(f) for f in frames]
+        per_frame = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert all(isinstance(k, ev.Publish) for k in kept)
+    assert per_frame < 2_000, f"{per_frame:.0f} bytes kept per 1 KiB publish"

@@ -62,6 +62,9 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
      "storage that has not finished a write by then stops the server (fail-stop, 30 s)"),
     ("--idle-group", "timeouts", float,
      "a group nobody is in leaves memory after this long; it comes back from the log (60 s)"),
+    ("--quiet-group", "timeouts", float,
+     "a group that accepted no message for this long lets its in-memory window go; members "
+     "that resume later read from the log (60 s; 0: never)"),
     ("--max-frame-bytes", "limits", int, "default 1 MiB; larger frames close with 1009"),
     ("--max-outbound-frames", "limits", int, "slow-consumer bound (default 50,000)"),
     ("--max-outbound-bytes", "limits", int, "slow-consumer bound in bytes (default 16 MiB)"),

@@ -110,6 +110,7 @@ class TimeoutSettings(_Section):
     write_timeout: float = Field(default=_D.write_timeout, gt=0)
     clash_hold: float = Field(default=_D.clash_hold, ge=0)
     idle_group: float = Field(default=_D.idle_group, ge=0)
+    quiet_group: float = Field(default=_D.quiet_group, ge=0)
 
     @model_validator(mode="after")
     def _heartbeat(self) -> TimeoutSettings:
@@ -229,7 +230,7 @@ class Settings(BaseSettings):
             Timeouts(t.heartbeat_interval, t.heartbeat_timeout, t.suspect_timeout,
                      t.install_hold, t.flush_timeout, t.ack_timeout, t.hello_timeout,
                      t.recovery_window, t.write_timeout, t.idle_group,
-                     clash_hold=t.clash_hold),
+                     quiet_group=t.quiet_group, clash_hold=t.clash_hold),
             Limits(max_frame_bytes=lim.max_frame_bytes,
                    max_payload_depth=lim.max_payload_depth,
                    max_outbound_frames=lim.max_outbound_frames,

@@ -32,6 +32,10 @@ class Timeouts:
     #: a group nobody is in and nothing is under way in leaves memory after this long (G14);
     #: its durable state stays in the log and comes back when someone joins or publishes
     idle_group: float = 60.0
+    #: a loaded group that accepted no message for this long lets its in-memory window go
+    #: (`Topic.cool`): members that resume later read what they lack from the log (G14: memory
+    #: holds what is hot, not what was). 0: never
+    quiet_group: float = 60.0
     #: how long the publish ids of a sender that left the view (or of a non-member sender,
     #: since its last publish) are remembered for idempotent retries (G14: then forgotten)
     departed_ids: float = 600.0

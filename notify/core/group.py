@@ -744,6 +744,9 @@ class Group:
             done = self.topic.outcome(offset)
             if done is None:  # it left the window (a resume's ACK of what it held): decided
                 done = self.topic.decided(offset)
+            if done is None and offset > self.topic.head and self.config.shared_log:
+                continue  # another owner wrote it: this copy is stale, and the member resends
+                # it (`resume.held`) where the group lives now, once this node lets it go
             if done is None:
                 unknown.append(offset)
             else:  # resolved before this ACK arrived (e.g. resent after a resume)

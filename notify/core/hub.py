@@ -184,6 +184,10 @@ class Hub:
         #: groups with nobody in them and nothing under way, since when (G14: they leave
         #: memory after `idle_group`; insertion order is time order)
         self._idle: dict[str, float] = {}
+        #: loaded groups whose window holds more than it must, since their last accepted
+        #: message (insertion order is time order): they cool after `quiet_group` (G14)
+        self._warm: dict[str, float] = {}
+        self._quiet = config.timeouts.quiet_group if config.history else 0.0
         #: the `now` of the call being handled (when a group became idle)
         self._now = 0.0
 
@@ -198,6 +202,8 @@ class Hub:
             self._armed.add(group.name)
         if group.idle():
             self._idle[group.name] = now
+        if self._quiet and group.topic.warm:
+            self._warm[group.name] = now
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -571,6 +577,10 @@ class Hub:
     def _after_call(self, g: Group) -> None:
         if g.next_deadline() is not None:
             self._armed.add(g.name)
+        t = g.topic
+        if t.warm and self._quiet and self._warm.get(g.name, -1.0) < t.accepted_at:
+            self._warm.pop(g.name, None)  # to the end: the most recently active
+            self._warm[g.name] = t.accepted_at
         if not g.slots and g.idle():
             self._idle.setdefault(g.name, self._now)
         elif self._idle:
@@ -607,6 +617,7 @@ class Hub:
                 continue
             self._armed.discard(name)
             self._idle.pop(name, None)
+            self._warm.pop(name, None)
             conns.update(g.connections())
         out: list[Action] = []
         for conn in sorted(conns):
@@ -623,6 +634,8 @@ class Hub:
             deadlines.append(next(iter(self._hello_deadlines.values())))
         if self._idle:
             deadlines.append(next(iter(self._idle.values())) + self.config.timeouts.idle_group)
+        if self._warm:
+            deadlines.append(next(iter(self._warm.values())) + self._quiet)
         return min(deadlines) if deadlines else None
 
     def tick(self, now: float) -> list[Action]:
@@ -652,6 +665,8 @@ class Hub:
             if s.expires is not None and now >= s.expires:
                 self._move(s, SessionEvent.EXPIRE)
         self._evict_idle(now)
+        if self._warm:
+            self._cool_quiet(now)
         if self._retired:
             self._forget_retired(now)
         return out
@@ -669,7 +684,25 @@ class Hub:
             if g is not None and g.idle():
                 del self.groups[name]
                 self._armed.discard(name)
+                self._warm.pop(name, None)
                 self.evicted.append(name)
+
+    def _cool_quiet(self, now: float) -> None:
+        """G14: the window of a group that accepted nothing for `quiet_group` seconds goes
+        (`Topic.cool`); its members stay, and one that resumes reads from the log."""
+        warm = self._warm
+        while warm:
+            name = next(iter(warm))
+            if now < warm[name] + self._quiet:
+                break
+            del warm[name]
+            g = self.groups.get(name)
+            if g is None:  # evicted or dropped since
+                continue
+            if now < g.topic.accepted_at + self._quiet:  # active since: not quiet yet
+                warm[name] = g.topic.accepted_at
+            else:
+                g.topic.cool()
 
     def take_evicted(self) -> list[str]:
         out, self.evicted = self.evicted, []

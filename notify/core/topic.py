@@ -46,8 +46,8 @@ def external_stream(sender: MemberId) -> str:
 
 class Topic:
     __slots__ = ("_aborted", "_bytes", "_last", "_log", "_max_bytes", "_outcomes", "_publish_ids",
-                 "_retain", "_retained", "_seqs", "_undecided", "_window", "durable", "group",
-                 "head")
+                 "_retain", "_retained", "_seqs", "_undecided", "_window", "accepted_at",
+                 "durable", "group", "head", "warm")
 
     def __init__(self, group: str, *, retain: int, idempotency_window: int, head: int = 0,
                  retain_bytes: int = 1 << 62) -> None:
@@ -77,6 +77,10 @@ class Topic:
         self._aborted: dict[int, None] = {}
         self._publish_ids: dict[MemberId, OrderedDict[str, int]] = {}
         self._window = idempotency_window
+        #: when the last message was accepted, and whether the window holds more than it must
+        #: since it last cooled (the hub cools a quiet group's window: `cool`)
+        self.accepted_at = 0.0
+        self.warm = False
 
     # -- accepting -------------------------------------------------------------------------------
 
@@ -103,6 +107,7 @@ class Topic:
         self._seqs[stream] = seq
         self.head += 1
         self._last[stream] = self.head
+        self.accepted_at = now
         msg = Message(
             self.group, self.head, stream, seq, sender, view, atomic, payload, now, publish_id,
             from_member, size,
@@ -176,13 +181,25 @@ class Topic:
         newest message always stays, and an undecided atomic one holds what follows it)."""
         log = self._log
         log.append(m)
+        self.warm = True
         self._bytes += m.size
         self._retained[m.stream] = self._retained.get(m.stream, 0) + 1
         self._trim()
 
     def _trim(self) -> None:
+        self._trim_to(self._retain, self._max_bytes)
+
+    def cool(self) -> None:
+        """Let the window go: the group has been quiet (`Timeouts.quiet_group`), and a member
+        that resumes now reads what it lacks from the log (G14: memory holds what is hot). The
+        window still keeps what it must (undecided atomic messages, what the log lacks) and
+        the newest message; it fills again with the next messages."""
+        self._trim_to(1, 0)
+        self.warm = False
+
+    def _trim_to(self, retain: int, max_bytes: int) -> None:
         log = self._log
-        while len(log) > self._retain or (self._bytes > self._max_bytes and len(log) > 1):
+        while len(log) > retain or (self._bytes > max_bytes and len(log) > 1):
             if log[0].offset in self._undecided or log[0].offset > self.durable:
                 return
             gone = log.popleft()

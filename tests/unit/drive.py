@@ -38,12 +38,13 @@ def stored(hub: Hub, actions: list[Action], now: float = 0.0) -> list[Action]:
 
 class Net:
     def __init__(self, limits: Limits | None = None, *, history: bool = True,
-                 retention: tuple[Retention, ...] = (), **timeouts: float) -> None:
+                 retention: tuple[Retention, ...] = (), shared_log: bool = False,
+                 **timeouts: float) -> None:
         t = Timeouts(**{"suspect_timeout": 3.0, "flush_timeout": 5.0, "ack_timeout": 10.0,
                         **timeouts})
         tokens = iter(range(1, 10_000))
         self.hub = Hub(CoreConfig(timeouts=t, limits=limits or Limits(), history=history,
-                                  retention=retention),
+                                  retention=retention, shared_log=shared_log),
                        new_token=lambda: f"tok{next(tokens)}", epoch=1)
         #: what was stored, as a log that pages (`read`)
         self.log = MemoryLog()

@@ -46,6 +46,42 @@ def test_the_window_keeps_an_undecided_atomic_and_what_the_log_lacks() -> None:
     assert t.decided(6) is None and t.outcome(6) is None  # in the window: not "decided"
 
 
+def test_a_quiet_groups_window_goes_and_a_resume_reads_the_log() -> None:
+    """G14: memory holds what is hot. A group that accepted nothing for `quiet_group` keeps
+    only its newest message in memory; one that goes on publishing keeps its window."""
+    net = Net(window(100), suspect_timeout=300.0, quiet_group=60.0)
+    a, b = form(net, "a", "b")
+    point, b2 = away_while(net, a, b, 20)
+    topic = net.hub.groups[G].topic
+    net.advance(59.0)
+    net.publish(a, "late")  # active again: the window stays past the first 60 s
+    net.advance(30.0)
+    assert topic.first_retained == 1 and topic.warm
+    net.advance(31.0)  # 61 s after the last message
+    assert topic.first_retained == topic.head == 21 and not topic.warm
+    assert net.hub.next_deadline() is None or net.hub.next_deadline() > net.now + 60
+    net.send(b2, Join("r", G, resume=RP(1, 0, {}, point["view"])))
+    frames = net.take(b2)
+    assert [f["type"] for f in frames] == ["view_resume", "catchup_log", "deliver", "catchup_done"]
+    assert frames[1]["before"] == 21
+    net.publish(a, "hot")  # the window fills again
+    assert topic.warm and topic.first_retained == 21
+
+
+def test_a_window_never_cools_past_what_it_must_hold() -> None:
+    t = Topic(G, retain=100, idempotency_window=100)
+    offsets = [accept(t, i, atomic=i == 3) for i in range(1, 11)]
+    t.stored(8)
+    t.cool()
+    assert t.first_retained == 3  # the undecided atomic holds what follows it
+    t.record_outcome(3, True)
+    t.cool()
+    assert t.first_retained == 9  # the log lacks 9 and 10
+    t.stored(offsets[-1])
+    t.cool()
+    assert t.first_retained == 10  # the newest message stays
+
+
 # -- the core ----------------------------------------------------------------------------------
 
 
@@ -91,6 +127,19 @@ def test_a_page_stops_before_an_undecided_atomic() -> None:
     net.send(b, History("h", G, 0))
     (page,) = net.take(b, "history_page")
     assert [m["offset"] for m in page["messages"]] == [1, 2, 3] and page["end"] == 3
+
+
+@pytest.mark.parametrize("shared_log", [False, True])
+def test_an_ack_past_the_head_is_an_error_unless_another_owner_wrote_it(shared_log: bool) -> None:
+    """Cluster simulator seed 102: a member got offset 35 from the group's new owner and its
+    ACK reached the old one, whose copy ends at 34. There the ACK says this copy is stale (the
+    member resends it where the group lives now), not that the client is wrong."""
+    net = Net(shared_log=shared_log)
+    a, _ = form(net, "a", "b")
+    net.take(a)
+    net.send(a, Ack(G, (net.hub.groups[G].topic.head + 1,)))
+    errors = net.take(a, "error")
+    assert [e["code"] for e in errors] == ([] if shared_log else ["unknown_offset"])
 
 
 def test_history_is_for_members_only_and_a_log_without_it_says_so() -> None:

@@ -10,6 +10,7 @@ A failure message starts with `seed=...`; replay it with `run(seed, steps)` from
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -143,3 +144,11 @@ def test_seed_429_a_stale_copy_never_refuses_a_member_it_does_not_know_yet() -> 
     yet stored). A publish stamped with a view the copy has not seen closes the connection
     instead (tests/unit/test_cluster_hub.py has the rule; this is the run that found it)."""
     run(429, 3_000)
+
+
+def test_seed_102_with_quiet_windows_an_ack_at_a_stale_copy_is_no_error() -> None:
+    """Seed 102 with `quiet_group` 1 s: a member ACKed an atomic message the group's new owner
+    sent it, at the old owner, whose copy ended before it; that copy answered `unknown_offset`
+    (tests/unit/test_catchup.py has the rule)."""
+    t = ClusterSimConfig().timeouts
+    run(102, 10_000, ClusterSimConfig(timeouts=replace(t, quiet_group=1.0)))

@@ -6,10 +6,14 @@ this file with `-k` and that seed)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sim import SimConfig, run
+
+from notify.core.topic import Topic
 
 #: fixed seeds, 10,000 steps each; hypothesis below draws 40 more at 3,000 steps
 FIXED_SEEDS = [5, 24, 27, 29, 30, 37]
@@ -57,3 +61,23 @@ def test_simulation_with_a_small_window_catches_up_from_the_log(seed: int) -> No
     assert sim.obs.installs_checked > 30
     assert sim.obs.app_delivered > 300
     assert sim.stats.get("history.page", 0) > 5  # the log served what memory did not hold
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_simulation_with_quiet_windows_cooling(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """G14: quiet groups' windows cool (`quiet_group` 1 s, `Topic.cool`) and come back with the
+    next messages, under the seeded faults; members that resume then read from the log."""
+    cooled = 0
+    real = Topic.cool
+
+    def cool(self: Topic) -> None:
+        nonlocal cooled
+        cooled += len(self._log) > 1
+        real(self)
+
+    monkeypatch.setattr(Topic, "cool", cool)
+    t = SimConfig().timeouts
+    sim = run(seed, 6_000, SimConfig(timeouts=replace(t, quiet_group=1.0)))
+    assert cooled > 20
+    assert sim.obs.app_delivered > 300
+    assert sim.stats.get("history.page", 0) > 5

@@ -861,7 +861,7 @@ export class ClientProtocol {
       case "error": {
         const reading = this.#gapOf(f.req);
         if (reading !== undefined) {
-          this.#historyRefused(reading);
+          this.#ask(reading); // a `history` refused: asked again (#ask says how often)
           return;
         }
         const g = this.groupOfJoin(reqOf(f));
@@ -1100,10 +1100,15 @@ export class ClientProtocol {
     this.#ask(g);
   }
 
-  /** Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... */
+  /**
+   * Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... A page
+   * refused (the log could not be read now; in a cluster, a node whose copy is behind answered)
+   * or one that does not move on counts as a try: after `PAGE_RETRIES`, `GapUnreadable`, a
+   * protocol violation: the host reconnects and resumes from the gap's frontier (nothing
+   * skipped; a member that was removed learns it there).
+   */
   #ask(g: GroupProtocol): void {
     const gap = g.gap!;
-    // refused, or pages that do not move on (in a cluster, a node behind): reconnect and resume
     if (gap.tries >= PAGE_RETRIES) throw new GapUnreadable(`${g.name}: history refused`);
     this.#out.push(gap.request(this.requests.newReq("h"), g.acceptFrom));
   }
@@ -1129,16 +1134,6 @@ export class ClientProtocol {
     }
     if (gap.done) this.#closeGap(g, events);
     else this.#ask(g);
-  }
-
-  /**
-   * A `history` request refused: asked again a few times (the log could not be read now; in a
-   * cluster, a node whose copy is behind answered); then `GapUnreadable`, a protocol violation:
-   * the host reconnects and resumes from the gap's frontier (nothing skipped; a member that was
-   * removed learns it there).
-   */
-  #historyRefused(g: GroupProtocol): void {
-    this.#ask(g);
   }
 
   /** The gap is read: streams go on from where what came behind it left them, and its events follow the history's. */

@@ -54,6 +54,11 @@ export class Gap {
   /** the members of `view`, once a page installed it (null: not read from the log) */
   members: readonly string[] | null = null;
   /**
+   * the messages the pages handed to the application (the `caught-up` kept behind the gap
+   * counts only the replay from memory: this is added to it)
+   */
+  count = 0;
+  /**
    * The messages held back (behind an atomic one) when the gap opened: received before it, they
    * go to the application when released, ahead of the gap (each is later in its stream than
    * anything the log can add), and stay held if the gap is abandoned (a lost connection).
@@ -123,7 +128,7 @@ export class Gap {
       if (m.seq <= (this.streams[m.stream] ?? 0)) continue; // had already (its point covered this stream further)
       follows(m.stream, m.seq);
       this.streams[m.stream] = m.seq;
-      if (!p.aborted.includes(m.offset)) events.push(m);
+      if (!p.aborted.includes(m.offset)) events.push(m), this.count++;
     }
     installsBefore(Infinity);
     // (a page that reaches the log's head leaves nothing more to read)

@@ -1136,7 +1136,11 @@ export class ClientProtocol {
     else this.#ask(g);
   }
 
-  /** The gap is read: streams go on from where what came behind it left them, and its events follow the history's. */
+  /**
+   * The gap is read: streams go on from where what came behind it left them, and its events
+   * follow the history's; its `caught-up` (the replay's `catchup_done` comes before any page:
+   * the server sends it with the replay) counts the pages' messages too.
+   */
   #closeGap(g: GroupProtocol, events: ProtocolEvent[]): void {
     const gap = g.gap!;
     g.gap = null;
@@ -1146,7 +1150,8 @@ export class ClientProtocol {
       g.streams.set(k, s);
     }
     g.base = Math.max(g.base, gap.after);
-    for (const ev of gap.events) events.push(ev); // (a spread could overflow the stack)
+    // (one by one: `push(...gap.events)` could overflow the stack)
+    for (const ev of gap.events) events.push(ev.type === "caught-up" ? { ...ev, count: ev.count + gap.count } : ev);
   }
 
   /**

@@ -55,6 +55,9 @@ class Gap:
     holed: bool = False
     #: the members of `view`, once a page installed it (None: not read from the log)
     members: tuple[str, ...] | None = None
+    #: the messages the pages have handed to the application (the `CaughtUp` kept behind the
+    #: gap counts only the replay from memory: this is added to it)
+    count: int = 0
     #: the messages held back (behind an atomic one) when the gap opened: received before
     #: it, they go to the application when released, ahead of the gap (each is later in its
     #: stream than anything the log can add, and of a view no later than the gap starts in),
@@ -116,6 +119,7 @@ class Gap:
             raise ProtocolViolation(f"{self.group}/{stream}: seq {seq} after {had} in the log")
         self.streams[stream] = seq
         if not aborted:
+            self.count += 1
             events.append(Message(self.group, m["offset"], stream, seq, m["sender"], m["view"],
                                   m["atomic"], m.get("payload"), m["ts"]))
 

@@ -87,6 +87,9 @@ class ViewResumed:
 
 @dataclass(frozen=True, slots=True)
 class CaughtUp:
+    """The replay of a resume or a rejoin is complete up to `offset`: `count` messages were
+    handed over in it, those read from the log (after a `catchup_log`) included."""
+
     group: str
     offset: int
     count: int

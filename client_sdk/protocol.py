@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -945,7 +945,8 @@ class ClientProtocol:
 
     def _close_gap(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
         """The gap is read: streams continue where what came behind it left them, and its
-        events follow the history's."""
+        events follow the history's; its `CaughtUp` (the replay's `catchup_done` comes before
+        any page: the server sends it with the replay) counts the pages' messages too."""
         gap = g.gap
         assert gap is not None
         g.gap = None
@@ -955,7 +956,8 @@ class ClientProtocol:
                 s = g.streams[k] = _Stream()
             s.received = max(s.received, seq)
         g.base = max(g.base, gap.after, gap.base)
-        events.extend(gap.events)
+        events.extend(replace(e, count=e.count + gap.count) if isinstance(e, CaughtUp) else e
+                      for e in gap.events)
 
     def _abandon_gap(self, g: GroupProtocol) -> None:
         """Stop reading the gap (the connection is lost, or the member was removed): the

@@ -249,7 +249,7 @@ def test_the_sdk_reads_the_gap_and_hands_over_everything_once_in_order(live: boo
     """b flushed for c's join and lost its connection before the install reached it; 30
     messages later it resumes, with a window of 4: the pages give it the install in its place
     and the messages it lacks, then come what the replay (and, with `live`, a publish made
-    while it reads) brought, held back meanwhile, then `CaughtUp`."""
+    while it reads) brought, held back meanwhile, then `CaughtUp`, counting all 30."""
     net = Net(window(4, history_page=7), suspect_timeout=30.0)
     (a,) = form(net, "a")
     b = Sdk(net, "b")
@@ -293,6 +293,9 @@ def test_the_sdk_reads_the_gap_and_hands_over_everything_once_in_order(live: boo
     last_replayed = max(i for i, e in enumerate(b.events)
                         if isinstance(e, Message) and e.payload == "m39")
     assert len(caught) == 1 and caught[0] > last_replayed
+    # it counts every message handed over in the catch-up, the pages' too (not the live one)
+    done = b.events[caught[0]]
+    assert isinstance(done, CaughtUp) and done.count == 30
     assert not any(isinstance(e, Reset) for e in b.events)
     g = b.proto.groups[G]
     assert g.gap is None and g.view == 3

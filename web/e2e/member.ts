@@ -11,6 +11,8 @@ export interface Snapshot {
   states: string[];
   events: string[];
   errors: string[];
+  /** the group's `caught-up` events */
+  caughtUp: { offset: number; count: number }[];
   restored: number;
   state: string;
   status: string;

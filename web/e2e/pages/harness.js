@@ -25,6 +25,7 @@ class Member {
     this.replaced = []; // the client's `replaced` events: {old, new}
     this.events = []; // every group event type, in order
     this.errors = [];
+    this.caughtUp = []; // the group's `caught-up` events: {offset, count}
     this.restored = 0; // messages that came in a restored snapshot (state transfer or reload)
     this.handlers = {}; // test-installed reentrant handlers: type -> source of a function
     const state = {
@@ -64,6 +65,7 @@ class Member {
         if (src) new Function("ev", "h", "g", "client", src)(ev, this, g, this.client);
       });
     }
+    g.on("caught-up", (e) => this.caughtUp.push({ offset: e.offset, count: e.count }));
     g.on("view", (v) =>
       this.views.push({
         view: v.view,
@@ -115,6 +117,7 @@ window.h = {
       states: m.states,
       events: m.events,
       errors: m.errors,
+      caughtUp: m.caughtUp,
       restored: m.restored,
       state: m.client.state,
       status: m.group.status,

@@ -54,6 +54,11 @@ export class Gap {
   /** the members of `view`, once a page installed it (null: not read from the log) */
   members: readonly string[] | null = null;
   /**
+   * the messages the pages handed to the application (the `caught-up` kept behind the gap
+   * counts only the replay from memory: this is added to it)
+   */
+  count = 0;
+  /**
    * The messages held back (behind an atomic one) when the gap opened: received before it, they
    * go to the application when released, ahead of the gap (each is later in its stream than
    * anything the log can add), and stay held if the gap is abandoned (a lost connection).
@@ -103,7 +108,6 @@ export class Gap {
       events.push({ type: "reset", group, reason: "offset_unavailable", oldEpoch: epoch, oldOffset: after, newEpoch: epoch, newOffset: after + lost, lost });
       this.holed = true;
     }
-    const aborted = new Set(p.aborted);
     const installs = [...p.installs].sort((a, b) => a.view - b.view);
     let k = 0;
     const installsBefore = (offset: number): void => {
@@ -114,24 +118,23 @@ export class Gap {
         events.push(i);
       }
     };
+    // `seq` follows the last one handed over in its stream (unless retention made a hole)
+    const follows = (stream: string, seq: number): void => {
+      const had = this.streams[stream] ?? 0;
+      if (had && seq !== had + 1 && !this.holed) throw new ProtocolViolation(`${group}/${stream}: seq ${seq} after ${had}`);
+    };
     for (const m of p.messages) {
       installsBefore(m.offset);
-      const had = this.streams[m.stream] ?? 0;
-      if (m.seq <= had) continue; // had already (its point covered this stream further)
-      if (had && m.seq !== had + 1 && !this.holed) {
-        throw new ProtocolViolation(`${group}/${m.stream}: seq ${m.seq} after ${had}`);
-      }
+      if (m.seq <= (this.streams[m.stream] ?? 0)) continue; // had already (its point covered this stream further)
+      follows(m.stream, m.seq);
       this.streams[m.stream] = m.seq;
-      if (!aborted.has(m.offset)) events.push(m);
+      if (!p.aborted.includes(m.offset)) events.push(m), this.count++;
     }
     installsBefore(Infinity);
-    this.after = Math.max(after, p.end);
-    if (p.end >= p.head) this.after = Math.max(this.after, this.before - 1); // nothing more to read
+    // (a page that reaches the log's head leaves nothing more to read)
+    this.after = Math.max(after, p.end, p.end >= p.head ? this.before - 1 : 0);
     if (!this.done) return;
     // read: each stream's history reaches exactly the first seq that came behind the gap
-    for (const [stream, first] of this.ahead) {
-      const had = this.streams[stream] ?? 0;
-      if (had && first !== had + 1 && !this.holed) throw new ProtocolViolation(`${group}/${stream}: seq ${first} after ${had}`);
-    }
+    for (const [stream, first] of this.ahead) follows(stream, first);
   }
 }

@@ -67,7 +67,10 @@ export interface ViewResumedEvent {
   readonly view: number;
 }
 
-/** The replay of a resume or a rejoin is complete up to `offset` (`count` messages). */
+/**
+ * The replay of a resume or a rejoin is complete up to `offset`: `count` messages were handed
+ * over in it, those read from the log (after a `catchup_log`) included.
+ */
 export interface CaughtUpEvent {
   readonly type: "caught-up";
   readonly group: string;

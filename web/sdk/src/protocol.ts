@@ -861,7 +861,7 @@ export class ClientProtocol {
       case "error": {
         const reading = this.#gapOf(f.req);
         if (reading !== undefined) {
-          this.#historyRefused(reading);
+          this.#ask(reading); // a `history` refused: asked again (#ask says how often)
           return;
         }
         const g = this.groupOfJoin(reqOf(f));
@@ -1100,10 +1100,15 @@ export class ClientProtocol {
     this.#ask(g);
   }
 
-  /** Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... */
+  /**
+   * Ask for the gap's next page (or the same again): a `history` request, `h1`, `h2`... A page
+   * refused (the log could not be read now; in a cluster, a node whose copy is behind answered)
+   * or one that does not move on counts as a try: after `PAGE_RETRIES`, `GapUnreadable`, a
+   * protocol violation: the host reconnects and resumes from the gap's frontier (nothing
+   * skipped; a member that was removed learns it there).
+   */
   #ask(g: GroupProtocol): void {
     const gap = g.gap!;
-    // refused, or pages that do not move on (in a cluster, a node behind): reconnect and resume
     if (gap.tries >= PAGE_RETRIES) throw new GapUnreadable(`${g.name}: history refused`);
     this.#out.push(gap.request(this.requests.newReq("h"), g.acceptFrom));
   }
@@ -1132,16 +1137,10 @@ export class ClientProtocol {
   }
 
   /**
-   * A `history` request refused: asked again a few times (the log could not be read now; in a
-   * cluster, a node whose copy is behind answered); then `GapUnreadable`, a protocol violation:
-   * the host reconnects and resumes from the gap's frontier (nothing skipped; a member that was
-   * removed learns it there).
+   * The gap is read: streams go on from where what came behind it left them, and its events
+   * follow the history's; its `caught-up` (the replay's `catchup_done` comes before any page:
+   * the server sends it with the replay) counts the pages' messages too.
    */
-  #historyRefused(g: GroupProtocol): void {
-    this.#ask(g);
-  }
-
-  /** The gap is read: streams go on from where what came behind it left them, and its events follow the history's. */
   #closeGap(g: GroupProtocol, events: ProtocolEvent[]): void {
     const gap = g.gap!;
     g.gap = null;
@@ -1151,7 +1150,8 @@ export class ClientProtocol {
       g.streams.set(k, s);
     }
     g.base = Math.max(g.base, gap.after);
-    for (const ev of gap.events) events.push(ev); // (a spread could overflow the stack)
+    // (one by one: `push(...gap.events)` could overflow the stack)
+    for (const ev of gap.events) events.push(ev.type === "caught-up" ? { ...ev, count: ev.count + gap.count } : ev);
   }
 
   /**

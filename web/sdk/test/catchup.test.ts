@@ -98,6 +98,16 @@ describe("catch-up from the log", () => {
     expect(short(p.receive(deliver(19, "total", 3, { view: 3 })).events)).toEqual(["m19"]);
   });
 
+  it("caught-up counts every message handed over in the catch-up: the pages' (not an aborted one) and the replay's", () => {
+    const p = inGap();
+    replayBehind(p); // the server's count: the 2 messages it replayed from memory
+    p.receive(deliver(18, "fifo:a", 5)); // live, after the catch-up: not counted
+    const pg = page("h2", [deliver(12, "fifo:a", 2), deliver(13, "total", 1, { atomic: true }), deliver(14, "fifo:a", 3)], { aborted: [13], end: 14, head: 14 });
+    const { events } = p.receive(pg);
+    expect(short(events)).toEqual(["m12", "m14", "m17", "m16", "caught-up", "m18"]);
+    expect(events[4]).toEqual({ type: "caught-up", group: G, offset: 17, count: 4 });
+  });
+
   it("asks a refused page again, then gives the gap up as a violation: the host reconnects from its frontier", () => {
     const p = inGap();
     replayBehind(p);

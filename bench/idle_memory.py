@@ -17,7 +17,9 @@ server's `notify_groups` must say G.
 
 Then, with every member still joined (so every group stays loaded, each holding its in-memory
 window of at most 1,000 messages / 1 MiB), once the server is idle (its CPU below 2 % for 3 s):
-RSS, RSS per group, (RSS - baseline) per group. Then every member leaves, `notify_groups` must
+RSS, RSS per group, (RSS - baseline) per group: the groups hot. Then, after `--quiet-group`
+seconds and the next retention pass (their windows cooled: notify/core/topic.py `cool`), RSS
+again: the groups loaded and quiet. Then every member leaves, `notify_groups` must
 reach 0 (nobody is in them: evicted after `--idle-group` seconds) and, idle again, RSS again:
 what memory keeps of groups that have left it (the Python allocator may keep freed arenas).
 Also printed: the peak RSS (`VmHWM`), the publish rate, and the data directory's size on disk.
@@ -198,7 +200,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=a.tmp, prefix="idle_memory-",
                                      ignore_cleanup_errors=True) as data, \
             serve("--store", "sqlite", "--durability", "normal", "--data-dir", data,
-                  "--idle-group", str(a.idle_group)) as (url, proc):
+                  "--idle-group", str(a.idle_group), "--quiet-group", str(a.quiet_group)) \
+            as (url, proc):
         pid = proc.pid
         wait_idle(pid)
         r["baseline"] = status(pid, "VmRSS")
@@ -224,6 +227,15 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                   f"{r['joined'] / mib:.1f} MiB = {r['joined'] / a.groups / mib:.3f} MiB per "
                   f"group, {(r['joined'] - r['baseline']) / a.groups / mib:.3f} MiB per group "
                   f"over the baseline (load {r['load_joined']})", flush=True)
+            # quiet: every group's window cools after --quiet-group, and the next retention
+            # pass (every 60 s) hands what it freed back to the system (malloc_trim)
+            time.sleep(a.quiet_group + 65)
+            wait_idle(pid)
+            r["quiet"] = status(pid, "VmRSS")
+            print(f"quiet for {a.quiet_group + 65:.0f} s (--quiet-group {a.quiet_group:g}, then "
+                  f"a retention pass): RSS {r['quiet'] / mib:.1f} MiB = "
+                  f"{(r['quiet'] - r['baseline']) / a.groups / mib:.3f} MiB per group over the "
+                  f"baseline (load {loadavg()})", flush=True)
             workers.tell("leave")
             workers.answers("left")
             r["evicted_s"] = wait_groups(url, 0, a.idle_group + 120)
@@ -265,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=2, help="publisher processes")
     p.add_argument("--inflight", type=int, default=500, help="publishes unanswered per process")
     p.add_argument("--idle-group", type=float, default=5.0)
+    p.add_argument("--quiet-group", type=float, default=10.0,
+                   help="a group's window cools after this long without a message")
     p.add_argument("--tmp", default=None, help="where the data directory goes (default: TMPDIR)")
     a = p.parse_args(argv)
     print(f"idle_memory: {a.groups:,} groups x {a.mb} MB of {a.payload} B messages, "

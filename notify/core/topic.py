@@ -17,12 +17,13 @@ outcome there (an aborted one is stored with the view that aborted it).
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from notify.core.actions import Message
 from notify.core.events import Order
+from notify.core.publish_ids import SenderIds
 from notify.core.view import MemberId
 
 TOTAL_STREAM = "total"
@@ -75,7 +76,7 @@ class Topic:
         #: the aborted atomic messages, retained or not (oldest first, at most `MAX_ABORTS`):
         #: one that left the window is decided, and committed unless it is here (`decided`)
         self._aborted: dict[int, None] = {}
-        self._publish_ids: dict[MemberId, OrderedDict[str, int]] = {}
+        self._publish_ids: dict[MemberId, SenderIds] = {}
         self._window = idempotency_window
         #: when the last message was accepted, and whether the window holds more than it must
         #: since it last cooled (the hub cools a quiet group's window: `cool`)
@@ -115,10 +116,10 @@ class Topic:
         self._keep(msg)
         if atomic:
             self._undecided.add(msg.offset)
-        ids = self._publish_ids.setdefault(sender, OrderedDict())
-        ids[publish_id] = msg.offset
-        if len(ids) > self._window:
-            ids.popitem(last=False)
+        ids = self._publish_ids.get(sender)
+        if ids is None:
+            ids = self._publish_ids[sender] = SenderIds()
+        ids.add(publish_id, msg.offset, self._window)
         return msg
 
     @staticmethod
@@ -146,7 +147,7 @@ class Topic:
                 self._seqs.pop(m.stream, None)
             ids = self._publish_ids.get(m.sender)
             if ids is not None:
-                ids.pop(m.id, None)
+                ids.retract(m.id)
             self._outcomes.pop(m.offset, None)
             self._undecided.discard(m.offset)
             self.head = m.offset - 1
@@ -164,17 +165,13 @@ class Topic:
         the log still holds is known, whatever the window (idempotent retries)."""
         self._seqs.update(seqs)
         for sender, publish_id, offset in older_ids:
-            known = self._publish_ids.setdefault(sender, OrderedDict())
-            known[publish_id] = offset
-            if len(known) > self._window:
-                known.popitem(last=False)
+            self._publish_ids.setdefault(sender, SenderIds()).add(publish_id, offset,
+                                                                  self._window)
         for m in recent[-self._retain:]:
             self._keep(m)
             self._last[m.stream] = m.offset
-            ids = self._publish_ids.setdefault(m.sender, OrderedDict())
-            ids[m.id] = m.offset
-            if len(ids) > self._window:
-                ids.popitem(last=False)
+            self._publish_ids.setdefault(m.sender, SenderIds()).add(m.id, m.offset,
+                                                                    self._window)
 
     def _keep(self, m: Message) -> None:
         """Retain `m`, dropping the oldest past `retain` messages or `retain_bytes` bytes (the
@@ -196,6 +193,8 @@ class Topic:
         the newest message; it fills again with the next messages."""
         self._trim_to(1, 0)
         self.warm = False
+        for ids in self._publish_ids.values():  # and its publish ids take less room
+            ids.freeze(self.durable)
 
     def _trim_to(self, retain: int, max_bytes: int) -> None:
         log = self._log

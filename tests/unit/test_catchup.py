@@ -68,6 +68,25 @@ def test_a_quiet_groups_window_goes_and_a_resume_reads_the_log() -> None:
     assert topic.warm and topic.first_retained == 21
 
 
+def test_a_retry_after_the_group_cooled_is_answered_not_delivered_again() -> None:
+    """Cooling freezes the publish ids the log holds (notify/core/publish_ids.py): a retry of
+    one is still answered with its first offset and reaches nobody twice."""
+    net = Net(window(100), quiet_group=60.0)
+    a, b = form(net, "a", "b")
+    for i in range(30):
+        net.publish(a, f"m{i}")
+    net.take(a), net.take(b)
+    net.advance(61.0)
+    topic = net.hub.groups[G].topic
+    assert not topic.warm and not topic._publish_ids["a"].hot
+    net.publish(a, "m7")
+    assert [(f["type"], f["offset"]) for f in net.take(a, "published", "deliver")] == [
+        ("published", 8)]
+    assert net.take(b, "deliver") == []
+    net.publish(a, "new")
+    assert [f["offset"] for f in net.take(b, "deliver")] == [31]
+
+
 def test_a_window_never_cools_past_what_it_must_hold() -> None:
     t = Topic(G, retain=100, idempotency_window=100)
     offsets = [accept(t, i, atomic=i == 3) for i in range(1, 11)]

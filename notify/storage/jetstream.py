@@ -114,7 +114,10 @@ is not excluded: one read while a prune purged what it wanted says so by `first`
 A pass lists the groups with more than one message record (one `STREAM.INFO`; in cluster mode
 only those this node holds), goes round robin from where the last pass finished, and stops after
 `prune_groups` groups, `prune_records` records read, or `4 x timeout`; a group costs two gets
-when nothing goes, and otherwise reads each purged record once. It runs on the log's loop (the
+(together) when nothing goes, and otherwise reads each purged record once, then the `.p` record
+(read with the scan), its append and the two purges (together): measured on a loopback R3
+cluster, about 1 ms a group when nothing goes and 11 ms when something does, and 4,100
+records a second purged from one group. It runs on the log's loop (the
 caller's thread waits, bounded), so the server's event loop never waits for it. Views are not
 pruned by the rule: `.v` keeps the stream's N (a page still has the installs of the messages it
 holds). Without `retention`, `prune` does nothing (the stream's limits only).
@@ -259,7 +262,7 @@ class JetStreamLog:
                  max_batch: int = 500, read_batch: int = 256,
                  owner: str | None = None,
                  retention: Callable[[str], Retention] | None = None,
-                 prune_groups: int = 1_000, prune_records: int = 100_000,
+                 prune_groups: int = 10_000, prune_records: int = 100_000,
                  ids_bytes: int = 512 << 10) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.stream, self.prefix, self.replicas = stream, prefix, replicas
@@ -536,12 +539,8 @@ class JetStreamLog:
     async def _bytes_stored(self, group: str) -> int:
         """The group's payload bytes up to its last stored message (its `c`; 0: none, or a
         record from before `c` existed)."""
-        try:
-            raw = await asyncio.wait_for(self._nc.jsm().get_msg(
-                self.stream, subject=self._subject(group, "m")), self.timeout)
-        except NotFoundError:
-            return 0
-        return int(_meta(raw.data or b"{}")[0].get("c", 0))
+        last = await self._last_of(group, "m")
+        return 0 if last is None else int(_meta(last[1])[0].get("c", 0))
 
     async def _batch(self, group: str, records: list[tuple[str, bytes]],
                      ids: list[str]) -> None:
@@ -1063,12 +1062,12 @@ class JetStreamLog:
         first one the rule keeps ends it. Returns (messages purged, records read, False if
         `budget` records were read before the end)."""
         subject = self._subject(group, "m")
-        try:
-            raw = await asyncio.wait_for(self._nc.jsm().get_msg(self.stream, subject=subject),
-                                         self.timeout)
-        except NotFoundError:
-            return 0, 1, True
-        last, (head, _size) = raw.seq or 0, _meta(raw.data or b"{}")
+        # the common case, nothing goes, is these two gets: the head, the oldest message
+        newest, oldest = await asyncio.gather(self._last_of(group, "m"),
+                                              self._next_record(subject, 1))
+        if newest is None:
+            return 0, 2, True
+        last, (head, _size) = newest[0], _meta(newest[1])
         top = int(head.get("c", 0))
         cutoff = now - rule.age if rule.age is not None else float("-inf")
 
@@ -1077,35 +1076,50 @@ class JetStreamLog:
             return (meta["o"] <= head["o"] - rule.messages or meta["t"] < cutoff
                     or (c is not None and top - (int(c) - size) > rule.bytes))
 
-        oldest = await self._next_record(subject, 1)  # the common case: nothing goes
         if oldest is None or oldest[0] >= last or not goes(*_meta(oldest[1])):
             return 0, 2, True
         gone: list[dict[str, Any]] = []
         cut, read, done = 0, 2, True  # `cut`: the stream sequence the purge keeps from
-        records = self._read(group, last - 1, start=oldest[0], kind="m",
-                             batch=min(budget, self.read_batch))
-        async with contextlib.aclosing(records):
-            async for _subject, seq, data in records:
-                meta, size = _meta(data)
-                read += 1
-                if not goes(meta, size):
-                    break
-                gone.append(meta)
-                cut = seq + 1
-                if read >= budget:
-                    done = False
-                    break
+        async with asyncio.TaskGroup() as tasks:
+            # the last `.p` record meanwhile: one written after this read would be by another
+            # writer, and its record moves the fence, so this one's is refused
+            pruned = tasks.create_task(self._last_of(group, "p"))
+            records = self._read(group, last - 1, start=oldest[0], kind="m",
+                                 batch=min(budget, self.read_batch))
+            async with contextlib.aclosing(records):
+                async for _subject, seq, data in records:
+                    meta, size = _meta(data)
+                    read += 1
+                    if not goes(meta, size):
+                        break
+                    gone.append(meta)
+                    cut = seq + 1
+                    if read >= budget:
+                        done = False
+                        break
         if not gone:
             return 0, read, done
-        return await self._purge_group(group, head["o"], gone, cut, now), read, done
+        last_pruned = pruned.result()
+        before = {"seqs": {}, "ids": {}} if last_pruned is None else orjson.loads(last_pruned[1])
+        return await self._purge_group(group, head["o"], gone, cut, now, before), read, done
+
+    async def _last_of(self, group: str, kind: str) -> tuple[int, bytes] | None:
+        """The group's last record of `kind` (seq, data), from the stream leader; None: none."""
+        try:
+            raw = await asyncio.wait_for(self._nc.jsm().get_msg(
+                self.stream, subject=self._subject(group, kind)), self.timeout)
+        except NotFoundError:
+            return None
+        return raw.seq or 0, raw.data or b""
 
     async def _purge_group(self, group: str, head: int, gone: list[dict[str, Any]], cut: int,
-                           now: float) -> int:
+                           now: float, before: dict[str, Any]) -> int:
         """Purge `gone` (the group's message records below stream sequence `cut`), once a
-        `.p` record holds what must outlive them: the streams' seqs and the publish ids. Alone
-        with the group meanwhile: no write nor load of it runs (a load that read the group's
-        last record before the `.p` record would read on past the purged messages without
-        it). A group busy for `timeout` waits for the next pass."""
+        `.p` record holds what must outlive them: the streams' seqs and the publish ids, with
+        those of the last one, `before`. Alone with the group meanwhile: no write nor load of
+        it runs (a load that read the group's last record before the `.p` record would read on
+        past the purged messages without it). A group busy for `timeout` waits for the next
+        pass."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         while group in self._busy or group in self._pruning:
@@ -1117,7 +1131,7 @@ class JetStreamLog:
         known = group in self._last
         done = self._pruning[group] = asyncio.Event()
         try:
-            return await self._purge_now(group, head, gone, cut, now)
+            return await self._purge_now(group, head, gone, cut, now, before)
         finally:
             del self._pruning[group]
             done.set()
@@ -1125,13 +1139,7 @@ class JetStreamLog:
                 self._last.pop(group, None)  # (G14: no table here for a group nobody loaded)
 
     async def _purge_now(self, group: str, head: int, gone: list[dict[str, Any]], cut: int,
-                         now: float) -> int:
-        try:
-            raw = await asyncio.wait_for(self._nc.jsm().get_msg(
-                self.stream, subject=self._subject(group, "p")), self.timeout)
-            before: dict[str, Any] = orjson.loads(raw.data or b"{}")
-        except NotFoundError:
-            before = {"seqs": {}, "ids": {}}
+                         now: float, before: dict[str, Any]) -> int:
         seqs: dict[str, int] = dict(before["seqs"])
         for meta in gone:
             seqs[meta["s"]] = max(seqs.get(meta["s"], 0), meta["q"])
@@ -1159,8 +1167,9 @@ class JetStreamLog:
                 raise
             return 0
         stored = self._last[group]
-        purged = await self._purge(self._subject(group, "m"), cut)
-        await self._purge(self._subject(group, "p"), stored)  # (each holds the ones before)
+        purged, _ = await asyncio.gather(  # (each `.p` record holds the ones before it)
+            self._purge(self._subject(group, "m"), cut),
+            self._purge(self._subject(group, "p"), stored))
         return purged
 
     async def _purge(self, subject: str, below: int) -> int:

@@ -61,9 +61,9 @@ Reading back (`load`, `load_group`). The group's last sequence is read from the 
 `<prefix>.<g>.>`, `read_batch` records per request, no consumer) read the group's retained
 records in log order up to it (a follower that is behind is asked again). A message record at
 an offset at or below the head so far supersedes what was there (the core reuses the offsets of
-a retracted append): the log is replayed as redo with truncation. Cost: two leader gets, then
-every retained record of the group in requests of `read_batch`, O(retention) per load, as
-SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
+a retracted append): the log is replayed as redo with truncation. Cost: four leader gets
+(together), then every retained record of the group in requests of `read_batch`, O(retention)
+per load, as SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
 would need paging) and loads those whose last view has members.
 

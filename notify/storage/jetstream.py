@@ -310,6 +310,8 @@ class JetStreamLog:
         #: waits for the other: module docstring, "Retention"); entries leave when done
         self._busy: dict[str, int] = {}
         self._pruning: dict[str, asyncio.Event] = {}
+        #: groups forgotten while their purge ran (`_forget` then waits for its end)
+        self._forgotten: set[str] = set()
         #: the group token the last prune pass finished with: the next goes on after it
         self._prune_after = ""
         self.pruned = 0
@@ -731,6 +733,9 @@ class JetStreamLog:
         self._loop.call_soon_threadsafe(self._forget, group)
 
     def _forget(self, group: str) -> None:
+        if group in self._pruning:  # its purge's record is fenced on `_last`: when it ends
+            self._forgotten.add(group)
+            return
         self._held.discard(group)
         for table in (self._seqs, self._since, self._head, self._aborted, self._last,
                       self._bytes):
@@ -1135,7 +1140,10 @@ class JetStreamLog:
         finally:
             del self._pruning[group]
             done.set()
-            if not known and group not in self._held and group not in self._busy:
+            if group in self._forgotten:
+                self._forgotten.discard(group)
+                self._forget(group)
+            elif not known and group not in self._held and group not in self._busy:
                 self._last.pop(group, None)  # (G14: no table here for a group nobody loaded)
 
     async def _purge_now(self, group: str, head: int, gone: list[dict[str, Any]], cut: int,

@@ -640,6 +640,36 @@ async def test_a_prune_never_purges_under_a_load(nats_cluster: NatsCluster) -> N
 
 
 @pytest.mark.timeout(90)
+async def test_a_group_forgotten_while_its_purge_runs_is_forgotten_after_it(
+        nats_cluster: NatsCluster) -> None:
+    """Cluster mode: the node drops a group (`forget`) while a prune is appending its `.p`
+    record, which is fenced on what the node knows of the group: the purge ends as it began,
+    then the node forgets the group, and a load takes it over again."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="FORGET", owner="n1",
+                                  max_msgs_per_subject=50, timeout=1.0,
+                                  retention=rules(Retention("*", 5, 1 << 40)))
+    try:
+        assert await asyncio.to_thread(log.load_group, "g", 10) is None
+        assert await write(log, view("g", 1, ("a",))) is None
+        assert await append(log, *[msg(o) for o in range(1, 21)]) is None
+        real = log._batch
+
+        async def forgotten_first(group: str, *args: Any) -> None:
+            log._forget(group)  # (as `forget` runs it on the log's loop)
+            await real(group, *args)
+
+        log._batch = forgotten_first  # type: ignore[method-assign]
+        assert await asyncio.to_thread(log.prune, 1100.0) == 15
+        log._batch = real  # type: ignore[method-assign]
+        assert "g" not in log._last and "g" not in log._held
+        sg = await asyncio.to_thread(log.load_group, "g", 2)
+        assert sg is not None and (sg.head, sg.first) == (20, 16) and log.fences == 1
+        assert await append(log, msg(21)) is None
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
 async def test_a_page_read_while_a_prune_purges_says_what_is_gone(
         nats_cluster: NatsCluster) -> None:
     """A page is read while a prune purges messages it wanted (pages do not wait for prunes):

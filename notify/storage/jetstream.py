@@ -1156,6 +1156,9 @@ class JetStreamLog:
                    self._nc.max_payload - bare - 1024)
         record = orjson.dumps({"o": head, "seqs": seqs, "ids": _kept_ids(
             before["ids"], gone, now - SENDER_IDS_AGE, room)})
+        if len(record) > self._nc.max_payload:  # (its seqs alone: the group keeps its messages)
+            log.warning("prune_record_too_large", group=group, bytes=len(record))
+            return 0
         if group not in self._last:
             self._last[group] = await self._last_seq(group)
         msg_id = f"{self.writer}:{next(self._writes)}:0"

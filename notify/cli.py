@@ -177,6 +177,9 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     Path(srv.data_dir).mkdir(parents=True, exist_ok=True)
     store: MessageLog
     cluster = None
+    # the JetStream log: the stream keeps each group's newest `most` records of each kind, and
+    # its prune applies each group's rule below that (notify/storage/jetstream.py, "Retention")
+    most = max([config.limits.retain_messages, *(r.messages for r in config.retention)])
     if srv.cluster:
         from notify.cluster.node import ClusterConfig, ClusterNode
         from notify.storage.jetstream import JetStreamLog
@@ -184,7 +187,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         assert srv.node_id is not None
         store = await asyncio.to_thread(
             JetStreamLog, srv.cluster, stream=srv.nats_stream, replicas=srv.replicas,
-            max_msgs_per_subject=config.limits.retain_messages, owner=srv.node_id)
+            max_msgs_per_subject=most, owner=srv.node_id, retention=config.retention_for)
         cluster = ClusterNode(ClusterConfig(srv.cluster, srv.node_id, replicas=srv.replicas,
                                             stream=srv.nats_stream, lease_ttl=srv.lease_ttl,
                                             node_ttl=min(3.0, srv.lease_ttl / 2),
@@ -192,10 +195,11 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     elif srv.store == "jetstream":
         from notify.storage.jetstream import JetStreamLog
 
-        # retention by count only: age could empty a group's subjects (no floors yet)
+        # (no stream-wide max_age: it would empty a quiet group's subjects, the head and the
+        # pruned record too; the rules' ages are applied by prune, which keeps them)
         store = await asyncio.to_thread(
             JetStreamLog, srv.nats, stream=srv.nats_stream, replicas=srv.nats_replicas,
-            max_msgs_per_subject=config.limits.retain_messages)
+            max_msgs_per_subject=most, retention=config.retention_for)
     elif srv.store == "sqlite":
         store = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
                           retain_messages=config.limits.retain_messages,

@@ -172,8 +172,9 @@ class RetentionSettings(_Section):
     """One `[[retention]]` rule of the config file: what the log keeps of the groups whose
     names match `groups` (a glob: `chat:*`); what it leaves out takes `[limits]`
     `retain_messages`/`retain_bytes` and `[server]` `retain_age`. The first rule that matches
-    a group applies. Applied by the SQLite log (the JetStream log keeps `retain_messages`
-    per group for every group)."""
+    a group applies. Applied at each prune by the SQLite log and by the JetStream log (whose
+    stream keeps at most the largest `messages` of any rule per group, between prunes too);
+    the memory log keeps `retain_messages` for every group."""
 
     groups: str = Field(min_length=1)
     messages: int | None = Field(default=None, ge=1)

@@ -35,17 +35,26 @@ class CheckpointSuperseded(Exception):
 #: publish ids a reload brings back per sender, besides those of the window's messages (the
 #: core's default `idempotency_window`)
 RECENT_IDS = Limits().idempotency_window
+#: seconds the publish ids of pruned messages are kept for idempotent retries (a retry comes
+#: within minutes; G14): the SQLite log's `sender_ids`, the JetStream log's pruned records
+SENDER_IDS_AGE = 86_400.0
 
 
 def recent_ids(older: Iterable[Message]) -> list[tuple[str, str, int]]:
     """`StoredGroup.ids` from the retained messages before the window (in offset order): the
     last `RECENT_IDS` of each sender."""
+    return last_ids((m.sender, m.id, m.offset) for m in older)
+
+
+def last_ids(ids: Iterable[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """The last `RECENT_IDS` of each sender of `ids` ((sender, id, offset), in offset order),
+    oldest first."""
     per: dict[str, deque[tuple[str, str, int]]] = {}
-    for m in older:
-        q = per.get(m.sender)
+    for x in ids:
+        q = per.get(x[0])
         if q is None:
-            q = per[m.sender] = deque(maxlen=RECENT_IDS)
-        q.append((m.sender, m.id, m.offset))
+            q = per[x[0]] = deque(maxlen=RECENT_IDS)
+        q.append(x)
     return sorted((x for q in per.values() for x in q), key=lambda x: x[2])
 
 

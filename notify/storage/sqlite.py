@@ -46,7 +46,7 @@ from notify.core.checkpoint import Checkpoint
 from notify.core.config import Retention
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done
-from notify.storage.base import RECENT_IDS, LogPage, StoredGroup, page_of
+from notify.storage.base import RECENT_IDS, SENDER_IDS_AGE, LogPage, StoredGroup, page_of
 
 log = structlog.get_logger("notify.storage")
 
@@ -98,9 +98,6 @@ _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 #: aggregate per query, and a page of a large group paid for the whole group each time)
 _ENDS = ('SELECT (SELECT MAX("offset") FROM messages WHERE grp=?), '
          '(SELECT MIN("offset") FROM messages WHERE grp=?)')
-
-#: seconds the publish ids of pruned messages are kept for idempotent retries (`sender_ids`)
-SENDER_IDS_AGE = 86_400.0
 
 #: a database from before the view history: each group's latest install becomes its first row
 _MIGRATE_VIEWS = """

@@ -8,16 +8,18 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
-from notify.core import CoreConfig, Limits, Timeouts
+from notify.core import CoreConfig, Limits, Retention, Timeouts
 from notify.core.actions import Append, StoreView, ViewInstall, Write
 from notify.core.actions import Message as Accepted
+from notify.core.events import AcceptFrom, ResumePoint
 from notify.runtime.ports import Fenced
 from notify.server.app import NotifyServer
 from notify.storage.base import StoredGroup
@@ -417,6 +419,285 @@ async def test_aborts_outlive_their_view_record(nats_cluster: NatsCluster) -> No
         assert sg.aborted == {2}
     finally:
         await b.close()
+
+
+def rules(*rules: Retention, messages: int = 50) -> Callable[[str], Retention]:
+    """`retention=` as `notify serve` passes it: the first rule that matches, else `messages`
+    (and the default bytes, no age)."""
+    return CoreConfig(limits=Limits(retain_messages=messages), retention=rules).retention_for
+
+
+def by(group: str, offset: int, sender: str, seq: int, payload: Any = None) -> Accepted:
+    return Accepted(group, offset, f"fifo:{sender}", seq, sender, 1, False,
+                    {"n": offset} if payload is None else payload, 1000.0 + offset,
+                    f"{sender}{seq}")
+
+
+async def retained(log: JetStreamLog, group: str, after: int = 0) -> tuple[list[int], int]:
+    """The offsets a page after `after` holds, and the page's `first`."""
+    page = await asyncio.to_thread(log.read_page, group, after, 10**6, 1 << 40)
+    assert page is not None
+    return [m.offset for m in page.messages], page.first
+
+
+@pytest.mark.timeout(120)
+async def test_a_retention_rule_keeps_its_groups_count_and_they_reload_whole(
+        nats_cluster: NatsCluster) -> None:
+    """Issue 30: a `[[retention]]` rule of 5 messages under a default (and stream bound) of
+    50. `prune` purges the group's older messages, not another group's; a page below them
+    says how many are gone; a new owner loads the group with its head, its first offset, the
+    seq of a stream whose only message was purged (C1) and the publish ids of the purged
+    messages (a retry after the reload is known); the fence goes on over the prune's record;
+    a prune by the new owner keeps what the first one kept."""
+    keep5 = rules(Retention("small:*", 5, 1 << 40))
+    a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RULES",
+                                max_msgs_per_subject=50, owner="n1", retention=keep5)
+    b = c = None
+    try:
+        for g in ("small:1", "big"):
+            assert await asyncio.to_thread(a.load_group, g, 10) is None  # (held: n1's now)
+            assert await write(a, view(g, 1, ("a", "c"))) is None
+            ms = [by(g, o, "c", 1) if o == 3 else by(g, o, "a", o if o < 3 else o - 1)
+                  for o in range(1, 21)]
+            for i in range(0, 20, 4):
+                assert await append(a, *ms[i:i + 4]) is None
+        assert await asyncio.to_thread(a.prune, 1100.0) == 15
+        assert await retained(a, "small:1") == (list(range(16, 21)), 16)
+        assert (await retained(a, "small:1", 3))[1] - 3 - 1 == 12  # what catch-up calls lost
+        assert await retained(a, "big") == (list(range(1, 21)), 1)
+        assert await asyncio.to_thread(a.prune, 1100.0) == 0
+        assert await append(a, by("small:1", 21, "a", 20)) is None  # fenced on the .p record
+
+        b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RULES",
+                                    max_msgs_per_subject=50, owner="n2", retention=keep5)
+        sg = await asyncio.to_thread(b.load_group, "small:1", 2)
+        assert sg is not None and (sg.head, sg.first) == (21, 16)
+        assert [m.offset for m in sg.recent] == [20, 21]
+        assert sg.seqs == {"fifo:a": 20, "fifo:c": 1}
+        assert [x[2] for x in sg.ids] == list(range(1, 20))
+        assert ("c", "c1", 3) in sg.ids and ("a", "a1", 1) in sg.ids
+        group = sg.restore(CoreConfig(), 0.0)  # (a core whose own count rule is larger)
+        assert group.topic.known_offset("c", "c1") == 3
+        assert group.topic.known_offset("a", "a14") == 15
+        refused = group._check_resume_point(ResumePoint(5, 3, {}, 1), AcceptFrom.MEMBERS, "r")
+        assert refused is not None and refused.code == "offset_unavailable"
+        assert refused.lost == 12
+        reason = await append(a, by("small:1", 22, "a", 21))
+        assert reason is not None and reason.startswith(FENCED)
+        assert await append(b, by("small:1", 22, "a", 21)) is None
+        assert await asyncio.to_thread(b.prune, 1100.0) == 2  # (b holds small:1 only)
+        assert await retained(b, "small:1") == (list(range(18, 23)), 18)
+
+        c = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RULES",
+                                    max_msgs_per_subject=50, owner="n3", retention=keep5)
+        sg = await asyncio.to_thread(c.load_group, "small:1", 2)
+        assert sg is not None and (sg.head, sg.first) == (22, 18)
+        assert sg.seqs == {"fifo:a": 21, "fifo:c": 1}
+        assert [x[2] for x in sg.ids] == list(range(1, 21))  # both prunes' ids
+    finally:
+        for log in (a, b, c):
+            if log is not None:
+                await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_bytes_rule_keeps_the_newest_payloads_that_fit(nats_cluster: NatsCluster) -> None:
+    """As the SQLite log: a rule of 2,500 bytes keeps the newest 25 messages of 100 bytes
+    (the stored JSON). The measure goes on across a reload by a new log instance: one more
+    message there, and one more goes."""
+    rule = rules(Retention("g", 1000, 2_500), messages=1000)
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="BYTES",
+                                  max_msgs_per_subject=1000, retention=rule)
+    again = None
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        for i in range(1, 101, 10):
+            assert await append(log, *[msg(o, payload="x" * 98) for o in range(i, i + 10)]) \
+                is None
+        assert await asyncio.to_thread(log.prune, 1200.0) == 75
+        assert await retained(log, "g") == (list(range(76, 101)), 76)
+        assert await asyncio.to_thread(log.prune, 1200.0) == 0
+        await log.close()
+        again = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="BYTES",
+                                        max_msgs_per_subject=1000, retention=rule)
+        sg = await asyncio.to_thread(again.load_group, "g", 10)
+        assert sg is not None and (sg.head, sg.first) == (100, 76)
+        assert await append(again, msg(101, payload="x" * 98)) is None
+        assert await asyncio.to_thread(again.prune, 1200.0) == 1
+        assert await retained(again, "g") == (list(range(77, 102)), 77)
+    finally:
+        await log.close()
+        if again is not None:
+            await again.close()
+
+
+@pytest.mark.timeout(90)
+async def test_an_age_rule_keeps_the_head_the_seqs_and_a_days_ids(
+        nats_cluster: NatsCluster) -> None:
+    """As the SQLite log: an age rule of 100 s purges what is older (message times 1001..1201);
+    when everything is old, the head message stays. A reload then has the head, the seqs of
+    streams with no message left, and the purged messages' publish ids, for a day after their
+    time (dropped when a later prune writes its record)."""
+    from notify.storage.base import SENDER_IDS_AGE
+
+    rule = rules(Retention("g", 1000, 1 << 40, age=100.0), messages=1000)
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="AGE",
+                                  max_msgs_per_subject=1000, retention=rule)
+    again = None
+    try:
+        for i in range(1, 201, 20):
+            assert await append(log, *[msg(o) for o in range(i, i + 20)]) is None
+        other = Accepted("g", 201, "total", 7, "b", 1, False, None, 1201.0, "t7")
+        assert await append(log, other) is None
+        assert await write(log, view("g", 3, ("a",))) is None
+        assert await asyncio.to_thread(log.prune, 1290.0) == 189  # ts < 1190 go
+        assert await retained(log, "g") == (list(range(190, 202)), 190)
+        assert await asyncio.to_thread(log.prune, 10_000.0) == 11  # all old: the head stays
+        await log.close()
+        again = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="AGE",
+                                        max_msgs_per_subject=1000, retention=rule)
+        sg = await asyncio.to_thread(again.load_group, "g", 100)
+        assert sg is not None and (sg.head, sg.first) == (201, 201)
+        assert [m.offset for m in sg.recent] == [201]
+        assert sg.seqs == {"fifo:a": 200, "total": 7}  # fifo:a has no message left
+        assert [x[2] for x in sg.ids] == list(range(1, 201))
+        # a day on: the next prune's record drops the ids of messages more than a day old
+        late = Accepted("g", 202, "total", 8, "b", 1, False, None, 1100.5 + SENDER_IDS_AGE,
+                        "t8")
+        assert await append(again, late) is None
+        assert await asyncio.to_thread(again.prune, 1100.5 + SENDER_IDS_AGE) == 1
+        sg = await asyncio.to_thread(again.load_group, "g", 1)
+        assert sg is not None and (sg.head, sg.first) == (202, 202)
+        assert [x[2] for x in sg.ids] == list(range(101, 202))
+        assert sg.seqs == {"fifo:a": 200, "total": 8}
+    finally:
+        await log.close()
+        if again is not None:
+            await again.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_prune_pass_is_bounded_and_the_next_goes_on(nats_cluster: NatsCluster) -> None:
+    """`prune_groups` and `prune_records` bound one pass; the next pass goes on where it
+    stopped, round robin over the groups, until each keeps what its rule says."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="PASSES",
+                                  max_msgs_per_subject=50, retention=rules(
+                                      Retention("*", 5, 1 << 40)),
+                                  prune_groups=1, prune_records=8)
+    try:
+        for g in ("a", "b"):
+            assert await write(log, view(g, 1, ("a",))) is None
+            assert await append(log, *[msg(o, group=g) for o in range(1, 21)]) is None
+        passes = []
+        while (n := await asyncio.to_thread(log.prune, 1100.0)) and len(passes) < 50:
+            passes.append(n)
+        assert sum(passes) == 30 and max(passes) <= 8 and len(passes) >= 4, passes
+        for g in ("a", "b"):
+            assert await retained(log, g) == (list(range(16, 21)), 16)
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_prune_never_purges_under_a_load(nats_cluster: NatsCluster) -> None:
+    """A load that read the group's last record reads on up to it: a purge then, with its
+    `.p` record past that record, would take messages the load has not read yet, and the load
+    would miss both them and the record (here: the seq of stream c, whose only message is at
+    offset 3). A prune leaves a group alone while a load of it is under way."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="UNDER",
+                                  max_msgs_per_subject=50, timeout=1.0,
+                                  retention=rules(Retention("*", 5, 1 << 40)))
+    try:
+        assert await write(log, view("g", 1, ("a", "c"))) is None
+        assert await append(log, *[by("g", o, "c", 1) if o == 3 else by("g", o, "a", o)
+                                   for o in range(1, 21)]) is None
+        real = log._read
+        paused, reading = asyncio.Event(), threading.Event()
+
+        async def held(group: str, last: int, **kw: Any) -> AsyncIterator[tuple[str, int, bytes]]:
+            if kw.get("kind", ">") == ">":  # a load's read (a prune reads `.m` only)
+                reading.set()
+                await paused.wait()
+            async with contextlib.aclosing(real(group, last, **kw)) as records:
+                async for record in records:
+                    yield record
+
+        log._read = held  # type: ignore[method-assign]
+        loading = asyncio.ensure_future(asyncio.to_thread(log.load_group, "g", 2))
+        assert await asyncio.to_thread(reading.wait, 10)
+        purged = await asyncio.to_thread(log.prune, 1100.0)
+        log._loop.call_soon_threadsafe(paused.set)
+        sg = await loading
+        assert sg is not None and sg.seqs == {"fifo:a": 20, "fifo:c": 1}
+        assert (sg.head, sg.first, purged) == (20, 1, 0)  # the load was under way
+        log._read = real  # type: ignore[method-assign]
+        assert await asyncio.to_thread(log.prune, 1100.0) == 15  # no load now
+        sg = await asyncio.to_thread(log.load_group, "g", 2)
+        assert sg is not None and (sg.head, sg.first) == (20, 16)
+        assert sg.seqs == {"fifo:a": 20, "fifo:c": 1}
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_group_forgotten_while_its_purge_runs_is_forgotten_after_it(
+        nats_cluster: NatsCluster) -> None:
+    """Cluster mode: the node drops a group (`forget`) while a prune is appending its `.p`
+    record, which is fenced on what the node knows of the group: the purge ends as it began,
+    then the node forgets the group, and a load takes it over again."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="FORGET", owner="n1",
+                                  max_msgs_per_subject=50, timeout=1.0,
+                                  retention=rules(Retention("*", 5, 1 << 40)))
+    try:
+        assert await asyncio.to_thread(log.load_group, "g", 10) is None
+        assert await write(log, view("g", 1, ("a",))) is None
+        assert await append(log, *[msg(o) for o in range(1, 21)]) is None
+        real = log._batch
+
+        async def forgotten_first(group: str, *args: Any) -> None:
+            log._forget(group)  # (as `forget` runs it on the log's loop)
+            await real(group, *args)
+
+        log._batch = forgotten_first  # type: ignore[method-assign]
+        assert await asyncio.to_thread(log.prune, 1100.0) == 15
+        log._batch = real  # type: ignore[method-assign]
+        assert "g" not in log._last and "g" not in log._held
+        sg = await asyncio.to_thread(log.load_group, "g", 2)
+        assert sg is not None and (sg.head, sg.first) == (20, 16) and log.fences == 1
+        assert await append(log, msg(21)) is None
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_page_read_while_a_prune_purges_says_what_is_gone(
+        nats_cluster: NatsCluster) -> None:
+    """A page is read while a prune purges messages it wanted (pages do not wait for prunes):
+    it must say they are gone (`first` past `after + 1`, so catch-up answers
+    `offset_unavailable` with how many), never hand over the messages after them as if none
+    were missing."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="RACE",
+                                  max_msgs_per_subject=50,
+                                  retention=rules(Retention("*", 5, 1 << 40)))
+    try:
+        assert await write(log, view("g", 1, ("a",))) is None
+        assert await append(log, *[msg(o) for o in range(1, 21)]) is None
+        real = log._read
+
+        async def purged_first(group: str, last: int,
+                               **kw: Any) -> AsyncIterator[tuple[str, int, bytes]]:
+            log._read = real  # type: ignore[method-assign]
+            assert await log._prune(1100.0) == 15  # after the page read its ends and start
+            async with contextlib.aclosing(real(group, last, **kw)) as records:
+                async for record in records:
+                    yield record
+
+        log._read = purged_first  # type: ignore[method-assign]
+        page = await asyncio.to_thread(log.read_page, "g", 3, 100, 1 << 20)
+        assert page is not None and [m.offset for m in page.messages] == list(range(16, 21))
+        assert page.first == 16  # 12 messages after 3 are gone
+    finally:
+        await log.close()
 
 
 @pytest.mark.timeout(90)

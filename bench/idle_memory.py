@@ -4,6 +4,7 @@ cost about 1 MiB of memory each, at most), against `notify serve` in its own pro
     ./dev bench idle_memory                           # 1,000 groups x 10 MB (10 GB of SQLite)
     ./dev bench idle_memory --groups 1000 --mb 2      # a scaled run
     ./dev bench idle_memory --groups 200 --mb 10 --procs 2 --payload 1024
+    ./dev bench idle_memory --retain-bytes 2000000    # the full run in ~2 GB of disk
 
 `notify serve --store sqlite --durability normal --idle-group I` (a fresh data directory under
 `--tmp`, deleted at the end, also on failure) starts empty; its RSS (`VmRSS` of
@@ -200,7 +201,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=a.tmp, prefix="idle_memory-",
                                      ignore_cleanup_errors=True) as data, \
             serve("--store", "sqlite", "--durability", "normal", "--data-dir", data,
-                  "--idle-group", str(a.idle_group), "--quiet-group", str(a.quiet_group)) \
+                  "--idle-group", str(a.idle_group), "--quiet-group", str(a.quiet_group),
+                  *(["--retain-bytes", str(a.retain_bytes)] if a.retain_bytes else [])) \
             as (url, proc):
         pid = proc.pid
         wait_idle(pid)
@@ -279,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-group", type=float, default=5.0)
     p.add_argument("--quiet-group", type=float, default=10.0,
                    help="a group's window cools after this long without a message")
+    p.add_argument("--retain-bytes", type=int, default=None,
+                   help="what the log keeps per group (bounds the disk a large run takes; "
+                        "memory does not depend on it)")
     p.add_argument("--tmp", default=None, help="where the data directory goes (default: TMPDIR)")
     a = p.parse_args(argv)
     print(f"idle_memory: {a.groups:,} groups x {a.mb} MB of {a.payload} B messages, "

@@ -26,6 +26,13 @@ a restart. `prune` drops a view whose offset is below the message before the old
 one (`first - 1`: a page after any offset retention kept can cross it) and never the latest, in
 the transaction that deletes the messages. A database from before `views` existed gets its
 table at open, with each group's latest install copied in (once: the table is new).
+
+Disk. `messages` is a rowid table with a unique index on (group, offset), not a `WITHOUT ROWID`
+table keyed by them: a `WITHOUT ROWID` row is an index entry, kept inline only up to about
+1,000 bytes on 4 KiB pages, and a 1 KiB payload's row then spills onto an overflow page of its
+own: 4.7 bytes of file per payload byte, measured, against 1.4 for the rowid table (1.03 at
+10 KB, 1.44 at 200 B). A database made before keeps its `WITHOUT ROWID` table: every statement
+here reads both alike.
 """
 
 from __future__ import annotations
@@ -55,8 +62,8 @@ CREATE TABLE IF NOT EXISTS messages (
     grp TEXT NOT NULL, "offset" INTEGER NOT NULL, stream TEXT NOT NULL, seq INTEGER NOT NULL,
     sender TEXT NOT NULL, view INTEGER NOT NULL, atomic INTEGER NOT NULL, payload BLOB,
     ts REAL NOT NULL, id TEXT NOT NULL, from_member INTEGER NOT NULL,
-    PRIMARY KEY (grp, "offset")
-) WITHOUT ROWID;
+    UNIQUE (grp, "offset")
+);
 CREATE TABLE IF NOT EXISTS groups (
     grp TEXT PRIMARY KEY, epoch INTEGER NOT NULL, view INTEGER NOT NULL, members TEXT NOT NULL
 );

@@ -115,7 +115,8 @@ class CoreConfig:
     metrics: bool = False
     #: the groups' log is shared with other nodes (cluster mode): another owner may have
     #: written past what this node's copy of a group knows, so a resume point past its head
-    #: is answered `unavailable` (retry), not `bad_resume` (the client's point is wrong)
+    #: (its offset, or an atomic message it holds) is answered `unavailable` (retry), not
+    #: `bad_resume` (the client's point is wrong)
     shared_log: bool = False
     #: the host's log serves pages (`history`, and catch-up past the in-memory window, G8);
     #: without, a resume point older than the window is refused `offset_unavailable`

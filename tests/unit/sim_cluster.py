@@ -89,6 +89,7 @@ from notify.core.events import (
     Publish,
     StateChunk,
 )
+from notify.core.group import Group
 from notify.core.hub import Session
 from notify.core.membership import Reason
 from notify.core.users import split_member
@@ -452,10 +453,28 @@ class SimNode:
         self.gaps.forget(node)
 
     def remember_outcomes(self) -> None:
+        """What this node's copies of its groups decided, before they go (dropped, fenced,
+        killed), read as `ClusterSimulation.outcome` reads a live copy: the outcomes in the
+        window, and those of the stored atomic messages that left it (`Topic.decided`; a copy
+        answers a resent ACK, or a resume's held offsets, with that). An abort counts once
+        stored (an unstored one dies with its owner)."""
+        sim = self.sim
         for name, g in self.hub.groups.items():
-            for off, oc in g.topic._outcomes.items():
-                if oc:  # an abort counts once stored (an unstored one dies with its owner)
-                    self.sim.note_outcome(name, off, oc)
+            atomic = (off for (grp, off), info in sim.obs.msgs.items()
+                      if grp == name and info.atomic)
+            for off in sorted({*g.topic._outcomes, *atomic}):
+                oc = copy_outcome(g, off)
+                if oc is not None and (oc or (name, off) in sim.stored_aborts):
+                    sim.note_outcome(name, off, oc)
+
+
+def copy_outcome(g: Group, offset: int) -> bool | None:
+    """The outcome of the atomic at `offset` as one copy of its group has it: in its window, or,
+    once it left the window, decided (`Topic.decided`, issue 30). None: undecided, or unknown."""
+    oc = g.topic.outcome(offset)
+    if oc is None and offset <= g.topic.head:
+        oc = g.topic.decided(offset)
+    return oc
 
 
 # -- the simulation ---------------------------------------------------------------------------
@@ -514,9 +533,7 @@ class ClusterSimulation(ClientSim):
     def outcome(self, group: str, offset: int) -> bool | None:
         for node in self.nodes.values():
             g = node.hub.groups.get(group)
-            oc = g.topic.outcome(offset) if g is not None else None
-            if oc is None and g is not None and offset <= g.topic.head:
-                oc = g.topic.decided(offset)  # it left the window: decided (issue 30)
+            oc = copy_outcome(g, offset) if g is not None else None
             if oc is not None:
                 if oc or (group, offset) in self.stored_aborts:
                     self.note_outcome(group, offset, oc)

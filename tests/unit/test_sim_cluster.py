@@ -152,3 +152,21 @@ def test_seed_102_with_quiet_windows_an_ack_at_a_stale_copy_is_no_error() -> Non
     (tests/unit/test_catchup.py has the rule)."""
     t = ClusterSimConfig().timeouts
     run(102, 10_000, ClusterSimConfig(timeouts=replace(t, quiet_group=1.0)))
+
+
+#: seeds with a window of 3 messages (members that come back read most of what they missed from
+#: the log, and a copy answers most outcomes as decided, `Topic.decided`), 3,000 steps each
+WINDOW_SEEDS = [54, 98, 118, 182]
+
+
+@pytest.mark.parametrize("seed", WINDOW_SEEDS)
+def test_cluster_simulation_with_a_small_window(seed: int) -> None:
+    """Seed 54: a copy loaded from the log answered a resume's held atomic, which had left its
+    window, as decided (committed: no abort stored) and was dropped before the member delivered
+    it; the checker forgot that decision with the copy ("outcome None"), and now remembers a
+    copy's decisions past its window when the copy goes (seed 182: a commit made live, then
+    out of the copy's window when it was dropped). Seeds 98 and 118: a member resumed at
+    a deposed owner's copy holding an atomic past the copy's head, and its ACK was answered
+    `unknown_offset`; such a resume is `unavailable` now (test_guarantees_core.py)."""
+    sim = run(seed, 3_000, ClusterSimConfig(window=3))
+    assert sim.stats.get("history.page", 0) > 0  # the log served what memory did not hold

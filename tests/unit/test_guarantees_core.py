@@ -470,6 +470,17 @@ def test_G5_a_removed_member_rejoining_from_its_point_gets_the_outcome_of_the_at
     assert got[:2] == [("abort", [x]), ("view_install", None)], got
 
 
+def _back_after_one_message(shared_log: bool) -> tuple[Net, int]:
+    """b dropped after a's one message (offset 1), and its new connection (same session)."""
+    net = Net(shared_log=shared_log)
+    a, b = form(net, "a", "b")
+    net.publish(a, "x")
+    session = net.sessions[b]
+    net.take(b)
+    net.drop(b)
+    return net, net.connect("b", session)
+
+
 @pytest.mark.parametrize(("shared_log", "code"), [(False, "bad_resume"), (True, "unavailable")])
 def test_a_resume_past_the_head_is_a_retry_where_another_owner_may_have_written(
         shared_log: bool, code: str) -> None:
@@ -477,16 +488,7 @@ def test_a_resume_past_the_head_is_a_retry_where_another_owner_may_have_written(
     joins afresh). Cluster (`shared_log`): it may be this owner's copy that is behind (a
     deposed owner told late answers from memory until it is fenced; cluster simulator seed 75
     at 10,000 steps), so it is `unavailable` and the SDK asks again, with its point intact."""
-    from dataclasses import replace
-
-    net = Net()
-    net.hub.config = replace(net.hub.config, shared_log=shared_log)
-    a, b = form(net, "a", "b")
-    net.publish(a, "x")
-    session = net.sessions[b]
-    net.take(b)
-    net.drop(b)
-    b2 = net.connect("b", session)
+    net, b2 = _back_after_one_message(shared_log)
     net.send(b2, Join("jr", G, resume=RP(1, 5, {}, view=3)))  # the head is 1
     (err,) = net.take(b2, "error")
     assert (err["code"], err["req"]) == (code, "jr")
@@ -500,16 +502,7 @@ def test_a_resume_holding_an_atomic_past_the_head_is_a_retry_where_another_owner
     told late, has never seen it. It used to resume the member, which then ACKed what it holds
     (as after every resume) and was told `unknown_offset` (cluster simulator, window 3, seeds
     98 and 118 at 3,000 steps). On one node the resume is served as before."""
-    from dataclasses import replace
-
-    net = Net()
-    net.hub.config = replace(net.hub.config, shared_log=shared_log)
-    a, b = form(net, "a", "b")
-    net.publish(a, "x")
-    session = net.sessions[b]
-    net.take(b)
-    net.drop(b)
-    b2 = net.connect("b", session)
+    net, b2 = _back_after_one_message(shared_log)
     net.send(b2, Join("jr", G, resume=RP(1, 1, {"fifo:a": 1}, view=2, held=(2,))))  # head 1
     got = [(f["type"], f.get("code"), f.get("req")) for f in net.take(b2)
            if f["type"] in ("error", "view_resume")]

@@ -137,7 +137,9 @@ class Group:
             data = orjson.dumps(payload)
         except TypeError as e:
             raise TypeError(f"{self.name}: the payload cannot be sent as JSON: {e}") from e
-        return data
+        # kept until the server answers (and resent after a reconnect): an exact copy, because
+        # orjson's own bytes keep its whole write buffer (about eight times the payload)
+        return memoryview(data).tobytes()
 
     async def leave(self) -> None:
         """Leave; returns when the group installed a view without this member (or raises

@@ -335,3 +335,35 @@ def test_a_parsed_payload_costs_its_size_not_orjsons_buffer() -> None:
         tracemalloc.stop()
     assert all(isinstance(k, ev.Publish) for k in kept)
     assert per_frame < 2_000, f"{per_frame:.0f} bytes kept per 1 KiB publish"
+
+
+def test_an_encoded_frame_costs_its_size_while_it_waits_in_an_outbox() -> None:
+    """Outbox bounds count a frame's length: the bytes must not hold orjson's 8x buffer."""
+    msgs = [Message("g", i, "fifo:a", i, "a", 1, False, {"text": "x" * 1000}, 0.0, f"p{i}")
+            for i in range(1, 301)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        frames = [dumps(Deliver.of(m)) for m in msgs]
+        per_frame = (tracemalloc.get_traced_memory()[0] - before) / len(frames)
+    finally:
+        tracemalloc.stop()
+    assert per_frame < 1.5 * len(frames[0]), f"{per_frame:.0f} bytes kept per frame"
+
+
+def test_the_sdk_keeps_an_unanswered_publish_at_its_size() -> None:
+    """The Python SDK keeps each publish's payload until it is answered (and resends it after
+    a reconnect): 1,000 pending publishes of 1 KiB are 1 MB, not orjson's 8."""
+    from types import SimpleNamespace
+
+    from client_sdk.group import Group
+    host = SimpleNamespace(name="g")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [Group._encode(host, {"text": "x" * 1000, "n": i}, "fifo")  # type: ignore[arg-type]
+                for i in range(300)]
+        per_payload = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per_payload < 1.5 * len(kept[0]), f"{per_payload:.0f} bytes kept per payload"

@@ -26,6 +26,7 @@ from notify.eventlog import EventLog
 
 if TYPE_CHECKING:
     from client_sdk import ViewInstalled
+    from notify.api.keys import Keyring
     from notify.server.app import NotifyServer
 
 #: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
@@ -90,6 +91,10 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--auth-issuer", "auth", str, "required `iss`"),
     ("--auth-leeway", "auth", float, "seconds of clock skew on exp/nbf (default 5)"),
     ("--auth-policy-file", "auth", str, "server-side grants by member (TOML or JSON)"),
+    ("--api-port", "api", int,
+     "serve the server API (HTTP/JSON, /api/v1, docs/api.md) on this port; needs a key"),
+    ("--api-rate", "api", float, "server API requests/s per key (default 100; 0 = no limit)"),
+    ("--api-burst", "api", int, "their token bucket's size (default 200)"),
 ]
 
 
@@ -124,6 +129,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    metavar="ORIGIN", help="allowed browser Origin (repeat; default: any)")
     p.add_argument("--auth-required", action="store_true", default=argparse.SUPPRESS,
                    help="refuse to start without a token key")
+    p.add_argument("--api-key", action="append", dest="api_keys", default=argparse.SUPPRESS,
+                   metavar="NAME=SECRET",
+                   help="a server API key with every scope, for every group (repeat; replaces "
+                        "the config file's [[api.keys]]; prefer the file, flags show in `ps`)")
     for flag, _, typ, help_ in _SERVE_FLAGS:
         p.add_argument(flag, type=typ, default=argparse.SUPPRESS, help=help_)
 
@@ -131,12 +140,21 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(a: argparse.Namespace) -> Settings:
     """Settings from the TOML file, the environment and the flags given, in that precedence."""
     given = vars(a)
-    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {}}
+    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {},
+                                      "api": {}}
     for flag, section, _, _ in _SERVE_FLAGS:
         name = flag[2:].replace("-", "_")
         if name in given:
-            field = name.removeprefix("auth_") if section == "auth" else name
+            field = name.removeprefix(f"{section}_") if section in ("auth", "api") else name
             cli[section][field] = given[name]
+    if "api_keys" in given:
+        from notify.api.keys import parse_flag
+
+        try:
+            pairs = [parse_flag(text) for text in given["api_keys"]]
+        except ValueError as e:
+            raise SystemExit(f"notify serve: {e}") from None
+        cli["api"]["keys"] = [{"name": n, "secret": secret} for n, secret in pairs]
     for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas",
                  "cluster", "node_id", "replicas", "lease_ttl"):
         if name in given:
@@ -207,6 +225,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           retention=config.retention_for)
     else:
         store = MemoryLog(config.limits.retain_messages)
+    keys = _api_keys(settings)  # (a bad key stops the start before anything listens)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,
                           verifier=verifier, origins=srv.origins or None,
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,
@@ -214,6 +233,19 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
                           placement=cluster)
     await server.start()
+    api = None
+    if keys is not None:
+        from notify.api.app import ApiServer
+
+        assert settings.api.port is not None
+        api = ApiServer(server, keys, host=srv.host, port=settings.api.port, ssl=server.ssl,
+                        rate=settings.api.rate, burst=settings.api.burst)
+        try:
+            await api.start()
+        except OSError as e:
+            await server.stop()
+            raise SystemExit(f"notify serve: the server API cannot listen on "
+                             f"{srv.host}:{settings.api.port}: {e}") from None
     if on_ready is not None:
         on_ready(server)
     stop = asyncio.Event()
@@ -233,8 +265,24 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         os._exit(EXIT_HALTED)  # now: no graceful shutdown, no task may send anything more
     halted.cancel()
     log.info("shutting_down", connections=server.connection_count)
+    if api is not None:
+        await api.stop()
     await server.stop()
     log.info("stopped")
+
+
+def _api_keys(settings: Settings) -> Keyring | None:
+    """The server API's keys (None: no API)."""
+    if settings.api.port is None:
+        return None
+    from notify.api.keys import ApiKey, Keyring
+
+    try:
+        return Keyring(ApiKey.of(k.name, secret=k.secret.get_secret_value() if k.secret else None,
+                                 sha256=k.sha256, scopes=k.scopes, groups=k.groups)
+                       for k in settings.api.keys)
+    except ValueError as e:
+        raise SystemExit(f"notify serve: bad configuration: {e}") from None
 
 
 #: exit status of `notify serve` after a fail-stop (EX_SOFTWARE)

@@ -2,6 +2,7 @@
 
 `notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
+`notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md).
 """
 
 from __future__ import annotations
@@ -376,6 +377,61 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
     return 0
 
 
+def _api_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("group")
+    url, key = os.environ.get("NOTIFY_API_URL"), os.environ.get("NOTIFY_API_KEY")
+    p.add_argument("--api", default=url, required=url is None, metavar="URL",
+                   help="the server API (`notify serve --api-port`): http://HOST:PORT "
+                        "(default: $NOTIFY_API_URL)")
+    p.add_argument("--key", default=key, required=key is None,
+                   help="an API key's secret with the read scope (default: $NOTIFY_API_KEY; "
+                        "flags show in `ps`)")
+    p.add_argument("--log-level", default="warning")
+
+
+async def _presence(a: argparse.Namespace) -> int:
+    """Who is in the group, by user, through the server API (no join)."""
+    from client_sdk import NotifyError, ServerAPI
+
+    try:
+        async with ServerAPI(a.api, a.key) as api:
+            view = await api.group(a.group)
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    print(f"view {view.version}: {len(view.users)} users, {len(view.members)} instances")
+    for user, instances in view.users.items():
+        print(f"{user}: {', '.join(instances)}")
+    return 0
+
+
+async def _history(a: argparse.Namespace) -> int:
+    """The group's messages from the log through the server API (no join), one per line:
+    `offset stream#seq sender: payload`, or the API's JSON objects with --json."""
+    import orjson
+
+    from client_sdk import NotifyError, ServerAPI
+
+    try:
+        async with ServerAPI(a.api, a.key) as api:
+            n = 0
+            async for m in api.messages(a.group, after=a.after, page=min(a.limit, 1000)):
+                if a.json:
+                    print(orjson.dumps({"offset": m.offset, "sender": m.sender,
+                                        "stream": m.stream, "seq": m.seq, "order": m.order,
+                                        "payload": m.payload, "time": m.time}).decode())
+                else:
+                    print(f"{m.offset} {m.stream}#{m.seq} {m.sender}: "
+                          f"{orjson.dumps(m.payload).decode()}")
+                n += 1
+                if n >= a.limit:
+                    break
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _view_line(e: ViewInstalled) -> str:
     """A view as `notify watch` shows it: the users present (with how many instances, when
     more than one), who arrived and who left, then the instances that changed."""
@@ -403,6 +459,15 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
     _client_args(sub.add_parser("watch", help="print a group's views and messages as they change"))
     for name in ("pub", "sub", "watch"):
         sub.choices[name].add_argument("--log-level", default="warning")
+    _api_args(sub.add_parser("presence", help="a group's view and users, through the server "
+                                              "API (docs/api.md)"))
+    p = sub.add_parser("history", help="a group's messages from the log, through the server "
+                                       "API, one per line")
+    _api_args(p)
+    p.add_argument("--after", type=int, default=0, help="from after this offset (default 0)")
+    p.add_argument("--limit", type=int, default=1_000_000,
+                   help="print at most this many (default: every one the log holds)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
     a = parser.parse_args(argv)
     log_format = "console"
     if a.cmd == "serve":
@@ -427,6 +492,10 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
             eventloop.run(_serve(a, on_ready), a.settings.server.event_loop)
         elif a.cmd == "pub":
             return asyncio.run(_pub(a))
+        elif a.cmd == "presence":
+            return asyncio.run(_presence(a))
+        elif a.cmd == "history":
+            return asyncio.run(_history(a))
         else:
             return asyncio.run(_sub(a, views=a.cmd == "watch"))
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import re
 import ssl as ssl_module
@@ -34,6 +35,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel
 
 from notify.api.errors import ApiError, ApiErrorCode, bad_request, unavailable, unknown_group
@@ -154,7 +156,8 @@ class ApiServer:
 
     async def start(self) -> None:
         grace = max(0.1, min(self.server.shutdown_grace, 10.0))
-        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=grace)
+        self._runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=grace,
+                                     logger=_HttpLog(logging.getLogger("aiohttp.server")))
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl)
         await self._site.start()
@@ -371,6 +374,21 @@ class ApiServer:
                 break
         more = more or (last is not None and last != names[-1])
         return _json(GroupList(groups=out, next=last if more else None))
+
+
+class _HttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's own log (what it met before any handler ran): a request it could not parse is
+    the client's fault, already answered 400, and one line at info here rather than a traceback
+    at error level for every malformed request a client sends (Schemathesis sends a NUL in a
+    header). Anything else aiohttp logs stays an error, with its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True,
+                  **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            log.info("api_bad_http", peer=args[0] if args else None,
+                     error=str(exc_info).splitlines()[0][:200])
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 def _http_error(e: web.HTTPException) -> ApiError:

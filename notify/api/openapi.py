@@ -51,9 +51,10 @@ def _param(name: str, where: str, schema: dict[str, Any], description: str,
             "schema": schema}
 
 
-GROUP_PARAM = _param("group", "path", {"type": "string", "minLength": 1,
-                                       "maxLength": MAX_GROUP, "pattern": GROUP_PATTERN},
-                     "the group's name, percent-encoded", required=True)
+GROUP_PARAM = {**_param("group", "path", {"type": "string", "minLength": 1,
+                                          "maxLength": MAX_GROUP, "pattern": GROUP_PATTERN},
+                        "the group's name, percent-encoded", required=True),
+               "example": "doc-1"}
 LIMIT_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
 AFTER_SCHEMA = {"type": "integer", "minimum": 0, "maximum": I64_MAX, "default": 0}
 TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT}
@@ -104,6 +105,12 @@ _QUERY_DOC = {
 }
 
 
+#: a listed group's name is a `group` of the other operations (OpenAPI links)
+_LINKS = {op: {"operationId": op, "parameters": {"group": "$response.body#/groups/0/group"},
+               "description": "the first group listed"}
+          for op in ("getGroup", "getMessages")}
+
+
 def document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of the server API."""
     _, schemas = models_json_schema([(m, "serialization") for m in MODELS],
@@ -121,7 +128,7 @@ def document() -> dict[str, Any]:
                 "memory and those the log holds. A page may hold fewer than `limit` groups "
                 "when more follow (the key's globs filter what was read): go on while `next` "
                 "is not null.",
-                _ok("GroupList", "a page of groups"), [],
+                {**_ok("GroupList", "a page of groups"), "links": _LINKS}, [],
                 ("400", "401", "403", "429", "503"))},
             f"{PREFIX}/groups/{{group}}": {"get": _operation(
                 "getGroup", "A group's view and presence by user (scope: read)",

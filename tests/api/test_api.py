@@ -274,3 +274,21 @@ async def test_cli_presence_and_history(serve: Serve) -> None:
         assert lines[0] == f'3 fifo:{a.member}#3 {a.member}: {{"i":2}}'
         code, out = await run("history", "nope")
         assert code == 2 and "404 unknown_group" in out
+
+
+async def test_the_api_serves_https_with_the_servers_certificate(serve: Serve,
+                                                                 tmp_path: Path) -> None:
+    import ssl
+
+    from tests.security.test_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    s = await serve(*KEY, "--tls-cert", str(cert), "--tls-key", str(key))
+    trust = ssl.create_default_context(cafile=str(cert))
+    async with aiohttp.ClientSession() as http:
+        url = f"https://localhost:{s.api_port}/api/v1/groups"
+        async with http.get(url, ssl=trust, headers={"Authorization": f"Bearer {SECRET}"}) as r:
+            assert r.status == 200 and await r.json() == {"groups": [], "next": None}
+        with pytest.raises(aiohttp.ClientError):  # no plain HTTP on it
+            async with http.get(f"http://127.0.0.1:{s.api_port}/api/v1/groups"):
+                pass

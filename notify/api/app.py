@@ -349,7 +349,7 @@ class ApiServer:
         # in memory is answered from the hub: its view is the current one)
         boundary = rows[-1].group if len(rows) >= scan else None
         hub = self.server.hub.groups
-        loaded = heapq.nsmallest(scan, (
+        loaded = heapq.nsmallest(scan + 1, (  # (one more: says whether more follow)
             n for n in hub if n > cursor and n.startswith(prefix)
             and (boundary is None or n <= boundary)))
         stored = {r.group: r for r in rows}

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from client_sdk import ServerAPI, ServerAPIError, connect
-from tests.api.conftest import KEY, SECRET, Serve, get
+from tests.api.conftest import KEY, SECRET, Serve, Served, get
 from tests.integration.conftest import TIMEOUT, Raw
 
 V1 = "/api/v1"
@@ -95,15 +95,8 @@ async def test_view_and_presence_by_user_in_memory_and_from_the_log(
                 m for m in view.members if m.startswith("alice#"))
             assert len(view.users["alice"]) == 2 and len(view.users["bob"]) == 1
             assert all(m.startswith(f"{u}#") for u, ms in view.users.items() for m in ms)
-        # everyone left (three more views); once the group has left memory, the log answers
-        async def gone() -> None:
-            while True:
-                async with http.get(f"http://127.0.0.1:{s.port}/metrics") as r:
-                    if "\nnotify_groups 0.0\n" in await r.text():
-                        return
-                await asyncio.sleep(0.1)
-
-        await asyncio.wait_for(gone(), TIMEOUT)
+        # everyone left (more views); once the group has left memory, the log answers
+        await groups_in_memory(http, s, 0)
         view = await api.group("doc")
         assert view.version > 3 and (view.members, view.users) == ((), {})
         with pytest.raises(ServerAPIError) as e:
@@ -164,25 +157,53 @@ async def test_history_leaves_out_aborted_and_undecided_atomic_messages(
             await r.close()
 
 
-async def test_listing_pages_by_name_and_prefix(serve: Serve) -> None:
-    s = await serve(*KEY)
-    names = [f"room-{i:02}" for i in range(12)] + ["other"]
-    async with connect(s.ws, member="m") as m, ServerAPI(s.api, SECRET) as api:
-        for name in names:
-            await m.join(name)
-        pages, cursor = [], None
+async def all_pages(api: ServerAPI, prefix: str, limit: int) -> list[list[str]]:
+    pages, cursor = [], None
+    while True:
+        page = await api.groups(prefix=prefix, limit=limit, cursor=cursor)
+        pages.append([g.group for g in page.groups])
+        if page.next is None:
+            return pages
+        cursor = page.next
+
+
+async def groups_in_memory(http: aiohttp.ClientSession, s: Served, n: int) -> None:
+    async def wait() -> None:
         while True:
-            page = await api.groups(prefix="room-", limit=5, cursor=cursor)
-            pages.append([g.group for g in page.groups])
-            if page.next is None:
-                break
-            cursor = page.next
-        assert pages == [names[0:5], names[5:10], names[10:12]]
-        everything = await api.groups(limit=100)
-        assert [g.group for g in everything.groups] == sorted(names)
-        assert everything.next is None
-        assert all((g.version, g.members, g.users, g.head) == (1, 1, 1, 0)
-                   for g in everything.groups)
+            async with http.get(f"http://127.0.0.1:{s.port}/metrics") as r:
+                if f"\nnotify_groups {n}.0\n" in await r.text():
+                    return
+            await asyncio.sleep(0.1)
+
+    await asyncio.wait_for(wait(), TIMEOUT)
+
+
+async def test_listing_pages_by_name_and_prefix_in_memory_and_from_the_log(
+        serve: Serve, http: aiohttp.ClientSession) -> None:
+    s = await serve(*KEY, "--idle-group", "0.2", "--suspect-timeout", "0.3")
+    names = [f"room-{i:02}" for i in range(12)] + ["other"]
+    async with ServerAPI(s.api, SECRET) as api:
+        async with connect(s.ws, member="m") as m:
+            for name in names:
+                await m.join(name)
+            assert await all_pages(api, "room-", 5) == [names[0:5], names[5:10], names[10:12]]
+            everything = await api.groups(limit=100)
+            assert [g.group for g in everything.groups] == sorted(names)
+            assert everything.next is None
+            assert all((g.version, g.members, g.users, g.head) == (1, 1, 1, 0)
+                       for g in everything.groups)
+        # all of them leave memory; then one comes back: the log's and the hub's, merged
+        await groups_in_memory(http, s, 0)
+        async with connect(s.ws, member="x") as x:
+            await x.join("room-05")
+            await groups_in_memory(http, s, 1)
+            assert await all_pages(api, "room-", 5) == [names[0:5], names[5:10], names[10:12]]
+            assert await all_pages(api, "", 4) == [sorted(names)[i:i + 4]
+                                                    for i in range(0, 13, 4)]
+            listed = {g.group: g for g in (await api.groups(limit=100)).groups}
+            assert listed["room-05"].members == 1 and listed["room-05"].version == 3
+            assert all(g.members == 0 and g.version == 2
+                       for name, g in listed.items() if name != "room-05")
 
 
 async def test_bad_requests_are_400_naming_the_field(serve: Serve,

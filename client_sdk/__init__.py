@@ -1,8 +1,11 @@
 """Python asyncio SDK for the notify service: `connect()` (client.py) for applications;
 `Connection` (connection.py) for tests and tools that drop and resume by hand.
 
-The I/O names (`connect`, `Client`, `Connection`, `Group`) load on first use: a process that
-only runs the sans-I/O protocol (the Spark replay, the simulator) never imports websockets.
+`ServerAPI` (server_api.py) is the server API's client, for application backends.
+
+The I/O names (`connect`, `Client`, `Connection`, `Group`, `ServerAPI`...) load on first use:
+a process that only runs the sans-I/O protocol (the Spark replay, the simulator) never imports
+websockets nor aiohttp.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from client_sdk.errors import (
     PublishRejected,
     Replaced,
     RequestTimeout,
+    ServerAPIError,
     ServerRefused,
 )
 from client_sdk.events import (
@@ -51,9 +55,20 @@ if TYPE_CHECKING:
     from client_sdk.client import Client, connect
     from client_sdk.connection import Connection
     from client_sdk.group import Group
+    from client_sdk.server_api import (
+        GroupList,
+        GroupPresence,
+        GroupSummary,
+        HistoryPage,
+        ServerAPI,
+        StoredMessage,
+    )
 
 _IO = {"Client": "client_sdk.client", "connect": "client_sdk.client",
-       "Connection": "client_sdk.connection", "Group": "client_sdk.group"}
+       "Connection": "client_sdk.connection", "Group": "client_sdk.group",
+       **{name: "client_sdk.server_api" for name in (
+           "ServerAPI", "GroupPresence", "GroupList", "GroupSummary", "HistoryPage",
+           "StoredMessage")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -77,7 +92,11 @@ __all__ = [
     "Group",
     "GroupEvent",
     "GroupLeftError",
+    "GroupList",
     "GroupPhase",
+    "GroupPresence",
+    "GroupSummary",
+    "HistoryPage",
     "InstanceReplaced",
     "Message",
     "NotifyError",
@@ -92,9 +111,12 @@ __all__ = [
     "Replaced",
     "RequestTimeout",
     "Reset",
+    "ServerAPI",
+    "ServerAPIError",
     "ServerRefused",
     "StateProvider",
     "StateReceived",
+    "StoredMessage",
     "View",
     "ViewChanging",
     "ViewInstalled",

@@ -17,6 +17,7 @@ __all__ = [
     "PublishQueueFull",
     "PublishRejected",
     "RequestTimeout",
+    "ServerAPIError",
     "ServerRefused",
 ]
 
@@ -27,6 +28,16 @@ class NotifyError(Exception):
 
 class ConnectError(NotifyError):
     """The server could not be reached (or the connection failed before `welcome`)."""
+
+
+class ServerAPIError(NotifyError):
+    """The server API (`ServerAPI`) answered an error: its HTTP `status`, its stable `code`
+    (docs/api.md: `unauthorized`, `forbidden`, `unknown_group`, `bad_request`...) and what
+    the server said (`message`)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
 
 
 class ServerRefused(NotifyError):

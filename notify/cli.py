@@ -2,6 +2,7 @@
 
 `notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
+`notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from notify.eventlog import EventLog
 
 if TYPE_CHECKING:
     from client_sdk import ViewInstalled
+    from notify.api.keys import Keyring
     from notify.server.app import NotifyServer
 
 #: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
@@ -90,6 +92,10 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--auth-issuer", "auth", str, "required `iss`"),
     ("--auth-leeway", "auth", float, "seconds of clock skew on exp/nbf (default 5)"),
     ("--auth-policy-file", "auth", str, "server-side grants by member (TOML or JSON)"),
+    ("--api-port", "api", int,
+     "serve the server API (HTTP/JSON, /api/v1, docs/api.md) on this port; needs a key"),
+    ("--api-rate", "api", float, "server API requests/s per key (default 100; 0 = no limit)"),
+    ("--api-burst", "api", int, "their token bucket's size (default 200)"),
 ]
 
 
@@ -124,6 +130,10 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    metavar="ORIGIN", help="allowed browser Origin (repeat; default: any)")
     p.add_argument("--auth-required", action="store_true", default=argparse.SUPPRESS,
                    help="refuse to start without a token key")
+    p.add_argument("--api-key", action="append", dest="api_keys", default=argparse.SUPPRESS,
+                   metavar="NAME=SECRET",
+                   help="a server API key with every scope, for every group (repeat; replaces "
+                        "the config file's [[api.keys]]; prefer the file, flags show in `ps`)")
     for flag, _, typ, help_ in _SERVE_FLAGS:
         p.add_argument(flag, type=typ, default=argparse.SUPPRESS, help=help_)
 
@@ -131,12 +141,21 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(a: argparse.Namespace) -> Settings:
     """Settings from the TOML file, the environment and the flags given, in that precedence."""
     given = vars(a)
-    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {}}
+    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {},
+                                      "api": {}}
     for flag, section, _, _ in _SERVE_FLAGS:
         name = flag[2:].replace("-", "_")
         if name in given:
-            field = name.removeprefix("auth_") if section == "auth" else name
+            field = name.removeprefix(f"{section}_") if section in ("auth", "api") else name
             cli[section][field] = given[name]
+    if "api_keys" in given:
+        from notify.api.keys import parse_flag
+
+        try:
+            pairs = [parse_flag(text) for text in given["api_keys"]]
+        except ValueError as e:
+            raise SystemExit(f"notify serve: {e}") from None
+        cli["api"]["keys"] = [{"name": n, "secret": secret} for n, secret in pairs]
     for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas",
                  "cluster", "node_id", "replicas", "lease_ttl"):
         if name in given:
@@ -207,6 +226,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           retention=config.retention_for)
     else:
         store = MemoryLog(config.limits.retain_messages)
+    keys = _api_keys(settings)  # (a bad key stops the start before anything listens)
     server = NotifyServer(config, host=srv.host, port=srv.port, event_log=events, store=store,
                           verifier=verifier, origins=srv.origins or None,
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,
@@ -214,6 +234,19 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
                           placement=cluster)
     await server.start()
+    api = None
+    if keys is not None:
+        from notify.api.app import ApiServer
+
+        assert settings.api.port is not None
+        api = ApiServer(server, keys, host=srv.host, port=settings.api.port, ssl=server.ssl,
+                        rate=settings.api.rate, burst=settings.api.burst)
+        try:
+            await api.start()
+        except OSError as e:
+            await server.stop()
+            raise SystemExit(f"notify serve: the server API cannot listen on "
+                             f"{srv.host}:{settings.api.port}: {e}") from None
     if on_ready is not None:
         on_ready(server)
     stop = asyncio.Event()
@@ -233,8 +266,24 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         os._exit(EXIT_HALTED)  # now: no graceful shutdown, no task may send anything more
     halted.cancel()
     log.info("shutting_down", connections=server.connection_count)
+    if api is not None:
+        await api.stop()
     await server.stop()
     log.info("stopped")
+
+
+def _api_keys(settings: Settings) -> Keyring | None:
+    """The server API's keys (None: no API)."""
+    if settings.api.port is None:
+        return None
+    from notify.api.keys import ApiKey, Keyring
+
+    try:
+        return Keyring(ApiKey.of(k.name, secret=k.secret.get_secret_value() if k.secret else None,
+                                 sha256=k.sha256, scopes=k.scopes, groups=k.groups)
+                       for k in settings.api.keys)
+    except ValueError as e:
+        raise SystemExit(f"notify serve: bad configuration: {e}") from None
 
 
 #: exit status of `notify serve` after a fail-stop (EX_SOFTWARE)
@@ -328,6 +377,61 @@ async def _sub(a: argparse.Namespace, *, views: bool) -> int:
     return 0
 
 
+def _api_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("group")
+    url, key = os.environ.get("NOTIFY_API_URL"), os.environ.get("NOTIFY_API_KEY")
+    p.add_argument("--api", default=url, required=url is None, metavar="URL",
+                   help="the server API (`notify serve --api-port`): http://HOST:PORT "
+                        "(default: $NOTIFY_API_URL)")
+    p.add_argument("--key", default=key, required=key is None,
+                   help="an API key's secret with the read scope (default: $NOTIFY_API_KEY; "
+                        "flags show in `ps`)")
+    p.add_argument("--log-level", default="warning")
+
+
+async def _presence(a: argparse.Namespace) -> int:
+    """Who is in the group, by user, through the server API (no join)."""
+    from client_sdk import NotifyError, ServerAPI
+
+    try:
+        async with ServerAPI(a.api, a.key) as api:
+            view = await api.group(a.group)
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    print(f"view {view.version}: {len(view.users)} users, {len(view.members)} instances")
+    for user, instances in view.users.items():
+        print(f"{user}: {', '.join(instances)}")
+    return 0
+
+
+async def _history(a: argparse.Namespace) -> int:
+    """The group's messages from the log through the server API (no join), one per line:
+    `offset stream#seq sender: payload`, or the API's JSON objects with --json."""
+    import orjson
+
+    from client_sdk import NotifyError, ServerAPI
+
+    try:
+        async with ServerAPI(a.api, a.key) as api:
+            n = 0
+            async for m in api.messages(a.group, after=a.after, page=min(a.limit, 1000)):
+                if a.json:
+                    print(orjson.dumps({"offset": m.offset, "sender": m.sender,
+                                        "stream": m.stream, "seq": m.seq, "order": m.order,
+                                        "payload": m.payload, "time": m.time}).decode())
+                else:
+                    print(f"{m.offset} {m.stream}#{m.seq} {m.sender}: "
+                          f"{orjson.dumps(m.payload).decode()}")
+                n += 1
+                if n >= a.limit:
+                    break
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _view_line(e: ViewInstalled) -> str:
     """A view as `notify watch` shows it: the users present (with how many instances, when
     more than one), who arrived and who left, then the instances that changed."""
@@ -355,6 +459,15 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
     _client_args(sub.add_parser("watch", help="print a group's views and messages as they change"))
     for name in ("pub", "sub", "watch"):
         sub.choices[name].add_argument("--log-level", default="warning")
+    _api_args(sub.add_parser("presence", help="a group's view and users, through the server "
+                                              "API (docs/api.md)"))
+    p = sub.add_parser("history", help="a group's messages from the log, through the server "
+                                       "API, one per line")
+    _api_args(p)
+    p.add_argument("--after", type=int, default=0, help="from after this offset (default 0)")
+    p.add_argument("--limit", type=int, default=1_000_000,
+                   help="print at most this many (default: every one the log holds)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
     a = parser.parse_args(argv)
     log_format = "console"
     if a.cmd == "serve":
@@ -379,6 +492,10 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
             eventloop.run(_serve(a, on_ready), a.settings.server.event_loop)
         elif a.cmd == "pub":
             return asyncio.run(_pub(a))
+        elif a.cmd == "presence":
+            return asyncio.run(_presence(a))
+        elif a.cmd == "history":
+            return asyncio.run(_history(a))
         else:
             return asyncio.run(_sub(a, views=a.cmd == "watch"))
     except KeyboardInterrupt:

@@ -2,8 +2,9 @@
 
     command-line flags > environment (NOTIFY_*) > TOML file (--config, NOTIFY_CONFIG) > defaults
 
-Sections mirror the TOML file: `[server]`, `[timeouts]`, `[limits]`, `[auth]`. An environment
-variable names its section and field joined by a double underscore: `NOTIFY_AUTH__HS256_SECRET`,
+Sections mirror the TOML file: `[server]`, `[timeouts]`, `[limits]`, `[auth]`, `[api]` (with
+`[[api.keys]]`), `[[retention]]`. An environment variable names its section and field joined by
+a double underscore: `NOTIFY_AUTH__HS256_SECRET`,
 `NOTIFY_LIMITS__PUBLISH_RATE`, `NOTIFY_SERVER__PORT`. Secrets are `SecretStr`: `masked()` (what
 the server prints at start-up) shows them as `**********`. See docs/operations.md.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -182,6 +183,54 @@ class RetentionSettings(_Section):
     age: float | None = Field(default=None, gt=0)
 
 
+Scope = Literal["publish", "read", "admin"]
+_SCOPES: tuple[Scope, ...] = ("publish", "read", "admin")
+
+
+class ApiKeySettings(_Section):
+    """One `[[api.keys]]` entry: a key of the server API (docs/api.md). The secret is given as
+    it is (`secret`) or as the hex of its SHA-256 (`sha256`: the file then holds nothing a
+    caller could present); `scopes` are what it may do, `groups` (globs, `fnmatch`) where."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    secret: SecretStr | None = Field(default=None, min_length=1)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    scopes: list[Scope] = Field(default_factory=lambda: list(_SCOPES), min_length=1)
+    groups: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default_factory=lambda: ["*"], min_length=1)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> ApiKeySettings:
+        if (self.secret is None) == (self.sha256 is None):
+            raise ValueError(f"API key {self.name!r}: give one of secret, sha256")
+        return self
+
+
+class ApiSettings(_Section):
+    """`[api]`: the server API's listener (docs/api.md). It serves once it has a port and a
+    key, and never with only one of them."""
+
+    #: its own port (0: any free one), on `server.host`, with the server's TLS
+    port: int | None = Field(default=None, ge=0, le=65535)
+    keys: list[ApiKeySettings] = Field(default_factory=list)
+    #: requests per second per key (a token bucket; 0: no limit), and the bucket's size
+    rate: float = Field(default=100.0, ge=0)
+    burst: int = Field(default=200, ge=1)
+
+    @model_validator(mode="after")
+    def _port_and_keys(self) -> ApiSettings:
+        if self.port is not None and not self.keys:
+            raise ValueError("the server API (api.port, --api-port) needs a key: --api-key "
+                             "NAME=SECRET or [[api.keys]] in the config file (docs/api.md)")
+        if self.keys and self.port is None:
+            raise ValueError("API keys are configured but the server API has no port: give "
+                             "--api-port PORT (or api.port)")
+        names = [k.name for k in self.keys]
+        if len(set(names)) != len(names):
+            raise ValueError(f"API key names must be unique: {sorted(names)}")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NOTIFY_", env_nested_delimiter="__",
                                       extra="forbid", toml_file=None)
@@ -191,6 +240,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=lambda: LimitSettings())
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
     retention: list[RetentionSettings] = Field(default_factory=list)
+    api: ApiSettings = Field(default_factory=lambda: ApiSettings())
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],
@@ -261,4 +311,5 @@ class Settings(BaseSettings):
         return ctx
 
 
-__all__ = ["AuthSettings", "LimitSettings", "ServerSettings", "Settings", "TimeoutSettings"]
+__all__ = ["ApiKeySettings", "ApiSettings", "AuthSettings", "LimitSettings", "ServerSettings",
+           "Settings", "TimeoutSettings"]

@@ -215,6 +215,20 @@ class Group:
                 and not self.writes.held and not self._intake and self.transfers.idle
                 and not len(self.atomics))
 
+    def readable_before(self) -> int:
+        """Where a reader of the log that is no member (the server API's history) stops: the
+        first offset the log may not hold yet (the write under way), or whose outcome it may
+        not hold yet (the oldest atomic message still undecided; an abort is stored with the
+        view that decides it)."""
+        before = self.topic.durable + 1
+        undecided = self.atomics.oldest()
+        return before if undecided is None else min(before, undecided)
+
+    def aborted(self, offset: int) -> bool:
+        """Is the atomic message at `offset` known here to be aborted? (Known before the log
+        holds the abort: the view that stores it may still be under way.)"""
+        return self.topic.outcome(offset) is False or self.topic.decided(offset) is False
+
     def connections(self) -> set[ConnId]:
         """Every connection the group would send to: its members' and its joiners', and every
         one still owed an answer: a leaver's or a publisher's (a member's or not), waiting in

@@ -56,7 +56,7 @@ from notify.core.actions import (
 )
 from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
 from notify.core.checkpoint import Checkpoint
-from notify.core.config import CoreConfig
+from notify.core.config import CoreConfig, Limits
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     Ack,
@@ -79,6 +79,14 @@ from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+
+
+def valid_group_name(name: str, limits: Limits) -> bool:
+    """A group name `join` accepts: 1 to `max_group_name` of A-Za-z0-9_.:/@-, starting with a
+    letter or digit (the server API checks its path's names by the same rule)."""
+    return _NAME.fullmatch(name) is not None and len(name) <= limits.max_group_name
+
+
 #: how long the token of a session replaced in a clash is refused, and at most how many
 RETIRED_MEMORY = 120.0
 MAX_RETIRED = 100_000
@@ -517,7 +525,7 @@ class Hub:
 
     def _join(self, conn: ConnId, session: Session, join: Join, now: float) -> list[Action]:
         lim = self.config.limits
-        if not _NAME.fullmatch(join.group) or len(join.group) > lim.max_group_name:
+        if not valid_group_name(join.group, lim):
             return [Send(conn, Error(ErrorCode.BAD_GROUP_NAME,
                                      f"group names are 1-{lim.max_group_name} of A-Za-z0-9_.:/@-",
                                      join.req))]

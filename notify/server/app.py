@@ -67,6 +67,10 @@ log = structlog.get_logger("notify.server")
 GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk, History)
 
 
+class StoreError(Exception):
+    """A store call run off the loop (`NotifyServer.off_loop`) failed: its message says how."""
+
+
 class NotifyServer:
     def __init__(self, config: CoreConfig | None = None, *, host: str = "127.0.0.1",
                  port: int = 8765, store: MessageLog | None = None,
@@ -189,6 +193,23 @@ class NotifyServer:
                 answer(t.result(), None)
 
         task.add_done_callback(done)
+
+    async def off_loop(self, call: Callable[..., T], *args: Any) -> T:
+        """A blocking store call for another adapter of this server (the server API, notify/api),
+        run as the driver's reads are: in a thread, kept until it ends, so that `stop` closes
+        the store only after it. Raises `StoreError` with what went wrong."""
+        answered: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def answer(result: T | None, error: str | None) -> None:
+            if answered.done():  # (its caller gave up waiting)
+                return
+            if error is not None:
+                answered.set_exception(StoreError(error))
+            else:
+                answered.set_result(result)  # type: ignore[arg-type]
+
+        self._off_loop(answer, call, *args)
+        return await answered
 
     def _pulse(self) -> None:
         moved, self._loads_moved = self._loads_moved, asyncio.Event()
@@ -635,4 +656,4 @@ def _ip(ws: ServerConnection) -> str:
     return str(addr[0]) if isinstance(addr, tuple) and addr else "?"
 
 
-__all__ = ["CloseCode", "ErrorCode", "NotifyServer", "ServerStats"]
+__all__ = ["CloseCode", "ErrorCode", "NotifyServer", "ServerStats", "StoreError"]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -135,6 +135,11 @@ class Metrics:
             "notify_write_seconds", "from a write (a batch of messages, or a view) to the log's "
             "answer (durable, and replicated on a cluster)",
             buckets=buckets, registry=self.registry)
+        #: the server API (notify/api): requests by endpoint (its route's name, or `other`)
+        #: and HTTP status code
+        self.api_requests = Counter(
+            "notify_api_requests", "server API requests, by endpoint and HTTP status code",
+            ["endpoint", "code"], registry=self.registry)
         self.commit_seconds = Histogram(
             "notify_atomic_commit_seconds", "from an atomic publish to its commit",
             buckets=buckets, registry=self.registry)

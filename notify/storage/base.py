@@ -124,6 +124,22 @@ class LogPage:
         return self.messages[-1].offset if self.messages else self.head
 
 
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """What the log says of a group without loading it (`MessageLog.list_groups`): its latest
+    stored view and its head."""
+
+    group: str
+    view: int
+    members: tuple[str, ...]
+    #: the group's last stored offset (0: none)
+    head: int
+
+
+#: the most groups one `list_groups` call returns
+MAX_LIST = 10_000
+
+
 def page_of(candidates: Iterable[Message], limit: int, max_bytes: int,
             size: Callable[[Message], int]) -> list[Message]:
     """The messages of a page out of `candidates` (offsets > `after`, ascending): at most
@@ -167,6 +183,12 @@ class MessageLog(Protocol):
         """Up to `limit` messages of `group` after offset `after` (None: the log never had the
         group), with the installs and aborts they cross (`LogPage`). Blocking: the adapter
         calls it off the event loop; safe to call concurrently with writes."""
+        ...
+
+    def list_groups(self, prefix: str, after: str, limit: int) -> list[GroupInfo]:
+        """The groups with a stored view whose names start with `prefix` and sort after
+        `after` (by code point), in name order, at most `limit` (<= `MAX_LIST`): the server
+        API's listing. Blocking: the adapter calls it off the event loop."""
         ...
 
     # Checkpoints (blocking: the adapter calls these off the event loop, one at a time). An

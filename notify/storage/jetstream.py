@@ -65,7 +65,8 @@ a retracted append): the log is replayed as redo with truncation. Cost: four lea
 (together), then every retained record of the group in requests of `read_batch`, O(retention)
 per load, as SQLite's `GROUP BY` over a group's messages. `load` lists the groups by
 `STREAM.INFO` with a `subjects_filter` of `<prefix>.*.v` (one request; a huge number of groups
-would need paging) and loads those whose last view has members.
+would need paging) and loads those whose last view has members; `list_groups` (the server API's
+listing) reads the same list, then the listed groups' last records, and loads none.
 
 Paging (`read_page`: catch-up past the in-memory window, history). A page reads the group's
 last records from the stream leader (its head, the stream sequence to read up to: records
@@ -172,9 +173,11 @@ from notify.core.config import Retention
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done, Fenced
 from notify.storage.base import (
+    MAX_LIST,
     RECENT_IDS,
     SENDER_IDS_AGE,
     CheckpointSuperseded,
+    GroupInfo,
     LogPage,
     StoredGroup,
     installs_between,
@@ -212,6 +215,8 @@ def unescape_group(token: str) -> str:
 
 #: how many page starts `_page_start` remembers
 _PAGE_STARTS = 1024
+#: groups whose last records `list_groups` reads at once
+LIST_BATCH = 32
 
 
 class _Tail(NamedTuple):
@@ -688,6 +693,26 @@ class JetStreamLog:
 
     def load(self, recent: int) -> list[StoredGroup]:
         return self._call(self._load(recent), self.timeout * 60)
+
+    def list_groups(self, prefix: str, after: str, limit: int) -> list[GroupInfo]:
+        return self._call(self._list_groups(prefix, after, limit), self.timeout * 6)
+
+    async def _list_groups(self, prefix: str, after: str, limit: int) -> list[GroupInfo]:
+        """The names from one `STREAM.INFO` of the view subjects (as `load`), then each
+        listed group's last records (`_tail`, three gets), `LIST_BATCH` groups at a time."""
+        info = await self._nc.jsm().stream_info(self.stream,
+                                                 subjects_filter=f"{self.prefix}.*.v")
+        names = sorted(g for g in (unescape_group(s.split(".")[-2])
+                                   for s in info.state.subjects or {})
+                       if g > after and g.startswith(prefix))[:min(limit, MAX_LIST)]
+        out: list[GroupInfo] = []
+        for i in range(0, len(names), LIST_BATCH):
+            batch = names[i:i + LIST_BATCH]
+            tails = await asyncio.wait_for(asyncio.gather(*(self._tail(g) for g in batch)),
+                                           self.timeout)
+            out.extend(GroupInfo(g, t.view["view"], tuple(t.view["members"]), t.head)
+                       for g, t in zip(batch, tails, strict=True) if t.view is not None)
+        return out
 
     async def _load(self, recent: int) -> list[StoredGroup]:
         info = await self._nc.jsm().stream_info(self.stream,

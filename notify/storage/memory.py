@@ -27,7 +27,15 @@ import orjson
 from notify.core.actions import Append, Message, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.runtime.ports import Done
-from notify.storage.base import LogPage, StoredGroup, installs_between, page_of, recent_ids
+from notify.storage.base import (
+    MAX_LIST,
+    GroupInfo,
+    LogPage,
+    StoredGroup,
+    installs_between,
+    page_of,
+    recent_ids,
+)
 
 
 class MemoryLog:
@@ -94,6 +102,16 @@ class MemoryLog:
                                self._checkpoints.get(group), i,
                                log[0].offset if log else head + 1,
                                recent_ids(log[:len(log) - len(window)]))
+
+    def list_groups(self, prefix: str, after: str, limit: int) -> list[GroupInfo]:
+        with self._lock:
+            names = sorted(g for g, installs in self._installs.items()
+                           if installs and g > after and g.startswith(prefix))
+            out = []
+            for g in names[:min(limit, MAX_LIST)]:
+                i, log = self._installs[g][-1], self._groups.get(g)
+                out.append(GroupInfo(g, i.view, i.members, log[-1].offset if log else i.offset))
+            return out
 
     def load(self, recent: int) -> list[StoredGroup]:
         return []

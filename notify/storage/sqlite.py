@@ -53,7 +53,15 @@ from notify.core.checkpoint import Checkpoint
 from notify.core.config import Retention
 from notify.core.events import ResumePoint
 from notify.runtime.ports import Done
-from notify.storage.base import RECENT_IDS, SENDER_IDS_AGE, LogPage, StoredGroup, page_of
+from notify.storage.base import (
+    MAX_LIST,
+    RECENT_IDS,
+    SENDER_IDS_AGE,
+    GroupInfo,
+    LogPage,
+    StoredGroup,
+    page_of,
+)
 
 log = structlog.get_logger("notify.storage")
 
@@ -398,6 +406,20 @@ class SqliteLog:
             names = [g for (g,) in self._db.execute(
                 "SELECT grp FROM groups WHERE members != '[]'").fetchall()]
         return [sg for g in names if (sg := self.load_group(g, recent)) is not None]
+
+    def list_groups(self, prefix: str, after: str, limit: int) -> list[GroupInfo]:
+        """One range scan of `groups` by name (its primary key), each group's head by the
+        (group, offset) index: O(limit) whatever the number of groups."""
+        top = prefix + "\U0010ffff"  # above every name that starts with `prefix`
+        with self._lock:
+            rows = self._db.execute(
+                'SELECT g.grp, g.view, g.members, MAX(COALESCE((SELECT MAX("offset") FROM '
+                'messages m WHERE m.grp=g.grp), 0), COALESCE((SELECT seq FROM floors f WHERE '
+                "f.grp=g.grp AND f.stream=''), 0)) FROM groups g WHERE g.grp>? AND g.grp>=? "
+                "AND g.grp<? AND substr(g.grp, 1, ?)=? ORDER BY g.grp LIMIT ?",
+                (after, prefix, top, len(prefix), prefix, min(limit, MAX_LIST))).fetchall()
+        return [GroupInfo(g, view, tuple(orjson.loads(members)), head)
+                for g, view, members, head in rows]
 
     def load_group(self, group: str, recent: int) -> StoredGroup | None:
         """What the log knows of `group` (None: it never had a view). Blocking: the adapter

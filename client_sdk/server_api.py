@@ -1,0 +1,173 @@
+"""The server API's Python client (docs/api.md): what an application backend calls, without
+joining any group.
+
+    async with ServerAPI("http://127.0.0.1:8080", key) as api:
+        view = await api.group("doc-1")            # GroupPresence: members, users
+        page = await api.history("doc-1", after=0)  # HistoryPage: messages, next
+        async for m in api.messages("doc-1"):       # every message the log retains, in order
+            ...
+        listing = await api.groups(prefix="doc-")   # GroupList: groups, next
+
+Results are frozen dataclasses; an error answer raises `ServerAPIError(status, code, message)`
+with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `bad_request`,
+`rate_limited`, `unavailable`...); a server that cannot be reached raises `ConnectError`.
+One aiohttp session (keep-alive) per `ServerAPI`: close it (`async with`, or `close()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from client_sdk.errors import ConnectError, ServerAPIError
+
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupPresence:
+    """A group's view: its version, its members (instances) and the users present."""
+
+    group: str
+    version: int
+    members: tuple[str, ...]
+    #: each user present, with its instances (member ids), in view order
+    users: dict[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One message of a group's durable log."""
+
+    offset: int
+    sender: str
+    stream: str
+    seq: int
+    order: str
+    payload: Any
+    #: when the server accepted it (Unix seconds)
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    messages: tuple[StoredMessage, ...]
+    #: the `after` of the next page; None: this page reached what the log holds now
+    next: int | None
+    #: the oldest offset the log retains
+    first: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group: str
+    version: int
+    members: int
+    users: int
+    head: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupList:
+    groups: tuple[GroupSummary, ...]
+    #: the `cursor` of the next page; None: no more
+    next: str | None
+
+
+class ServerAPI:
+    def __init__(self, url: str, key: str, *, timeout: float = 10.0) -> None:
+        base = url.rstrip("/")
+        self.url = base.removesuffix(PREFIX)
+        self._headers = {"Authorization": f"Bearer {key}"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> ServerAPI:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _get(self, path: str, params: dict[str, str | int] | None = None) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        # encoded: a group name's `/` travels as %2F, as the API reads it
+        url = URL(f"{self.url}{PREFIX}{path}", encoded=True)
+        if params:
+            url = url.with_query(params)
+        try:
+            async with self._session.get(url) as r:
+                body = await r.read()
+                if r.status == 200:
+                    return _json(body, r.status)
+                error = _json(body, r.status, strict=False)
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise ConnectError(f"server API at {self.url}: {e!r}") from e
+        detail = error.get("error") if isinstance(error, dict) else None
+        if isinstance(detail, dict):
+            raise ServerAPIError(r.status, str(detail.get("code")), str(detail.get("message")))
+        raise ServerAPIError(r.status, "unexpected_response", body[:200].decode(errors="replace"))
+
+    async def group(self, name: str) -> GroupPresence:
+        """The group's current view and presence by user (scope `read`)."""
+        d = await self._get(f"/groups/{_segment(name)}")
+        return GroupPresence(d["group"], d["version"], tuple(d["members"]),
+                             {u: tuple(ms) for u, ms in d["users"].items()})
+
+    async def history(self, name: str, after: int = 0, limit: int = 100) -> HistoryPage:
+        """The messages the log holds after offset `after`, at most `limit` (scope `read`)."""
+        d = await self._get(f"/groups/{_segment(name)}/messages",
+                            {"after": after, "limit": limit})
+        return HistoryPage(tuple(StoredMessage(**m) for m in d["messages"]), d["next"],
+                           d["first"])
+
+    async def messages(self, name: str, after: int = 0,
+                       page: int = 100) -> AsyncIterator[StoredMessage]:
+        """Every message the log holds after `after`, in offset order, page by page, up to
+        what it holds when the last page is read."""
+        while True:
+            p = await self.history(name, after, page)
+            for m in p.messages:
+                yield m
+            if p.next is None:
+                return
+            after = p.next
+
+    async def groups(self, prefix: str = "", limit: int = 100,
+                     cursor: str | None = None) -> GroupList:
+        """One page of the groups whose names start with `prefix`, after `cursor` (scope
+        `read`; only the groups the key reaches)."""
+        params: dict[str, str | int] = {"prefix": prefix, "limit": limit}
+        if cursor is not None:
+            params["cursor"] = cursor
+        d = await self._get("/groups", params)
+        return GroupList(tuple(GroupSummary(**g) for g in d["groups"]), d["next"])
+
+
+def _segment(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _json(body: bytes, status: int, *, strict: bool = True) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        if strict:
+            raise ServerAPIError(status, "unexpected_response",
+                                 body[:200].decode(errors="replace")) from None
+        return None
+
+
+__all__ = ["GroupList", "GroupPresence", "GroupSummary", "HistoryPage", "ServerAPI",
+           "StoredMessage"]

@@ -1,0 +1,216 @@
+"""The server API's OpenAPI 3.1 document, generated: the schemas come from the response models
+(notify/api/models.py, `model_json_schema`), the paths and parameters from the tables below,
+which the handlers (notify/api/app.py) read too (the bounds they check are these).
+
+Served at `GET /api/v1/openapi.json`; rendered into docs/api.md between the markers below by
+
+    python -m notify.api.openapi --write-docs docs/api.md
+
+(tests/api/test_openapi.py fails when docs/api.md is out of date). `python -m notify.api.openapi`
+prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic.json_schema import models_json_schema
+
+from notify.api.models import I64_MAX, MODELS
+from notify.core.config import Limits
+
+PREFIX = "/api/v1"
+#: the most messages or groups one page holds (history: and about `history_page_bytes`)
+MAX_LIMIT = Limits().history_page
+DEFAULT_LIMIT = 100
+#: a group name (the rule `join` applies: notify/core/hub.py `valid_group_name`)
+GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$"
+MAX_GROUP = Limits().max_group_name
+#: the longest `prefix` and `cursor` of the listing
+MAX_TEXT = 256
+
+BEGIN = "<!-- BEGIN GENERATED: python -m notify.api.openapi --write-docs docs/api.md -->"
+END = "<!-- END GENERATED -->"
+
+DESCRIPTION = (
+    "HTTP/JSON API of a notify server for application backends (issue 31): a group's view and "
+    "presence, its durable history, the groups. Authenticate with `Authorization: Bearer "
+    "SECRET` (an API key: docs/api.md); each operation names the scope it needs, and a key "
+    "reaches only the groups its globs match. Errors are `{\"error\": {\"code\", "
+    "\"message\"}}` with a stable `code`. Group names in paths are percent-encoded (`/` as "
+    "`%2F`). Cluster mode does not route these calls yet: they are answered 503.")
+
+
+def _param(name: str, where: str, schema: dict[str, Any], description: str,
+           required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required, "description": description,
+            "schema": schema}
+
+
+GROUP_PARAM = {**_param("group", "path", {"type": "string", "minLength": 1,
+                                          "maxLength": MAX_GROUP, "pattern": GROUP_PATTERN},
+                        "the group's name, percent-encoded", required=True),
+               "example": "doc-1"}
+LIMIT_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+AFTER_SCHEMA = {"type": "integer", "minimum": 0, "maximum": I64_MAX, "default": 0}
+TEXT_SCHEMA = {"type": "string", "maxLength": MAX_TEXT}
+
+#: query parameters of each operation (the handlers refuse others: a misspelt one must not
+#: silently become its default)
+QUERY: dict[str, dict[str, dict[str, Any]]] = {
+    "listGroups": {"prefix": {**TEXT_SCHEMA, "default": ""}, "limit": LIMIT_SCHEMA,
+                   "cursor": TEXT_SCHEMA},
+    "getGroup": {},
+    "getMessages": {"after": AFTER_SCHEMA, "limit": LIMIT_SCHEMA},
+}
+
+_ERRORS = {
+    "400": "bad_request: a parameter is malformed or out of range (the message names it)",
+    "401": "unauthorized: no key, or an unknown one",
+    "403": "forbidden: the key lacks the scope, or does not reach the group",
+    "404": "unknown_group: the log has no view of the group",
+    "429": "rate_limited: the key's requests per second are spent (see Retry-After)",
+    "503": "unavailable: shutting down, the log cannot be read now, or cluster mode",
+}
+
+
+def _error(status: str) -> dict[str, Any]:
+    return {"description": _ERRORS[status], "content": {"application/json": {
+        "schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+
+
+def _ok(model: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model}"}}}}
+
+
+def _operation(op: str, summary: str, description: str, ok: dict[str, Any],
+               path_params: list[dict[str, Any]], errors: tuple[str, ...]) -> dict[str, Any]:
+    params = [*path_params, *(_param(name, "query", schema, _QUERY_DOC[name])
+                              for name, schema in QUERY[op].items())]
+    return {"operationId": op, "summary": summary, "description": description,
+            "parameters": params,
+            "responses": {"200": ok, **{s: _error(s) for s in errors}}}
+
+
+_QUERY_DOC = {
+    "prefix": "only the groups whose names start with it",
+    "limit": f"at most this many (1-{MAX_LIMIT})",
+    "cursor": "the `next` of the previous page (the last name it listed)",
+    "after": "the messages after this offset (0: from the start of what the log retains)",
+}
+
+
+#: a listed group's name is a `group` of the other operations (OpenAPI links)
+_LINKS = {op: {"operationId": op, "parameters": {"group": "$response.body#/groups/0/group"},
+               "description": "the first group listed"}
+          for op in ("getGroup", "getMessages")}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the server API."""
+    _, schemas = models_json_schema([(m, "serialization") for m in MODELS],
+                                    ref_template="#/components/schemas/{model}")
+    group_errors = ("400", "401", "403", "404", "429", "503")
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "notify server API", "version": "1", "description": DESCRIPTION},
+        "security": [{"bearer": []}],
+        "paths": {
+            f"{PREFIX}/groups": {"get": _operation(
+                "listGroups", "The groups, in name order, paged (scope: read)",
+                "The groups the key reaches whose names start with `prefix`, after `cursor`, "
+                "with their member and user counts and their head offset: the groups in "
+                "memory and those the log holds. A page may hold fewer than `limit` groups "
+                "when more follow (the key's globs filter what was read): go on while `next` "
+                "is not null.",
+                {**_ok("GroupList", "a page of groups"), "links": _LINKS}, [],
+                ("400", "401", "403", "429", "503"))},
+            f"{PREFIX}/groups/{{group}}": {"get": _operation(
+                "getGroup", "A group's view and presence by user (scope: read)",
+                "The current view (version and member ids) and the users present, each with "
+                "its instances. A group that is not in memory is answered from the log.",
+                _ok("GroupView", "the view"), [GROUP_PARAM], group_errors)},
+            f"{PREFIX}/groups/{{group}}/messages": {"get": _operation(
+                "getMessages", "A page of a group's durable history (scope: read)",
+                "The messages the log holds after `after`, in offset order, from the durable "
+                "log within retention (older than the in-memory window too): at most `limit`, "
+                "and about 1 MiB of payload (a page holds at least one message). Aborted "
+                "atomic messages are left out, and a page stops before an atomic message "
+                "whose outcome is not decided yet.",
+                _ok("MessagePage", "a page of messages"), [GROUP_PARAM], group_errors)},
+            f"{PREFIX}/openapi.json": {"get": {
+                "operationId": "getOpenAPI", "summary": "This document (no key needed)",
+                "security": [],
+                "responses": {"200": {"description": "the OpenAPI 3.1 document",
+                                      "content": {"application/json": {
+                                          "schema": {"type": "object"}}}}}}},
+        },
+        "components": {
+            "schemas": schemas["$defs"],
+            "securitySchemes": {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "an API key's secret (`--api-key NAME=SECRET`, `[[api.keys]]`)"}},
+        },
+    }
+
+
+def render_json(doc: dict[str, Any] | None = None) -> str:
+    return orjson.dumps(doc if doc is not None else document(),
+                        option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n"
+
+
+def render_markdown(doc: dict[str, Any] | None = None) -> str:
+    """The generated part of docs/api.md: the operations, then the document itself."""
+    doc = doc if doc is not None else document()
+    lines = [BEGIN, "", "| method, path | operation | parameters | answers |",
+             "|---|---|---|---|"]
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            params = ", ".join(f"`{p['name']}`" for p in op.get("parameters", ())) or "-"
+            answers = ", ".join(sorted(op["responses"]))
+            lines.append(f"| `{method.upper()} {path}` | {op['summary']} | {params} | "
+                         f"{answers} |")
+    lines += ["", "The OpenAPI 3.1 document, as `GET /api/v1/openapi.json` serves it:", "",
+              "```json", render_json(doc).rstrip("\n"), "```", "", END]
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(path: Path) -> bool:
+    """Put the generated part into `path` between the markers; True if it changed."""
+    text = path.read_text()
+    start, end = text.index(BEGIN), text.index(END) + len(END) + 1
+    new = text[:start] + render_markdown() + text[end:]
+    if new == text:
+        return False
+    path.write_text(new)
+    return True
+
+
+def generated_part(text: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END) + 1
+    return text[start:end]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m notify.api.openapi", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--write-docs", metavar="MD", type=Path,
+                   help="update the generated part of this Markdown file (docs/api.md)")
+    a = p.parse_args(argv)
+    if a.write_docs is not None:
+        print("updated" if write_docs(a.write_docs) else "up to date", a.write_docs)
+    else:
+        sys.stdout.write(render_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["MAX_LIMIT", "PREFIX", "QUERY", "document", "render_json", "render_markdown"]

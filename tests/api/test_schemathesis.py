@@ -1,0 +1,58 @@
+"""Schemathesis (an OpenAPI fuzzer) against a real `notify serve`: it reads the served OpenAPI
+document and sends what it generates from it, valid and invalid (its coverage, fuzzing and
+stateful phases), with a valid key. Every check it has must pass: no 5xx, every answer matching
+the document (status, content type, schema), invalid input refused with a 4xx, a request
+without the key refused. The WebSocket member of the group the document names as its example
+(`doc-1`, which the fuzzer therefore reads) is undisturbed: no view change, its group goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from client_sdk import ServerAPI, connect
+from tests.api.conftest import KEY, SECRET, Serve
+
+ST = Path(sys.executable).with_name("st")
+#: examples per operation and phase; with the coverage and stateful phases, about 600 requests
+MAX_EXAMPLES = "40"
+
+
+@pytest.mark.timeout(300)
+async def test_schemathesis_finds_no_5xx_and_no_answer_off_the_document(
+        serve: Serve, tmp_path: Path) -> None:
+    assert ST.exists(), "schemathesis is a dev dependency (pip install -e '.[dev]')"
+    s = await serve(*KEY, "--api-rate", "0")
+    async with connect(s.ws, member="watcher") as watcher, ServerAPI(s.api, SECRET) as api:
+        doc = await watcher.join("doc-1")
+        for i in range(30):
+            await doc.publish({"i": i}, order="total" if i % 3 else "fifo", atomic=i % 5 == 0)
+        await watcher.join("team/a")
+        before = await api.group("doc-1")
+
+        proc = await asyncio.create_subprocess_exec(
+            str(ST), "run", f"{s.api}/api/v1/openapi.json",
+            "--header", f"Authorization: Bearer {SECRET}", "--checks", "all",
+            "--max-examples", MAX_EXAMPLES, "--seed", "31", "--workers", "2",
+            "--request-timeout", "10", "--no-color",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            cwd=tmp_path)
+        out = (await asyncio.wait_for(proc.communicate(), 240))[0].decode(errors="replace")
+        print(out)
+        assert proc.returncode == 0, out
+        cases = re.search(r"(\d+) generated, (\d+) passed", out)
+        assert cases is not None, out
+        generated, passed = map(int, cases.groups())
+        assert generated == passed and generated > 100, out
+        assert "failed" not in out.split("SUMMARY")[-1], out
+
+        # the member of the fuzzed group is undisturbed: same view, its group goes on
+        assert await api.group("doc-1") == before
+        assert (await doc.publish("still here")).offset == 31
+        assert [m.payload async for m in api.messages("doc-1", after=30)] == ["still here"]
+    assert "api_internal_error" not in s.output() and "Traceback" not in s.output()
+    assert s.stop() == 0

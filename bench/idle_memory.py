@@ -18,9 +18,9 @@ server's `notify_groups` must say G.
 
 Then, with every member still joined (so every group stays loaded, each holding its in-memory
 window of at most 1,000 messages / 1 MiB), once the server is idle (its CPU below 2 % for 3 s):
-RSS, RSS per group, (RSS - baseline) per group: the groups hot. Then, after `--quiet-group`
-seconds and the next retention pass (their windows cooled: notify/core/topic.py `cool`), RSS
-again: the groups loaded and quiet. Then every member leaves, `notify_groups` must
+RSS, RSS per group, (RSS - baseline) per group: the groups hot. Then, 15 s after
+`--quiet-group` (their windows cooled, notify/core/topic.py `cool`, and the server handed the
+memory back), RSS again: the groups loaded and quiet. Then every member leaves, `notify_groups` must
 reach 0 (nobody is in them: evicted after `--idle-group` seconds) and, idle again, RSS again:
 what memory keeps of groups that have left it (the Python allocator may keep freed arenas).
 Also printed: the peak RSS (`VmHWM`), the publish rate, and the data directory's size on disk.
@@ -229,13 +229,13 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                   f"{r['joined'] / mib:.1f} MiB = {r['joined'] / a.groups / mib:.3f} MiB per "
                   f"group, {(r['joined'] - r['baseline']) / a.groups / mib:.3f} MiB per group "
                   f"over the baseline (load {r['load_joined']})", flush=True)
-            # quiet: every group's window cools after --quiet-group, and the next retention
-            # pass (every 60 s) hands what it freed back to the system (malloc_trim)
-            time.sleep(a.quiet_group + 65)
+            # quiet: every group's window cools after --quiet-group, and the server hands
+            # what that freed back to the system within seconds (malloc_trim, TRIM_INTERVAL)
+            time.sleep(a.quiet_group + 15)
             wait_idle(pid)
             r["quiet"] = status(pid, "VmRSS")
-            print(f"quiet for {a.quiet_group + 65:.0f} s (--quiet-group {a.quiet_group:g}, then "
-                  f"a retention pass): RSS {r['quiet'] / mib:.1f} MiB = "
+            print(f"quiet for {a.quiet_group + 15:.0f} s (--quiet-group {a.quiet_group:g}): RSS "
+                  f"{r['quiet'] / mib:.1f} MiB = "
                   f"{(r['quiet'] - r['baseline']) / a.groups / mib:.3f} MiB per group over the "
                   f"baseline (load {loadavg()})", flush=True)
             workers.tell("leave")

@@ -196,6 +196,9 @@ class Hub:
         #: message (insertion order is time order): they cool after `quiet_group` (G14)
         self._warm: dict[str, float] = {}
         self._quiet = config.timeouts.quiet_group if config.history else 0.0
+        #: groups that left memory or whose window cooled, ever: the adapter may hand the
+        #: memory they freed back to the system when this moves (notify/server/heap.py)
+        self.freed = 0
         #: the `now` of the call being handled (when a group became idle)
         self._now = 0.0
 
@@ -694,6 +697,7 @@ class Hub:
                 self._armed.discard(name)
                 self._warm.pop(name, None)
                 self.evicted.append(name)
+                self.freed += 1
 
     def _cool_quiet(self, now: float) -> None:
         """G14: the window of a group that accepted nothing for `quiet_group` seconds goes
@@ -711,6 +715,7 @@ class Hub:
                 warm[name] = g.topic.accepted_at
             else:
                 g.topic.cool()
+                self.freed += 1
 
     def take_evicted(self) -> list[str]:
         out, self.evicted = self.evicted, []

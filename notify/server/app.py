@@ -133,6 +133,9 @@ class NotifyServer:
         #: reading waits for a load look again (`_while_held`)
         self._loads_moved = asyncio.Event()
         self._pruning: asyncio.Task[int] | None = None
+        #: the heap's free pages handed back after groups left memory or cooled (`hub.freed`)
+        self._trimming: asyncio.Task[bool] | None = None
+        self._freed_seen, self._next_trim = 0, 0.0
         self._timer: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -605,6 +608,14 @@ class NotifyServer:
                 self._pruning.add_done_callback(_log_prune)
             loading = self.driver.loading
             self.driver.tick()
+            if self.hub.freed != self._freed_seen and now >= self._next_trim and (
+                    self._trimming is None or self._trimming.done()):
+                # groups left memory or cooled: what they held back to the system, off the
+                # loop, at most every TRIM_INTERVAL (a retention pass may take minutes)
+                self._freed_seen, self._next_trim = self.hub.freed, now + TRIM_INTERVAL
+                self._trimming = asyncio.get_running_loop().create_task(
+                    asyncio.to_thread(release_free_memory))
+                self._trimming.add_done_callback(_log_trim)
             if self.driver.loading < loading:  # loads given up: their readers look again
                 self._pulse()
             wakeup = self.driver.next_wakeup()
@@ -622,6 +633,8 @@ class NotifyServer:
 
 #: seconds between two retention passes over the log
 PRUNE_INTERVAL = 60.0
+#: at most how often the heap's free pages are handed back after groups freed memory
+TRIM_INTERVAL = 5.0
 #: the timer's longest and shortest sleep (see `NotifyServer._run_timer`)
 MAX_SLEEP, MIN_SLEEP = 0.05, 0.001
 
@@ -632,6 +645,11 @@ def _prune_and_trim(store: MessageLog, now: float) -> int:
     deleted = store.prune(now)
     release_free_memory()
     return deleted
+
+
+def _log_trim(task: asyncio.Task[bool]) -> None:
+    if not task.cancelled() and task.exception() is not None:  # (the next one tries again)
+        log.error("trim_failed", error=repr(task.exception()))
 
 
 def _log_prune(task: asyncio.Task[int]) -> None:

@@ -244,6 +244,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         try:
             await api.start()
         except OSError as e:
+            await api.stop()  # (what it set up before the bind failed)
             await server.stop()
             raise SystemExit(f"notify serve: the server API cannot listen on "
                              f"{srv.host}:{settings.api.port}: {e}") from None
@@ -411,15 +412,14 @@ async def _history(a: argparse.Namespace) -> int:
     import orjson
 
     from client_sdk import NotifyError, ServerAPI
+    from notify.api.openapi import MAX_LIMIT
 
     try:
         async with ServerAPI(a.api, a.key) as api:
             n = 0
-            async for m in api.messages(a.group, after=a.after, page=min(a.limit, 1000)):
+            async for m in api.messages(a.group, after=a.after, page=min(a.limit, MAX_LIMIT)):
                 if a.json:
-                    print(orjson.dumps({"offset": m.offset, "sender": m.sender,
-                                        "stream": m.stream, "seq": m.seq, "order": m.order,
-                                        "payload": m.payload, "time": m.time}).decode())
+                    print(orjson.dumps(m).decode())  # (its fields are the API's, in order)
                 else:
                     print(f"{m.offset} {m.stream}#{m.seq} {m.sender}: "
                           f"{orjson.dumps(m.payload).decode()}")

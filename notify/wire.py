@@ -50,6 +50,7 @@ from notify.core import events as ev
 from notify.core.actions import Error, Rejected
 from notify.core.config import Limits
 from notify.core.errors import ErrorCode, RejectCode
+from notify.runtime.frames import exact
 
 I64_MIN, I64_MAX, U64_MAX = -(2**63), 2**63 - 1, 2**64 - 1
 MAX_REQ = 256
@@ -306,9 +307,7 @@ def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publi
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     if len(body) > limits.max_frame_bytes:  # re-written numbers may come out longer (1E2)
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
-    # orjson hands back its whole write buffer (8 KiB for any payload under it, up to twice the
-    # size past it) and the in-memory window keeps this body: an exact copy is 1 KiB, not 8
-    return model.to_core(memoryview(body).tobytes())
+    return model.to_core(exact(body))  # the window keeps it
 
 
 def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:

@@ -230,7 +230,8 @@ class ApiServer:
         now = self._clock()
         bucket = self._buckets.get(key.name)
         if bucket is None:  # (one per configured key: bounded)
-            bucket = self._buckets[key.name] = Bucket(self.rate, self.burst, self.burst, now)
+            bucket = self._buckets[key.name] = Bucket(tokens=self.burst, at=now,
+                                                      rate=self.rate, burst=self.burst)
         wait = bucket.take(now)
         if wait > 0:
             raise ApiError(ApiErrorCode.RATE_LIMITED,
@@ -263,16 +264,24 @@ class ApiServer:
                               "yet")
 
     async def _read(self, call: Callable[..., T], *args: Any) -> T:
-        """A store call off the loop, bounded (503 when it fails or takes too long)."""
+        """A store call off the loop, bounded (503 when it fails or takes too long). A read
+        answered 503 at its deadline holds its slot until its thread ends: `READERS` bounds
+        the threads, not the waits."""
         try:
             async with asyncio.timeout(self.server.config.timeouts.write_timeout):
-                async with self._readers:
-                    return await self.server.off_loop(call, *args)
+                await self._readers.acquire()
+                read = asyncio.ensure_future(self.server.off_loop(call, *args))
+                read.add_done_callback(self._read_ended)
+                return await asyncio.shield(read)
         except TimeoutError:
             raise unavailable("the log did not answer in time; try again") from None
-        except StoreError as e:
-            log.error("api_read_failed", error=str(e))
+        except StoreError:
             raise unavailable("the log cannot be read right now; try again") from None
+
+    def _read_ended(self, read: asyncio.Future[Any]) -> None:
+        self._readers.release()
+        if not read.cancelled() and read.exception() is not None:  # (also after its deadline)
+            log.error("api_read_failed", error=str(read.exception()))
 
     async def _stored(self, name: str) -> GroupInfo | None:
         """The log's view of `name` (the first group at or after it under its own prefix)."""

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 
+from notify.core.rate import TokenBucket
+
 
 class Scope(StrEnum):
     PUBLISH = "publish"
@@ -99,22 +101,15 @@ class Keyring:
 
 
 @dataclass(slots=True)
-class Bucket:
-    """A token bucket: `rate` tokens a second up to `burst`; `take(now)` spends one."""
+class Bucket(TokenBucket):
+    """A key's requests: `rate` tokens a second up to `burst`; `take(now)` spends one (0.0,
+    else the seconds until one will be there)."""
 
-    rate: float
-    burst: float
-    tokens: float
-    at: float
+    rate: float = 0.0
+    burst: float = 0.0
 
-    def take(self, now: float) -> float:
-        """0.0 if a token was spent, else the seconds until one will be there."""
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        return (1.0 - self.tokens) / self.rate
+    def take(self, now: float) -> float:  # type: ignore[override]
+        return TokenBucket.take(self, now, self.rate, self.burst)  # (slots: no bare super())
 
 
 __all__ = ["ALL_SCOPES", "ApiKey", "Bucket", "Keyring", "Scope", "digest", "parse_flag"]

@@ -22,13 +22,14 @@ from pydantic.json_schema import models_json_schema
 
 from notify.api.models import I64_MAX, MODELS
 from notify.core.config import Limits
+from notify.core.hub import GROUP_NAME
 
 PREFIX = "/api/v1"
 #: the most messages or groups one page holds (history: and about `history_page_bytes`)
 MAX_LIMIT = Limits().history_page
 DEFAULT_LIMIT = 100
 #: a group name (the rule `join` applies: notify/core/hub.py `valid_group_name`)
-GROUP_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/@-]*$"
+GROUP_PATTERN = f"^{GROUP_NAME}$"
 MAX_GROUP = Limits().max_group_name
 #: the longest `prefix` and `cursor` of the listing
 MAX_TEXT = 256

@@ -74,11 +74,14 @@ from notify.core.events import (
 )
 from notify.core.group import Group
 from notify.core.membership import IllegalTransition, Reason
+from notify.core.rate import TokenBucket
 from notify.core.users import INSTANCE, member_id
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*")
+#: what a group name is (`valid_group_name`; the server API's OpenAPI document says it too)
+GROUP_NAME = r"[A-Za-z0-9][A-Za-z0-9_.:/@-]*"
+_NAME = re.compile(GROUP_NAME)
 
 
 def valid_group_name(name: str, limits: Limits) -> bool:
@@ -146,22 +149,6 @@ class Session:
             raise IllegalTransition(f"session {event.value} in {self.state.value}") from None
 
 
-@dataclass(slots=True)
-class _Bucket:
-    """Token bucket for publishes on one connection."""
-
-    tokens: float
-    at: float
-
-    def take(self, now: float, rate: float, burst: float) -> bool:
-        self.tokens = min(burst, self.tokens + max(now - self.at, 0.0) * rate)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-
 class Hub:
     def __init__(self, config: CoreConfig, *, new_token: Callable[[], str], epoch: int) -> None:
         self.config = config
@@ -182,7 +169,8 @@ class Hub:
         self._hello_deadlines: dict[ConnId, float] = {}
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
         self._token_heap: list[tuple[float, ConnId]] = []
-        self._buckets: dict[ConnId, _Bucket] = {}
+        #: publishes per connection (G11)
+        self._buckets: dict[ConnId, TokenBucket] = {}
         #: tokens of sessions a newer incarnation replaced (a clash) -> until when they are
         #: remembered (`RETIRED_MEMORY`; insertion order is expiry order)
         self._retired: dict[str, float] = {}
@@ -555,8 +543,8 @@ class Hub:
         if lim.publish_rate > 0:
             bucket = self._buckets.get(conn)
             if bucket is None:
-                bucket = self._buckets[conn] = _Bucket(float(lim.publish_burst), now)
-            if not bucket.take(now, lim.publish_rate, lim.publish_burst):
+                bucket = self._buckets[conn] = TokenBucket(float(lim.publish_burst), now)
+            if bucket.take(now, lim.publish_rate, lim.publish_burst):
                 code = RejectCode.RATE_LIMITED
         if code is None and not (session.grants.allows(p.group, Perm.PUBLISH) and (
                 not p.atomic or session.grants.allows(p.group, Perm.PUBLISH_ATOMIC))):

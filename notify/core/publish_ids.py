@@ -26,6 +26,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
+from itertools import accumulate, islice
 
 
 class SenderIds:
@@ -38,9 +39,6 @@ class SenderIds:
         self._offsets = array("q")
         self._starts = array("I", (0,))
         self._text = b""
-
-    def __len__(self) -> int:
-        return len(self.hot) + len(self._offsets)
 
     def get(self, publish_id: str) -> int | None:
         offset = self.hot.get(publish_id)
@@ -62,15 +60,11 @@ class SenderIds:
     def freeze(self, durable: int) -> None:
         """Move the ids at offsets up to `durable` (the log holds them) into the frozen table."""
         hot = self.hot
-        moving: list[tuple[str, int]] = []
-        for publish_id, offset in hot.items():
-            if offset > durable:
-                break
-            moving.append((publish_id, offset))
+        moving = [(p, o) for p, o in hot.items() if o <= durable]  # a prefix: offset order
         if not moving:
             return
         # a new dict: a dict emptied by deletes keeps its size
-        self.hot = OrderedDict(item for item in hot.items() if item[1] > durable)
+        self.hot = OrderedDict(islice(hot.items(), len(moving), None))
         text, starts = self._text, self._starts
         entries = [(h, o, text[starts[i]:starts[i + 1]])
                    for i, (h, o) in enumerate(zip(self._hashes, self._offsets, strict=True))]
@@ -78,11 +72,8 @@ class SenderIds:
         entries.sort(key=lambda e: e[0])
         self._hashes = array("q", [e[0] for e in entries])
         self._offsets = array("q", [e[1] for e in entries])
-        at, bounds = 0, array("I", (0,))
-        for e in entries:
-            at += len(e[2])
-            bounds.append(at)
-        self._starts, self._text = bounds, b"".join(e[2] for e in entries)
+        self._starts = array("I", accumulate((len(e[2]) for e in entries), initial=0))
+        self._text = b"".join(e[2] for e in entries)
 
     def _frozen(self, publish_id: str) -> int | None:
         h, hashes = hash(publish_id), self._hashes

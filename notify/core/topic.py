@@ -116,11 +116,14 @@ class Topic:
         self._keep(msg)
         if atomic:
             self._undecided.add(msg.offset)
+        self._ids_of(sender).add(publish_id, msg.offset, self._window)
+        return msg
+
+    def _ids_of(self, sender: MemberId) -> SenderIds:
         ids = self._publish_ids.get(sender)
         if ids is None:
             ids = self._publish_ids[sender] = SenderIds()
-        ids.add(publish_id, msg.offset, self._window)
-        return msg
+        return ids
 
     @staticmethod
     def stream_of(order: Order, sender: MemberId, from_member: bool) -> str:
@@ -165,13 +168,11 @@ class Topic:
         the log still holds is known, whatever the window (idempotent retries)."""
         self._seqs.update(seqs)
         for sender, publish_id, offset in older_ids:
-            self._publish_ids.setdefault(sender, SenderIds()).add(publish_id, offset,
-                                                                  self._window)
+            self._ids_of(sender).add(publish_id, offset, self._window)
         for m in recent[-self._retain:]:
             self._keep(m)
             self._last[m.stream] = m.offset
-            self._publish_ids.setdefault(m.sender, SenderIds()).add(m.id, m.offset,
-                                                                    self._window)
+            self._ids_of(m.sender).add(m.id, m.offset, self._window)
 
     def _keep(self, m: Message) -> None:
         """Retain `m`, dropping the oldest past `retain` messages or `retain_bytes` bytes (the

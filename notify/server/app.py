@@ -648,7 +648,7 @@ def _prune_and_trim(store: MessageLog, now: float) -> int:
 
 
 def _log_trim(task: asyncio.Task[bool]) -> None:
-    if not task.cancelled() and task.exception() is not None:  # (the next one tries again)
+    if not task.cancelled() and task.exception() is not None:  # (tried again at the next freeing)
         log.error("trim_failed", error=repr(task.exception()))
 
 

@@ -319,7 +319,6 @@ class JetStreamLog:
         self._forgotten: set[str] = set()
         #: the group token the last prune pass finished with: the next goes on after it
         self._prune_after = ""
-        self.pruned = 0
         self._tasks: set[Future[Any]] = set()
         #: (group, offset) -> the stream sequence a page after that offset reads from
         #: (`_page_start`); used on the log's loop only
@@ -547,7 +546,7 @@ class JetStreamLog:
         """The group's payload bytes up to its last stored message (its `c`; 0: none, or a
         record from before `c` existed)."""
         last = await self._last_of(group, "m")
-        return 0 if last is None else int(_meta(last[1])[0].get("c", 0))
+        return 0 if last is None else _counted(last[1])
 
     async def _batch(self, group: str, records: list[tuple[str, bytes]],
                      ids: list[str]) -> None:
@@ -792,10 +791,10 @@ class JetStreamLog:
         view: dict[str, Any] | None = None
         #: the last pruned record's publish ids (each carries the earlier ones it keeps)
         pruned: list[tuple[str, str, int]] = []
-        total = 0  # the payload bytes up to the last message (its `c`)
+        last_message = b""  # the last message record: its `c` is the group's payload bytes
         async for subject, _seq, data in self._read(group, last):
             if subject.endswith(".m"):
-                m, total = _decode_counted(group, data)
+                m, last_message = _decode_message(group, data), data
                 while messages and messages[-1].offset >= m.offset:
                     messages.pop()  # a retracted append's offsets, reused: superseded
                 if not (own and m.offset == states[-1][0]):
@@ -838,7 +837,7 @@ class JetStreamLog:
         self._since[group] = max(self._since.get(group, 0), since)
         self._head[group] = max(self._head.get(group, 0), head)
         self._aborted.setdefault(group, set()).update(aborted)
-        self._bytes[group] = max(self._bytes.get(group, 0), total)
+        self._bytes[group] = max(self._bytes.get(group, 0), _counted(last_message))
         window = messages[-recent:] if recent > 0 else []
         first = messages[0].offset if messages else head + 1
         # the publish ids before the window: of pruned messages (a `.p` record), then of the
@@ -977,16 +976,9 @@ class JetStreamLog:
                        frozenset(m.offset for m in taken if m.offset in aborted), first, head)
 
     async def _tail(self, group: str) -> _Tail:
-        """The group's last record of each kind, from the stream leader (a direct get may be
-        answered by a follower that is behind)."""
-        async def last(kind: str) -> tuple[int, bytes] | None:
-            try:
-                raw = await self._nc.jsm().get_msg(self.stream, subject=self._subject(group, kind))
-            except NotFoundError:
-                return None
-            return raw.seq or 0, raw.data or b""
-
-        m, v, f = await asyncio.gather(last("m"), last("v"), last("f"))
+        """The group's last record of each kind a page needs (not `.p`), from the stream
+        leader (a direct get may be answered by a follower that is behind)."""
+        m, v, f = await asyncio.gather(*(self._last_of(group, kind) for kind in "mvf"))
         view = orjson.loads(v[1]) if v is not None else None
         head = max(_decode_message(group, m[1]).offset if m is not None else 0,
                    view["offset"] if view is not None else 0)
@@ -1081,7 +1073,6 @@ class JetStreamLog:
             if not done:  # the budget ran out inside it: the next pass starts with it
                 break
             self._prune_after = token
-        self.pruned += purged
         return purged
 
     async def _prune_group(self, group: str, rule: Retention, now: float,
@@ -1091,6 +1082,8 @@ class JetStreamLog:
         older than `age`; never the head). Those go as a prefix of the group's messages: the
         first one the rule keeps ends it. Returns (messages purged, records read, False if
         `budget` records were read before the end)."""
+        if group in self._busy:  # (a write or a load: `_purge_group` would give up on it)
+            return 0, 0, True
         subject = self._subject(group, "m")
         # the common case, nothing goes, is these two gets: the head, the oldest message
         newest, oldest = await asyncio.gather(self._last_of(group, "m"),
@@ -1423,15 +1416,16 @@ def _encode_message(m: Message, total: int) -> tuple[bytes, int]:
 
 
 def _decode_message(group: str, data: bytes) -> Message:
-    return _decode_counted(group, data)[0]
-
-
-def _decode_counted(group: str, data: bytes) -> tuple[Message, int]:
-    """The message of a record, and its `c` (0 in a record from before `c` existed)."""
     meta, _, body = data.partition(b"\n")
     d = orjson.loads(meta)
     return Message(group, d["o"], d["s"], d["q"], d["f"], d["v"], d["a"], orjson.Fragment(body),
-                   d["t"], d["i"], d["fm"], len(body)), int(d.get("c", 0))
+                   d["t"], d["i"], d["fm"], len(body))
+
+
+def _counted(record: bytes) -> int:
+    """A message record's `c`: the group's payload bytes up to it (0: no record, or one from
+    before `c` existed)."""
+    return int(_meta(record)[0].get("c", 0)) if record else 0
 
 
 def _meta(data: bytes) -> tuple[dict[str, Any], int]:

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from notify_chaos.natsrun import free_ports
 from tests.integration.conftest import TIMEOUT
 
 SECRET = "app-secret-0123456789"
@@ -31,12 +32,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _listening(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
         return True
@@ -47,7 +42,7 @@ class Served:
     """One `notify serve` process: its WebSocket URL (`ws`) and its server API (`api`)."""
 
     def __init__(self, data_dir: Path, *args: str, api: bool = True) -> None:
-        self.port, self.api_port = free_port(), free_port()
+        self.port, self.api_port = free_ports(2)  # (two calls may get one port twice)
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         self.args = ["--port", str(self.port), "--data-dir", str(data_dir),

@@ -72,3 +72,43 @@ async def test_a_log_that_cannot_be_read_is_a_503(
     for path in ("/groups/doc/messages", "/groups/doc", "/groups"):
         status, body = await call(api, path)
         assert (status, body["error"]["code"]) == (503, "unavailable"), path
+
+
+async def test_a_read_past_its_deadline_keeps_its_thread_slot_until_it_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`READERS` store reads at most run in threads: one answered 503 at its deadline still
+    holds its slot while its thread runs, so a stuck log never takes the threads the
+    server's own loads need; the slots come back when the reads end."""
+    import asyncio
+    import threading
+
+    from notify.core import Timeouts
+
+    server = NotifyServer(CoreConfig(Timeouts(write_timeout=0.3)), port=0)
+    await server.start()
+    api = ApiServer(server, Keyring([ApiKey.of("k", secret=SECRET)]), port=0, rate=0)
+    await api.start()
+    go, running = threading.Event(), []
+
+    def stuck(*args: object) -> list[object]:
+        running.append(1)
+        go.wait(10)
+        running.pop()
+        return []
+
+    monkeypatch.setattr(server.store, "list_groups", stuck)
+    try:
+        for _ in range(api_app.READERS + 2):
+            assert (await call(api, "/groups"))[0] == 503
+        assert len(running) == api_app.READERS  # the rest never got a thread
+        go.set()
+        for _ in range(100):
+            if api._readers._value == api_app.READERS:
+                break
+            await asyncio.sleep(0.02)
+        assert api._readers._value == api_app.READERS and not running
+        assert (await call(api, "/groups"))[0] == 200
+    finally:
+        go.set()
+        await api.stop()
+        await server.stop()

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import structlog
+import structlog.testing
 
 from client_sdk import CaughtUp, Connection, Message, ViewInstalled, ViewResumed
 from notify.core import CoreConfig, Limits, Retention, Timeouts
@@ -594,6 +596,36 @@ async def test_a_prune_pass_is_bounded_and_the_next_goes_on(nats_cluster: NatsCl
         assert sum(passes) == 30 and max(passes) <= 8 and len(passes) >= 4, passes
         for g in ("a", "b"):
             assert await retained(log, g) == (list(range(16, 21)), 16)
+    finally:
+        await log.close()
+
+
+@pytest.mark.timeout(90)
+async def test_a_group_whose_prune_fails_is_logged_and_the_others_are_pruned(
+        nats_cluster: NatsCluster) -> None:
+    """Who notices a failing group: the pass logs `prune_group_failed` and goes on with the
+    other groups; the failing one is tried again at the next pass."""
+    log = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="FAILING",
+                                  max_msgs_per_subject=50,
+                                  retention=rules(Retention("*", 5, 1 << 40)))
+    try:
+        for g in ("a", "b"):
+            assert await write(log, view(g, 1, ("a",))) is None
+            assert await append(log, *[msg(o, group=g) for o in range(1, 21)]) is None
+        real = log._prune_group
+
+        async def failing(group: str, *args: Any) -> tuple[int, int, bool]:
+            if group == "a":
+                raise RuntimeError("injected")
+            return await real(group, *args)
+
+        log._prune_group = failing  # type: ignore[method-assign]
+        with structlog.testing.capture_logs() as logs:
+            assert await asyncio.to_thread(log.prune, 1100.0) == 15  # b's
+        assert [e["group"] for e in logs if e["event"] == "prune_group_failed"] == ["a"]
+        assert await retained(log, "b") == (list(range(16, 21)), 16)
+        log._prune_group = real  # type: ignore[method-assign]
+        assert await asyncio.to_thread(log.prune, 1100.0) == 15  # a's, at the next pass
     finally:
         await log.close()
 

@@ -68,6 +68,24 @@ def test_a_quiet_groups_window_goes_and_a_resume_reads_the_log() -> None:
     assert topic.warm and topic.first_retained == 21
 
 
+def test_a_group_that_leaves_memory_leaves_the_quiet_table() -> None:
+    """G14: `Hub._warm` (groups whose window may cool) loses its entry when the group is
+    evicted as idle or dropped (cluster), before it would cool; nothing is armed for it."""
+    net = Net(window(100), quiet_group=60.0, idle_group=5.0)
+    (a,) = form(net, "a")
+    net.publish(a, "m")
+    assert G in net.hub._warm
+    net.send(a, Leave("l", G))
+    net.advance(6.0)
+    assert G not in net.hub.groups and G not in net.hub._warm
+    assert net.hub.next_deadline() is None
+    (a,) = form(net, "a")  # back from the log, warm again
+    net.publish(a, "n")
+    assert G in net.hub._warm
+    net.hub.drop_groups([G], "moved")
+    assert not net.hub._warm
+
+
 def test_a_retry_after_the_group_cooled_is_answered_not_delivered_again() -> None:
     """Cooling freezes the publish ids the log holds (notify/core/publish_ids.py): a retry of
     one is still answered with its first offset and reaches nobody twice."""

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from client_sdk.connection import Connection
     from client_sdk.group import Group
     from client_sdk.server_api import (
+        ApiPublished,
         GroupList,
         GroupPresence,
         GroupSummary,
@@ -67,8 +68,8 @@ if TYPE_CHECKING:
 _IO = {"Client": "client_sdk.client", "connect": "client_sdk.client",
        "Connection": "client_sdk.connection", "Group": "client_sdk.group",
        **{name: "client_sdk.server_api" for name in (
-           "ServerAPI", "GroupPresence", "GroupList", "GroupSummary", "HistoryPage",
-           "StoredMessage")}}
+           "ServerAPI", "ApiPublished", "GroupPresence", "GroupList", "GroupSummary",
+           "HistoryPage", "StoredMessage")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -79,6 +80,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ApiPublished",
     "Backoff",
     "CaughtUp",
     "CheckpointStored",

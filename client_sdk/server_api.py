@@ -2,6 +2,7 @@
 joining any group.
 
     async with ServerAPI("http://127.0.0.1:8080", key) as api:
+        await api.publish("doc-1", {"saved": True})  # ApiPublished: offset, id, committed
         view = await api.group("doc-1")            # GroupPresence: members, users
         page = await api.history("doc-1", after=0)  # HistoryPage: messages, next
         async for m in api.messages("doc-1"):       # every message the log retains, in order
@@ -16,7 +17,9 @@ One aiohttp session (keep-alive) per `ServerAPI`: close it (`async with`, or `cl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -80,6 +83,19 @@ class GroupList:
     next: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ApiPublished:
+    """A message the server API published: it is in the group's durable log."""
+
+    offset: int
+    #: its publish id (the Idempotency-Key)
+    id: str
+    #: an atomic message's outcome (None for others)
+    committed: bool | None
+    #: answered from an earlier attempt with the same key (delivered once, by that one)
+    replayed: bool
+
+
 class ServerAPI:
     def __init__(self, url: str, key: str, *, timeout: float = 10.0) -> None:
         base = url.rstrip("/")
@@ -100,24 +116,61 @@ class ServerAPI:
             self._session = None
 
     async def _get(self, path: str, params: dict[str, str | int] | None = None) -> Any:
+        return (await self._call("GET", path, params))[0]
+
+    async def _call(self, method: str, path: str, params: dict[str, str | int] | None = None,
+                    body: bytes | None = None, headers: dict[str, str] | None = None
+                    ) -> tuple[Any, Mapping[str, str]]:
+        """(JSON answer, headers) of a 2xx answer; else `ServerAPIError` or `ConnectError`."""
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
         # encoded: a group name's `/` travels as %2F, as the API reads it
         url = URL(f"{self.url}{PREFIX}{path}", encoded=True)
         if params:
             url = url.with_query(params)
+        if body is not None:
+            headers = {"Content-Type": "application/json", **(headers or {})}
         try:
-            async with self._session.get(url) as r:
-                body = await r.read()
-                if r.status == 200:
-                    return _json(body, r.status)
-                error = _json(body, r.status, strict=False)
+            async with self._session.request(method, url, data=body, headers=headers) as r:
+                answer = await r.read()
+                if 200 <= r.status < 300:
+                    return _json(answer, r.status), r.headers
+                error = _json(answer, r.status, strict=False)
         except (aiohttp.ClientError, TimeoutError) as e:
             raise ConnectError(f"server API at {self.url}: {e!r}") from e
         detail = error.get("error") if isinstance(error, dict) else None
         if isinstance(detail, dict):
             raise ServerAPIError(r.status, str(detail.get("code")), str(detail.get("message")))
-        raise ServerAPIError(r.status, "unexpected_response", body[:200].decode(errors="replace"))
+        raise ServerAPIError(r.status, "unexpected_response",
+                             answer[:200].decode(errors="replace"))
+
+    async def publish(self, name: str, payload: Any, *, order: str = "fifo",
+                      atomic: bool = False, idempotency_key: str | None = None,
+                      retries: int = 3) -> ApiPublished:
+        """Publish `payload` to group `name` without joining it (scope `publish`): it reaches
+        every member of the current view, from the trusted sender `api:KEYNAME`. Returns once
+        the message is in the durable log (an atomic one: once committed or aborted).
+
+        Every call has an `Idempotency-Key` (a random one unless given), and a call the server
+        could not answer for sure (503, or no answer at all) is retried with it up to
+        `retries` times: the message is delivered once either way. A key used before with
+        another payload raises `ServerAPIError` 409 `conflict`."""
+        key = idempotency_key if idempotency_key is not None else secrets.token_urlsafe(16)
+        body = orjson.dumps({"payload": payload, "order": order, "atomic": atomic})
+        pause = 0.1
+        for attempt in range(retries + 1):
+            try:
+                d, headers = await self._call("POST", f"/groups/{_segment(name)}/messages",
+                                              body=body, headers={"Idempotency-Key": key})
+            except (ConnectError, ServerAPIError) as e:
+                if attempt == retries or (isinstance(e, ServerAPIError) and e.status != 503):
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            return ApiPublished(d["offset"], d["id"], d["committed"],
+                             headers.get("Idempotent-Replayed") == "true")
+        raise AssertionError("unreachable")
 
     async def group(self, name: str) -> GroupPresence:
         """The group's current view and presence by user (scope `read`)."""
@@ -169,5 +222,12 @@ def _json(body: bytes, status: int, *, strict: bool = True) -> Any:
         return None
 
 
-__all__ = ["GroupList", "GroupPresence", "GroupSummary", "HistoryPage", "ServerAPI",
-           "StoredMessage"]
+__all__ = [
+    "ApiPublished",
+    "GroupList",
+    "GroupPresence",
+    "GroupSummary",
+    "HistoryPage",
+    "ServerAPI",
+    "StoredMessage",
+]

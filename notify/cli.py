@@ -2,7 +2,8 @@
 
 `notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
-`notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md).
+`notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md),
+and `notify pub --api URL --key KEY` publishes through it without joining.
 """
 
 from __future__ import annotations
@@ -327,8 +328,28 @@ def _payload(text: str) -> object:
 
 
 async def _pub(a: argparse.Namespace) -> int:
-    from client_sdk import NotifyError, PublishRejected, connect
+    from client_sdk import NotifyError, PublishRejected, ServerAPI, connect
 
+    if a.api is not None:  # through the server API: no join, so no view change either
+        if a.same_view:
+            print("notify: --same-view is for members; the server API publishes into the "
+                  "current view", file=sys.stderr)
+            return 2
+        if not a.key:
+            print("notify: --api needs --key (or $NOTIFY_API_KEY)", file=sys.stderr)
+            return 2
+        try:
+            async with ServerAPI(a.api, a.key) as api:
+                p = await api.publish(a.group, _payload(a.message), order=a.order,
+                                      atomic=a.atomic, idempotency_key=a.idempotency_key)
+        except NotifyError as e:
+            print(f"notify: {e}", file=sys.stderr)
+            return 2
+        line = f"published offset={p.offset} id={p.id}"
+        if a.atomic:
+            line += f" committed={p.committed}"
+        print(line + (" (replayed)" if p.replayed else ""))
+        return 0
     try:
         async with connect(a.url, member=_member(a), token=a.token) as c:
             group = await c.join(a.group)
@@ -455,6 +476,14 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
     p.add_argument("--order", choices=["fifo", "total"], default="fifo")
     p.add_argument("--atomic", action="store_true", help="all-or-nothing; prints the outcome")
     p.add_argument("--same-view", action="store_true")
+    p.add_argument("--api", default=None, metavar="URL",
+                   help="publish through the server API (http://HOST:PORT) as the key's "
+                        "trusted sender, without joining the group")
+    p.add_argument("--key", default=os.environ.get("NOTIFY_API_KEY"),
+                   help="with --api: an API key's secret with the publish scope (default: "
+                        "$NOTIFY_API_KEY)")
+    p.add_argument("--idempotency-key", default=None,
+                   help="with --api: the publish id (a retry with it is delivered once)")
     _client_args(sub.add_parser("sub", help="print a group's messages, one JSON per line"))
     _client_args(sub.add_parser("watch", help="print a group's views and messages as they change"))
     for name in ("pub", "sub", "watch"):

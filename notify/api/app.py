@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar
 
 import orjson
+import pydantic_core
 import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -46,24 +47,31 @@ from notify.api.models import (
     GroupSummary,
     GroupView,
     MessagePage,
+    PublishAnswer,
     StoredMessage,
 )
 from notify.api.openapi import (
     DEFAULT_LIMIT,
+    IDEMPOTENCY_PATTERN,
+    MAX_IDEMPOTENCY_KEY,
     MAX_LIMIT,
     MAX_TEXT,
     PREFIX,
     QUERY,
     document,
 )
+from notify.api.publish import Publisher
 from notify.core.actions import Message
+from notify.core.events import Order
 from notify.core.group import Group
 from notify.core.hub import valid_group_name
 from notify.core.topic import TOTAL_STREAM
 from notify.core.users import user_of
+from notify.runtime.frames import exact
 from notify.server.app import NotifyServer, StoreError
 from notify.server.listener import stop_accepting
-from notify.storage.base import GroupInfo
+from notify.storage.base import GroupInfo, LogPage
+from notify.wire import payload_problem
 
 T = TypeVar("T")
 
@@ -74,6 +82,8 @@ READERS = 4
 #: groups one listing reads from the log when the key's globs may filter them out
 LIST_SCAN = 1_000
 _DIGITS = re.compile(r"[0-9]{1,19}")
+_IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_PATTERN[1:-1])
+_PUBLISH_FIELDS = frozenset(("payload", "order", "atomic"))
 #: a request's API key, once the middleware knows it
 _REQUEST_KEY = web.RequestKey("key", ApiKey)
 
@@ -139,14 +149,16 @@ class ApiServer:
         self._buckets: dict[str, Bucket] = {}
         self._readers = asyncio.Semaphore(READERS)
         self._counter = server.metrics.api_requests
-        # client_max_size: this step's calls take no body; the publish of the next one takes
-        # a frame's worth
+        self.publisher = Publisher(server, self._read_message)
+        # client_max_size: a publish's body is at most a frame's worth (413 past it)
         self.app = web.Application(middlewares=[self._middleware],
                                    client_max_size=server.config.limits.max_frame_bytes)
         r = self.app.router
         r.add_get(f"{PREFIX}/groups", self._list, name="listGroups")
         r.add_get(f"{PREFIX}/groups/{{group}}", self._group, name="getGroup")
         r.add_get(f"{PREFIX}/groups/{{group}}/messages", self._messages, name="getMessages")
+        r.add_post(f"{PREFIX}/groups/{{group}}/messages", self._publish,
+                   name="publishMessage")
         r.add_get(f"{PREFIX}/openapi.json", self._openapi, name="getOpenAPI")
         self._document = orjson.dumps(document())
         self._runner: web.AppRunner | None = None
@@ -173,6 +185,7 @@ class ApiServer:
             await stop_accepting(server)
         await self._runner.cleanup()
         self._runner = None
+        self.publisher.close()
 
     @property
     def url(self) -> str:
@@ -288,7 +301,61 @@ class ApiServer:
         found = await self._read(self.server.store.list_groups, name, "", 1)
         return found[0] if found and found[0].group == name else None
 
+    async def _read_message(self, group: str, offset: int) -> LogPage | None:
+        page: LogPage | None = await self._read(self.server.store.read_page, group,
+                                                offset - 1, 1,
+                                                self.server.config.limits.history_page_bytes)
+        return page
+
     # -- the endpoints -----------------------------------------------------------------------------
+
+    async def _publish(self, request: web.Request) -> web.Response:
+        self._key(request, Scope.PUBLISH)
+        name = self._group_name(request)
+        key = self._key(request, Scope.PUBLISH, name)
+        _query(request, "publishMessage")
+        idempotency_key = request.headers.get("Idempotency-Key")
+        if idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
+            raise bad_request("Idempotency-Key", f"1-{MAX_IDEMPOTENCY_KEY} printable ASCII "
+                                                 "characters, no spaces")
+        payload, order, atomic = self._publish_body(await request.read())
+        self._serving()
+        done = await self.publisher.publish(key.name, name, payload, order, atomic,
+                                            idempotency_key)
+        return _json(PublishAnswer(offset=done.offset, id=done.id, committed=done.committed),
+                     headers={"Idempotent-Replayed": "true"} if done.replayed else None)
+
+    def _publish_body(self, body: bytes) -> tuple[bytes, Order, bool]:
+        """The request body, checked as the WebSocket edge checks a publish (G12): the
+        payload's bytes as they will be stored, its order, whether atomic."""
+        try:  # (pydantic's reader: an integer past 64 bits stays one, to be refused below)
+            data = pydantic_core.from_json(body, allow_inf_nan=False)
+        except ValueError as e:
+            raise bad_request("body", f"not JSON: {str(e)[:200]}") from None
+        if type(data) is not dict:
+            raise bad_request("body", "a JSON object {\"payload\", \"order\"?, \"atomic\"?}")
+        for field in data:
+            if field not in _PUBLISH_FIELDS:
+                raise bad_request(str(field)[:40], "not a field of a publish (it takes "
+                                                   "payload, order, atomic)")
+        if "payload" not in data:
+            raise bad_request("payload", "required (null is a payload)")
+        order = data.get("order", "fifo")
+        if order not in ("fifo", "total"):
+            raise bad_request("order", "\"fifo\" or \"total\"")
+        atomic = data.get("atomic", False)
+        if type(atomic) is not bool:
+            raise bad_request("atomic", "true or false")
+        limits = self.server.config.limits
+        problem = payload_problem(data["payload"], limits.max_payload_depth)
+        if problem is not None:
+            raise bad_request("payload", problem)
+        payload = exact(orjson.dumps(data["payload"]))
+        if len(payload) > limits.max_frame_bytes:
+            raise ApiError(ApiErrorCode.TOO_LARGE, f"payload: {len(payload)} bytes written, "
+                                                   f"over max_frame_bytes "
+                                                   f"({limits.max_frame_bytes})")
+        return payload, Order(order), atomic
 
     async def _openapi(self, request: web.Request) -> web.Response:
         return web.Response(body=self._document, content_type="application/json")

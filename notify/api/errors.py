@@ -21,6 +21,8 @@ class ApiErrorCode(StrEnum):
     UNKNOWN_GROUP = "unknown_group"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    #: an Idempotency-Key used again with another request
+    CONFLICT = "conflict"
     TOO_LARGE = "too_large"
     RATE_LIMITED = "rate_limited"
     INTERNAL = "internal"
@@ -35,6 +37,7 @@ STATUS = {
     ApiErrorCode.UNKNOWN_GROUP: 404,
     ApiErrorCode.NOT_FOUND: 404,
     ApiErrorCode.METHOD_NOT_ALLOWED: 405,
+    ApiErrorCode.CONFLICT: 409,
     ApiErrorCode.TOO_LARGE: 413,
     ApiErrorCode.RATE_LIMITED: 429,
     ApiErrorCode.INTERNAL: 500,

@@ -83,8 +83,32 @@ class GroupList(_Model):
     next: str | None = Field(description="pass it as `cursor` for the next page; null: no more")
 
 
+class PublishRequest(_Model):
+    """A message to publish (the request body; a field not listed here is refused)."""
+
+    payload: Any = Field(description="any JSON value (`null` too) that the WebSocket edge "
+                                     "would carry: integers within 64 bits, nesting within "
+                                     "`max_payload_depth`, at most `max_frame_bytes` written")
+    order: Literal["fifo", "total"] = Field(
+        "fifo", description="`fifo`: in the key's own FIFO stream (`fifo:api:NAME`); "
+                            "`total`: in the group's total order")
+    atomic: bool = Field(False, description="delivered to every member of the current view or "
+                                            "to none (answered once committed or aborted)")
+
+
+class PublishAnswer(_Model):
+    """The message is in the group's durable log (and, when atomic, decided)."""
+
+    offset: Count = Field(description="its place in the group's log")
+    id: str = Field(description="its publish id: the Idempotency-Key, or one the server made")
+    committed: bool | None = Field(description="an atomic message: true once every member of "
+                                               "the view delivered it, false if aborted; null "
+                                               "for others")
+
+
 #: every model of the document, with its place in `components.schemas`
-MODELS: tuple[type[BaseModel], ...] = (ErrorBody, GroupView, MessagePage, GroupList)
+MODELS: tuple[type[BaseModel], ...] = (ErrorBody, GroupView, MessagePage, GroupList,
+                                       PublishRequest, PublishAnswer)
 
 __all__ = ["MODELS", "ErrorBody", "ErrorDetail", "GroupList", "GroupSummary", "GroupView",
-           "MessagePage", "StoredMessage"]
+           "MessagePage", "PublishAnswer", "PublishRequest", "StoredMessage"]

@@ -67,13 +67,26 @@ QUERY: dict[str, dict[str, dict[str, Any]]] = {
                    "cursor": TEXT_SCHEMA},
     "getGroup": {},
     "getMessages": {"after": AFTER_SCHEMA, "limit": LIMIT_SCHEMA},
+    "publishMessage": {},
 }
+#: an Idempotency-Key: a publish id (the core's rule: 1-256 characters), printable ASCII
+MAX_IDEMPOTENCY_KEY = 256
+IDEMPOTENCY_PATTERN = f"^[\\x21-\\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$"
+IDEMPOTENCY_PARAM = _param(
+    "Idempotency-Key", "header",
+    {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY,
+     "pattern": IDEMPOTENCY_PATTERN},
+    "the publish id: a retry with the same key and body answers the first offset and is "
+    "delivered once; the same key with another body is refused 409. Remembered for the key's "
+    "last 10,000 publishes to the group (`idempotency_window`), across restarts")
 
 _ERRORS = {
     "400": "bad_request: a parameter is malformed or out of range (the message names it)",
     "401": "unauthorized: no key, or an unknown one",
     "403": "forbidden: the key lacks the scope, or does not reach the group",
     "404": "unknown_group: the log has no view of the group",
+    "409": "conflict: the Idempotency-Key was used with another request (nothing published)",
+    "413": "too_large: the body is over `max_frame_bytes`",
     "429": "rate_limited: the key's requests per second are spent (see Retry-After)",
     "503": "unavailable: shutting down, the log cannot be read now, or cluster mode",
 }
@@ -136,7 +149,22 @@ def document() -> dict[str, Any]:
                 "The current view (version and member ids) and the users present, each with "
                 "its instances. A group that is not in memory is answered from the log.",
                 _ok("GroupView", "the view"), [GROUP_PARAM], group_errors)},
-            f"{PREFIX}/groups/{{group}}/messages": {"get": _operation(
+            f"{PREFIX}/groups/{{group}}/messages": {"post": {
+                **_operation(
+                    "publishMessage", "Publish a message to a group (scope: publish)",
+                    "The message reaches every member of the group's current view, whatever "
+                    "its `accept_from`, from the trusted sender `api:NAME` (NAME: the key's "
+                    "name), in that key's FIFO stream or in the total order. Answered once the "
+                    "message is in the durable log; an atomic one once committed or aborted. "
+                    "A 503 leaves it unknown whether the message was stored: retry with the "
+                    "same Idempotency-Key, and it is delivered once. A retry answered from "
+                    "the first attempt carries `Idempotent-Replayed: true`.",
+                    _ok("PublishAnswer", "stored (and, when atomic, decided)"),
+                    [GROUP_PARAM, IDEMPOTENCY_PARAM],
+                    ("400", "401", "403", "404", "409", "413", "429", "503")),
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/PublishRequest"}}}}},
+                "get": _operation(
                 "getMessages", "A page of a group's durable history (scope: read)",
                 "The messages the log holds after `after`, in offset order, from the durable "
                 "log within retention (older than the in-memory window too): at most `limit`, "

@@ -123,6 +123,9 @@ class Group:
         #: where to send the install to members that are not (or no longer) in the view's slots
         self._joiner_conns: dict[MemberId, ConnId] = {}
         self._leaver_conns: dict[MemberId, ConnId] = {}
+        #: the connection of each trusted sender that published here (`publish(trusted=)`):
+        #: one per server API key, so bounded by the configuration
+        self._trusted_conns: dict[MemberId, ConnId] = {}
         self._installs: deque[ViewInstall] = deque(maxlen=_INSTALL_HISTORY)
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
@@ -596,8 +599,15 @@ class Group:
 
     # -- messaging -------------------------------------------------------------------------------
 
-    def publish(self, member: MemberId, conn: ConnId, p: Publish, now: float) -> list[Action]:
-        if p.ephemeral:
+    def publish(self, member: MemberId, conn: ConnId, p: Publish, now: float, *,
+                trusted: bool = False) -> list[Action]:
+        """`trusted`: the server API's sender (`Hub.trust`), in no view: what it publishes
+        reaches every member like a member's message, stamped with the current view."""
+        if trusted:
+            if p.view != self.view.version:
+                p = replace(p, view=self.view.version, same_view=False)
+            self._trusted_conns[member] = conn  # (its outcomes' way back: one per API key)
+        elif p.ephemeral:
             return self._ephemeral(member, conn, p, now)
         waiting = self._intake_ids.get((member, p.id))
         if waiting is not None:  # a retry of a publish still waiting: answered with it
@@ -620,12 +630,12 @@ class Group:
             # still unanswered (simulator seeds 36 and 429).
             return [Close(conn, CloseCode.SHUTDOWN,
                           "this node's copy of the group is behind; reconnect")]
-        code = self._refusal(member, p)
+        code = self._refusal(member, p, trusted)
         if code is not None:
             out = [Send(conn, Rejected(p.req, p.id, code))]
             self.log(out, "msg.reject", now, member=member, code=code.value)
             return out
-        item = Intake(member, conn, p, member in self.slots, [])
+        item = Intake(member, conn, p, trusted or member in self.slots, [])
         self._intake.append(item)
         self._intake_ids[(member, p.id)] = item
         if p.atomic:
@@ -653,6 +663,7 @@ class Group:
         self._intake, self._intake_ids, self._intake_atomic = [], {}, {}
         last_before: dict[str, int | None] = {}
         msgs: list[Message] = []
+        vacuous: list[Message] = []
         for x in items:
             p = x.publish
             stream = topic.stream_of(p.order, x.sender, x.from_member)
@@ -661,8 +672,10 @@ class Group:
             msg = topic.accept(sender=x.sender, publish_id=p.id, order=p.order, view=p.view,
                                atomic=p.atomic, payload=p.payload, now=now,
                                from_member=x.from_member, size=p.size)
-            if p.atomic:
+            if p.atomic and self.view.members:
                 self.atomics.add(msg, self.view.members, now)
+            elif p.atomic:  # a trusted sender's, to a view of nobody: nobody to wait for
+                vacuous.append(msg)
             elif not x.from_member:  # a non-member's ids live on from its last publish
                 self._departed.pop(x.sender, None)
                 self._departed[x.sender] = now + self.config.timeouts.departed_ids
@@ -682,6 +695,8 @@ class Group:
                 self.log(out, "msg.accept", now, member=x.sender, offset=msg.offset,
                           stream=msg.stream, seq=msg.seq, sender=x.sender,
                           order=p.order.value, atomic=p.atomic)
+        if vacuous:  # (its outcome, like its `published`, waits for the append)
+            self._resolved(out, vacuous, True, "", now)
 
     def written(self, ticket: int, error: str | None, now: float) -> list[Action]:
         """Storage finished the write under way (`error` None) or could not do it. Returns the
@@ -719,12 +734,18 @@ class Group:
         out.extend(self.writes.route(rest, busy=False))
         return out
 
-    def _refusal(self, member: MemberId, p: Publish) -> RejectCode | None:
+    def _refusal(self, member: MemberId, p: Publish, trusted: bool = False
+                 ) -> RejectCode | None:
         m = self.membership
         if m.state is GroupState.INSTALLING:
             # Everyone flushed and the install waits only for the log to catch up: nothing
             # more may join the old view, or a steady sender could hold the install off.
             return RejectCode.VIEW_CHANGING
+        if trusted:
+            if p.atomic and self.atomics.pending_from(member) + \
+                    self._intake_atomic.get(member, 0) >= self.config.limits.max_pending_atomic:
+                return RejectCode.TOO_MANY_PENDING
+            return None
         if member not in self.slots:
             # G6: a non-member may only send plain FIFO messages, and only receivers with
             # accept_from "any" get them.
@@ -792,7 +813,8 @@ class Group:
         for m in msgs:
             self.topic.record_outcome(m.offset, committed)
             sender = self.slots.get(m.sender)
-            conn = sender.conn if sender is not None else self._leaver_conns.get(m.sender)
+            conn = sender.conn if sender is not None else (
+                self._leaver_conns.get(m.sender) or self._trusted_conns.get(m.sender))
             if conn is not None:
                 out.append(Send(conn, Outcome(m.id, self.name, m.offset, committed,
                                               reason or None), overtakes=overtakes))

@@ -75,7 +75,7 @@ from notify.core.events import (
 from notify.core.group import Group
 from notify.core.membership import IllegalTransition, Reason
 from notify.core.rate import TokenBucket
-from notify.core.users import INSTANCE, member_id
+from notify.core.users import INSTANCE, is_trusted, member_id
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
@@ -169,6 +169,9 @@ class Hub:
         self._hello_deadlines: dict[ConnId, float] = {}
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
         self._token_heap: list[tuple[float, ConnId]] = []
+        #: the host's own connections that publish as a trusted sender (`trust`): the server
+        #: API's, one per key
+        self._trusted: dict[ConnId, MemberId] = {}
         #: publishes per connection (G11)
         self._buckets: dict[ConnId, TokenBucket] = {}
         #: tokens of sessions a newer incarnation replaced (a clash) -> until when they are
@@ -216,6 +219,7 @@ class Hub:
         session = self._conns.pop(conn, None)
         self._hello_deadlines.pop(conn, None)
         self._buckets.pop(conn, None)
+        self._trusted.pop(conn, None)
         out: list[Action] = []
         if session is None or session.conn != conn:
             return out
@@ -231,11 +235,27 @@ class Hub:
             out.extend(self._group_call(name, lambda g: g.disconnected(session.member, now)))
         return out
 
+    def trust(self, conn: ConnId, sender: MemberId) -> list[Action]:
+        """Make `conn`, a connection of the host's own (opened, never hello'd), a trusted
+        sender's: the server API's for one key (`api:NAME`, notify/core/users.py). It only
+        publishes. Its messages reach every member of the current view whatever their
+        `accept_from`, stamped with that view, in FIFO order per sender (its stream
+        `fifo:api:NAME`) or in the total order, atomic too (G5: an atomic one is confirmed
+        when every member of its view ACKed it); the caller checked who may publish where.
+        It is in no view, so it never holds up a flush or an ACK."""
+        if not is_trusted(sender) or conn not in self._conns or self._conns[conn] is not None:
+            raise ValueError(f"cannot trust connection {conn} as {sender!r}")
+        self._hello_deadlines.pop(conn, None)
+        self._trusted[conn] = sender
+        return []
+
     # -- frames ----------------------------------------------------------------------------------
 
     def handle(self, conn: ConnId, frame: ClientFrame, now: float) -> list[Action]:
         """A frame from a client; a `hello` here carries no identity (development mode)."""
         self._now = now
+        if self._trusted and conn in self._trusted:
+            return self._trusted_frame(conn, self._trusted[conn], frame, now)
         if isinstance(frame, Hello):
             return self.hello(conn, frame, now, None)
         if isinstance(frame, Ping):  # before hello too: a heartbeat needs no session
@@ -386,6 +406,10 @@ class Hub:
                     len(user) > self.config.limits.max_group_name:
                 return [Send(conn, Error(ErrorCode.BAD_FRAME,
                                          "hello needs a member id: letters, digits, _.:/@-"))]
+            if is_trusted(user):  # the server API's senders (a token's `sub` too)
+                return [Send(conn, Error(ErrorCode.BAD_FRAME,
+                                         "member ids starting with `api:` are the server "
+                                         "API's"))]
             if instance is not None and not INSTANCE.fullmatch(instance):
                 return [Send(conn, Error(ErrorCode.BAD_FRAME,
                                          "an instance is 1-64 of letters, digits, _-"))]
@@ -555,6 +579,16 @@ class Hub:
             return [Send(conn, Rejected(p.req, p.id, code))]
         member = session.member
         return self._group_call(p.group, lambda g: g.publish(member, conn, p, now))
+
+    def _trusted_frame(self, conn: ConnId, sender: MemberId, frame: ClientFrame,
+                       now: float) -> list[Action]:
+        if not isinstance(frame, Publish) or frame.ephemeral:
+            return [Send(conn, Error(ErrorCode.BAD_FRAME, "a trusted sender only publishes",
+                                     getattr(frame, "req", None)))]
+        if frame.group not in self.groups:
+            return [Send(conn, Rejected(frame.req, frame.id, RejectCode.NO_GROUP))]
+        return self._group_call(frame.group,
+                                lambda g: g.publish(sender, conn, frame, now, trusted=True))
 
     def _member_call(self, conn: ConnId, name: str, req: Req | None,
                      call: Callable[[Group], list[Action]]) -> list[Action]:

@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import re
 
+from notify.core.view import MemberId
+
 #: between the user and the instance in a member id
 SEPARATOR = "#"
+#: member ids of the server's own trusted senders (`api:NAME`, one per server API key,
+#: notify/core/hub.py `Hub.trust`): no client may name itself so
+TRUSTED_PREFIX = "api:"
 #: an instance id: what the SDKs pick (random, URL-safe) fits it
 INSTANCE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -31,6 +36,15 @@ def member_id(user: str, instance: str | None) -> str:
 def user_of(member: str) -> str:
     """The user a member id belongs to."""
     return member.split(SEPARATOR, 1)[0]
+
+
+def trusted_sender(name: str) -> MemberId:
+    """The member id the server API key `name` publishes as."""
+    return f"{TRUSTED_PREFIX}{name}"
+
+
+def is_trusted(member: str) -> bool:
+    return member.startswith(TRUSTED_PREFIX)
 
 
 def split_member(member: str) -> tuple[str, str | None]:

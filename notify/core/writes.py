@@ -34,6 +34,7 @@ from notify.core.actions import (
     CatchupDone,
     Deliver,
     Fanout,
+    Outcome,
     Published,
     ReadHistory,
     Rejected,
@@ -139,8 +140,8 @@ class Writes:
                     continue
             elif isinstance(a, Send):
                 f = a.frame
-                if isinstance(f, Deliver) and f.offset in retracted:
-                    continue
+                if isinstance(f, Deliver | Outcome) and f.offset in retracted:
+                    continue  # (an outcome: a trusted sender's atomic to a view of nobody)
                 if isinstance(f, Published) and f.offset in retracted:
                     a = Send(a.conn, Rejected(f.req, f.id, RejectCode.STORAGE_FAILED))
                 elif isinstance(f, CatchupDone) and f.offset > head:

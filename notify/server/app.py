@@ -113,6 +113,9 @@ class NotifyServer:
         self._clock = clock if clock is not None else steady_clock()
         self._ids = itertools.count(1)
         self._outboxes: dict[int, Outbox] = {}
+        #: the server's own connections (`attach`: the server API's trusted senders), each
+        #: with what takes its frames and what hears that the core closed it
+        self._sinks: dict[int, tuple[Callable[[bytes], None], Callable[[], None]]] = {}
         #: writes the outboxes' frames while their sockets keep up (notify/server/outbox.py)
         self._flusher = Flusher()
         #: the core's one driver; this server is its transport, store and observer
@@ -439,6 +442,23 @@ class NotifyServer:
             return
         self._dispatch(conn, frame)
 
+    def attach(self, sender: str, frames: Callable[[bytes], None],
+               closed: Callable[[], None]) -> int:
+        """A connection of the server's own that publishes as the trusted `sender` (the
+        server API's, `api:NAME`: notify/core/hub.py `Hub.trust`). Frames go in by
+        `driver.frame` like a client's (so a group not in memory is loaded first); what the
+        core answers comes back to `frames`, serialised as a client would get it (a `batch`
+        too). `closed` hears that the core closed it (it is forgotten then)."""
+        conn = next(self._ids)
+        self._sinks[conn] = (frames, closed)
+        self.driver.call(lambda now: [*self.hub.opened(conn, now),
+                                      *self.hub.trust(conn, sender)], what="attach")
+        return conn
+
+    def detach(self, conn: int) -> None:
+        if self._sinks.pop(conn, None) is not None:
+            self.driver.closed(conn, 1000, "detached")
+
     # -- what the placement asks of the server (notify/runtime/placement.py PlacementHost) -------
 
     def new_conn_id(self) -> int:
@@ -504,6 +524,8 @@ class NotifyServer:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
             outbox.push(data, bounded=bounded, frames=frames)
+        elif conn in self._sinks:
+            self._sinks[conn][0](data)
         else:  # a connection another node's edge holds, or one that is gone
             self.placement.push(conn, data, bounded=bounded, frames=frames)
 
@@ -518,6 +540,8 @@ class NotifyServer:
             outbox.close(code, reason, drain=drain)
             if self.driver.loading:  # a reader paused for a load stops pausing
                 self._pulse()
+        elif conn in self._sinks:
+            self._sinks.pop(conn)[1]()
         else:
             self.placement.close(conn, code, reason, drain=drain)
 

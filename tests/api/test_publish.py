@@ -260,3 +260,16 @@ async def test_cli_pub_through_the_api(serve: Serve) -> None:
         got = await messages(g, 2)
         assert [(m.payload, m.sender) for m in got] == [({"x": 1}, "api:app"),
                                                        ("all", "api:app")]
+
+
+async def test_the_example_backend_notifies_a_member_from_its_web_handler(serve: Serve) -> None:
+    s = await serve(*KEY)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).parents[2] / "examples" / "backend.py"), "demo",
+        "--api", s.api, "--key", SECRET, "--url", s.ws,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT * 3)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "backend answered 201 {'comment': 1, 'offset': 1}" in text
+    assert "reader got {'comment': 1, 'text': 'looks good'} from api:app at offset 1" in text

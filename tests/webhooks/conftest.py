@@ -38,6 +38,8 @@ class Receiver:
         self.got: list[tuple[str, str, dict[str, Any]]] = []
         self.bad: list[str] = []
         self.status = 200
+        #: seconds each answer takes (a slow backend: deliveries are under way for a while)
+        self.delay = 0.0
         self._runner: web.AppRunner | None = None
         self._arrived = asyncio.Event()
 
@@ -52,6 +54,8 @@ class Receiver:
         except Exception as e:  # WebhookVerificationError, or bad JSON
             self.bad.append(repr(e))
             return web.Response(status=400)
+        if self.delay:
+            await asyncio.sleep(self.delay)
         self.got.append((request.headers["webhook-id"], payload["type"], payload["data"]))
         self._arrived.set()
         return web.Response(status=self.status)

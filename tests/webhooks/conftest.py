@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -85,10 +86,8 @@ class Receiver:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out; got {[(k, d) for _, k, d in self.got]}")
             self._arrived.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), 0.2)
-            except TimeoutError:
-                pass
 
 
 @pytest.fixture

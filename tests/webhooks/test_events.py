@@ -49,3 +49,29 @@ async def test_arrivals_leaves_occupancy(serve, receiver: Receiver, tmp_path: Pa
     views = [d["view"] for _, k, d in receiver.got if k.startswith("group.")]
     assert views[0] < views[1]
     await asyncio.sleep(0)
+
+
+async def test_flag_and_metrics(serve, receiver: Receiver) -> None:
+    """`--webhook URL=whsec_...`: membership events (no messages); `/metrics` counts them."""
+    import aiohttp
+
+    from tests.webhooks.conftest import SECRET
+
+    s = await serve("--webhook", f"{receiver.url}={SECRET}", api=False)
+    async with connect(s.ws, member="carol", instance="p") as c:
+        g = await c.join("chat:9")
+        await g.publish({"x": 1})
+        await receiver.until(lambda: ("user.arrived", "carol") in _kinds(receiver, "chat:9"))
+    await receiver.until(lambda: ("group.vacated", None) in _kinds(receiver, "chat:9"))
+    assert "message" not in [k for k, _ in _kinds(receiver, "chat:9")]
+    ep = receiver.url
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+        for _ in range(50):  # (the last answer may still be on its way back to the server)
+            async with http.get(f"http://127.0.0.1:{s.port}/metrics") as r:
+                text = await r.text()
+            if f'notify_webhook_delivered_total{{endpoint="{ep}"}} 6.0' in text:
+                break
+            await asyncio.sleep(0.1)
+    assert f'notify_webhook_delivered_total{{endpoint="{ep}"}} 6.0' in text, text
+    assert f'notify_webhook_backlog{{endpoint="{ep}"}} 0.0' in text
+    assert f'notify_webhook_dropped_total{{endpoint="{ep}",reason="backlog"}} 0.0' in text

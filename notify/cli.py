@@ -135,6 +135,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    metavar="NAME=SECRET",
                    help="a server API key with every scope, for every group (repeat; replaces "
                         "the config file's [[api.keys]]; prefer the file, flags show in `ps`)")
+    p.add_argument("--webhook", action="append", dest="webhooks", default=argparse.SUPPRESS,
+                   metavar="URL=whsec_...",
+                   help="POST every membership and occupancy event to URL, signed with this "
+                        "Standard Webhooks secret (repeat; replaces the config file's "
+                        "[[webhooks]], where messages and the delivery knobs are; docs/api.md)")
     for flag, _, typ, help_ in _SERVE_FLAGS:
         p.add_argument(flag, type=typ, default=argparse.SUPPRESS, help=help_)
 
@@ -142,8 +147,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def settings_from_args(a: argparse.Namespace) -> Settings:
     """Settings from the TOML file, the environment and the flags given, in that precedence."""
     given = vars(a)
-    cli: dict[str, dict[str, Any]] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {},
-                                      "api": {}}
+    cli: dict[str, Any] = {"server": {}, "timeouts": {}, "limits": {}, "auth": {}, "api": {}}
     for flag, section, _, _ in _SERVE_FLAGS:
         name = flag[2:].replace("-", "_")
         if name in given:
@@ -157,6 +161,13 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         except ValueError as e:
             raise SystemExit(f"notify serve: {e}") from None
         cli["api"]["keys"] = [{"name": n, "secret": secret} for n, secret in pairs]
+    if "webhooks" in given:
+        from notify.webhooks.config import parse_flag as parse_webhook
+
+        try:
+            cli["webhooks"] = [parse_webhook(text) for text in given["webhooks"]]
+        except ValueError as e:
+            raise SystemExit(f"notify serve: {e}") from None
     for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas",
                  "cluster", "node_id", "replicas", "lease_ttl"):
         if name in given:
@@ -234,6 +245,16 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           max_connections_per_ip=srv.max_connections_per_ip,
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
                           placement=cluster)
+    hooks = None
+    if settings.webhooks:
+        from notify.webhooks.service import Webhooks
+
+        # the outbox beside the log (memory log: in memory too; docs/api.md "Webhooks"); it
+        # catches up on what a crash left out before the server listens
+        hooks = Webhooks(server, settings.webhooks,
+                         ":memory:" if srv.store == "memory"
+                         else Path(srv.data_dir) / "webhooks.db", durability=srv.durability)
+        await hooks.start()
     await server.start()
     api = None
     if keys is not None:
@@ -247,6 +268,8 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         except OSError as e:
             await api.stop()  # (what it set up before the bind failed)
             await server.stop()
+            if hooks is not None:
+                await hooks.stop()
             raise SystemExit(f"notify serve: the server API cannot listen on "
                              f"{srv.host}:{settings.api.port}: {e}") from None
     if on_ready is not None:
@@ -271,6 +294,8 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     if api is not None:
         await api.stop()
     await server.stop()
+    if hooks is not None:  # after the server: its last writes were hooked
+        await hooks.stop()
     log.info("stopped")
 
 

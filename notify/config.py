@@ -3,8 +3,8 @@
     command-line flags > environment (NOTIFY_*) > TOML file (--config, NOTIFY_CONFIG) > defaults
 
 Sections mirror the TOML file: `[server]`, `[timeouts]`, `[limits]`, `[auth]`, `[api]` (with
-`[[api.keys]]`), `[[retention]]`. An environment variable names its section and field joined by
-a double underscore: `NOTIFY_AUTH__HS256_SECRET`,
+`[[api.keys]]`), `[[retention]]`, `[[webhooks]]`. An environment variable names its section and
+field joined by a double underscore: `NOTIFY_AUTH__HS256_SECRET`,
 `NOTIFY_LIMITS__PUBLISH_RATE`, `NOTIFY_SERVER__PORT`. Secrets are `SecretStr`: `masked()` (what
 the server prints at start-up) shows them as `**********`. See docs/operations.md.
 """
@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from notify.core import CoreConfig, Limits, Retention, Timeouts
+from notify.webhooks.config import WebhookSettings, check_unique
 
 _D, _L = Timeouts(), Limits()
 
@@ -241,6 +242,17 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=lambda: AuthSettings())
     retention: list[RetentionSettings] = Field(default_factory=list)
     api: ApiSettings = Field(default_factory=lambda: ApiSettings())
+    #: `[[webhooks]]`: the endpoints told of arrivals, departures, occupancy and messages
+    #: (notify/webhooks, docs/api.md "Webhooks")
+    webhooks: list[WebhookSettings] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _webhooks(self) -> Settings:
+        check_unique(self.webhooks)
+        if self.webhooks and self.server.cluster:
+            raise ValueError("webhooks are not supported in cluster mode yet (each node would "
+                             "announce only the groups it owns; docs/api.md \"Webhooks\")")
+        return self
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings],

@@ -140,6 +140,9 @@ class NotifyServer:
         self._trimming: asyncio.Task[bool] | None = None
         self._freed_seen, self._next_trim = 0, 0.0
         self._timer: asyncio.Task[None] | None = None
+        #: called with each write the log made durable, before the frames held behind it
+        #: leave (the webhooks' source, notify/webhooks/source.py); a hook must not raise
+        self.stored: list[Callable[[Write], None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -551,6 +554,11 @@ class NotifyServer:
 
         def timed(error: str | None) -> None:
             observe(time.monotonic() - started)
+            if error is None:
+                # before `done`: a store that answers inside `write` (memory) starts the
+                # group's next write from `done`, whose hooks must come after this one's
+                for hook in self.stored:
+                    hook(write)
             done(error)
 
         self.store.write(write, timed)

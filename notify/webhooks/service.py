@@ -1,0 +1,202 @@
+"""`Webhooks`: the webhooks of a running `NotifyServer`, wired and supervised.
+
+Start (before the server listens): open the outbox (`DATA_DIR/webhooks.db`, or in memory for
+`--store memory`), drop the rows of endpoints no longer configured, derive what a crash left
+out (`Source.catch_up`), hook `NotifyServer.stored`, register the metrics, start the tasks.
+
+Tasks, and who notices when one dies:
+- the writer: takes the events the hook derived (`_pending`, in memory) to the outbox, many
+  writes per transaction; a failed transaction is logged and tried again (the batch stays,
+  in order), with backoff;
+- one sender per endpoint (notify/webhooks/sender.py).
+Each runs under `_supervise`: a task that ends by anything but `stop` is logged
+(`webhook_task_died`) and started again after a delay that doubles up to 30 s, and
+`notify_webhook_task_restarts` counts it. Nothing is lost by a restart: rows leave the outbox
+only when delivered, and `_pending` belongs to the service, not to the task.
+
+Memory: `_pending` holds at most `MAX_PENDING` events (the outbox's disk stopped keeping up);
+past it the newest are dropped, logged and counted (`notify_webhook_dropped{reason="overflow"}`).
+
+Stop (after the server stopped, so its last writes were hooked): the writer empties
+`_pending` into the outbox (bounded by `STOP_GRACE`), the senders are cancelled (a request cut
+short is sent again after the restart, with the same id), the outbox closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+import structlog
+
+from notify.core.actions import Write
+from notify.server.app import NotifyServer
+from notify.webhooks.backoff import delay
+from notify.webhooks.config import WebhookSettings
+from notify.webhooks.metrics import WebhookCollector
+from notify.webhooks.outbox import Outbox
+from notify.webhooks.sender import Sender
+from notify.webhooks.source import Batch, Source
+
+log = structlog.get_logger("notify.webhooks")
+
+#: events derived and not yet in the outbox, at most
+MAX_PENDING = 100_000
+#: seconds `stop` waits for the writer to empty `_pending`
+STOP_GRACE = 5.0
+#: the longest wait before a dead task is started again
+MAX_RESTART_DELAY = 30.0
+
+
+class Webhooks:
+    def __init__(self, server: NotifyServer, hooks: list[WebhookSettings],
+                 path: str | Path, *, durability: Literal["normal", "full"] = "full") -> None:
+        """`path`: the outbox's SQLite file, or ":memory:"."""
+        self.server, self.hooks, self.path, self.durability = server, hooks, path, durability
+        self.source = Source(hooks)
+        self.outbox: Outbox | None = None
+        self.senders: dict[str, Sender] = {}
+        self.overflowed: dict[str, int] = {}
+        self.restarts = 0
+        self._pending = Batch()
+        self._wake_writer = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._failures: dict[str, int] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._stopping = False
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def start(self) -> None:
+        caps = {h.key: (h.max_backlog, h.max_backlog_bytes) for h in self.hooks}
+        self.outbox = outbox = await asyncio.to_thread(Outbox, self.path, caps,
+                                                       durability=self.durability)
+        gone = await asyncio.to_thread(outbox.forget_except, set(caps))
+        if gone:
+            log.warning("webhooks_unconfigured_dropped", events=gone,
+                        detail="these endpoints are no longer configured")
+        derived = await asyncio.to_thread(self.source.catch_up, self.server.store, outbox,
+                                          time.time(), lambda _: None)
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=max(h.timeout for h in self.hooks) + 1))
+        self.senders = {h.key: Sender(h, outbox, self._session) for h in self.hooks}
+        self.server.stored.append(self._stored)
+        self.server.metrics.registry.register(WebhookCollector(self))
+        self._supervise("writer", self._write_loop)
+        for key, sender in self.senders.items():
+            self._supervise(f"sender:{key}", sender.run)
+        log.info("webhooks", endpoints=[h.key for h in self.hooks], outbox=str(self.path),
+                 backlog={k: outbox.count.get(k, 0) for k in caps}, caught_up=derived)
+
+    # -- the hook --------------------------------------------------------------------------------
+
+    def _stored(self, write: Write) -> None:
+        """`NotifyServer.stored`: a write the log made durable (on the loop; never raises)."""
+        try:
+            batch = self.source.of_write(write, time.time())
+        except Exception as e:  # a bug here must not reach the server's write path
+            log.exception("webhooks_derive_failed", error=repr(e))
+            return
+        if batch is None:
+            return
+        if len(self._pending) + len(batch) > MAX_PENDING:
+            for key, _ in batch.rows:
+                self.overflowed[key] = self.overflowed.get(key, 0) + 1
+            log.error("webhooks_overflow", dropped=len(batch), pending=len(self._pending),
+                      detail="the outbox does not keep up; newest events dropped")
+            batch.rows.clear()  # (the cursors still move: the log is not read back for them)
+        self._pending.extend(batch)
+        self._wake_writer.set()
+
+    # -- tasks -----------------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        assert self.outbox is not None
+        failures = 0
+        while True:
+            if not self._pending.cursors and not self._pending.offsets \
+                    and not self._pending.rows:
+                if self._stopping:
+                    return
+                self._wake_writer.clear()
+                await self._wake_writer.wait()
+                continue
+            batch, self._pending = self._pending, Batch()
+            try:
+                got = await asyncio.to_thread(self.outbox.add, batch.rows,
+                                              list(batch.cursors.values()), batch.offsets,
+                                              time.time())
+            except Exception as e:
+                failures += 1
+                log.error("webhooks_outbox_write_failed", error=repr(e), events=len(batch),
+                          attempt=failures)
+                batch.extend(self._pending)  # in order: the failed batch first
+                self._pending = batch
+                await asyncio.sleep(delay(failures, 0.1, 5.0))
+                continue
+            failures = 0
+            for key in got:
+                self.senders[key].wake()
+
+    def _supervise(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        async def main() -> None:
+            await run()
+
+        task = asyncio.get_running_loop().create_task(main(), name=f"webhooks-{name}")
+        self._tasks[name] = task
+        task.add_done_callback(lambda t: self._ended(name, run, t))
+
+    def _ended(self, name: str, run: Callable[[], Awaitable[None]],
+               task: asyncio.Task[None]) -> None:
+        if self._stopping or task.cancelled():
+            return
+        error = task.exception()
+        n = self._failures[name] = self._failures.get(name, 0) + 1
+        wait = min(2.0 ** (n - 1), MAX_RESTART_DELAY)
+        log.error("webhook_task_died", task=name, error=repr(error), restart_in=wait)
+        self.restarts += 1
+
+        def again() -> None:
+            if not self._stopping:
+                self._supervise(name, run)
+
+        asyncio.get_running_loop().call_later(wait, again)
+
+    async def stop(self) -> None:
+        """After the server stopped: what is pending goes to the outbox, then all ends."""
+        self._stopping = True
+        with contextlib.suppress(ValueError):
+            self.server.stored.remove(self._stored)
+        writer = self._tasks.get("writer")
+        if writer is not None and not writer.done():
+            self._wake_writer.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(writer), STOP_GRACE)
+            except (TimeoutError, Exception) as e:
+                log.error("webhooks_stop_pending_lost", events=len(self._pending),
+                          error=repr(e))
+        for task in self._tasks.values():
+            task.cancel()
+        for task in self._tasks.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._session is not None:
+            await self._session.close()
+        if self.outbox is not None:
+            await asyncio.to_thread(self.outbox.close)
+
+    # -- what tests and metrics read -------------------------------------------------------------
+
+    @property
+    def backlog(self) -> Mapping[str, int]:
+        return dict(self.outbox.count) if self.outbox is not None else {}
+
+
+__all__ = ["MAX_PENDING", "Webhooks"]

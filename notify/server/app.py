@@ -558,7 +558,10 @@ class NotifyServer:
                 # before `done`: a store that answers inside `write` (memory) starts the
                 # group's next write from `done`, whose hooks must come after this one's
                 for hook in self.stored:
-                    hook(write)
+                    try:
+                        hook(write)
+                    except Exception:  # a listener's bug must not hold the group's write
+                        log.exception("stored_hook_failed", group=write.group)
             done(error)
 
         self.store.write(write, timed)

@@ -285,6 +285,18 @@ def parse(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> ev.ClientFrame
     return f
 
 
+def encode_publish(p: ev.Publish) -> bytes:
+    """A publish as a client sends it (what `parse` reads back as `p`): how the server's own
+    connections' publishes cross a cluster link to a group's owner (`NotifyServer.submit`)."""
+    frame: dict[str, Any] = {"type": "publish", "req": p.req, "group": p.group, "id": p.id,
+                             "view": p.view, "order": p.order.value, "payload": p.payload}
+    if p.atomic:
+        frame["atomic"] = True
+    if p.same_view:
+        frame["same_view"] = True
+    return orjson.dumps(frame)
+
+
 # -- the payload -------------------------------------------------------------------------------
 
 

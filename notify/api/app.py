@@ -272,9 +272,6 @@ class ApiServer:
     def _serving(self) -> None:
         if self.server.draining:
             raise unavailable("the server is shutting down")
-        if self.server.config.shared_log:
-            raise unavailable("cluster mode: the server API does not route to groups' owners "
-                              "yet")
 
     async def _read(self, call: Callable[..., T], *args: Any) -> T:
         """A store call off the loop, bounded (503 when it fails or takes too long). A read

@@ -38,12 +38,12 @@ BEGIN = "<!-- BEGIN GENERATED: python -m notify.api.openapi --write-docs docs/ap
 END = "<!-- END GENERATED -->"
 
 DESCRIPTION = (
-    "HTTP/JSON API of a notify server for application backends (issue 31): a group's view and "
-    "presence, its durable history, the groups. Authenticate with `Authorization: Bearer "
+    "HTTP/JSON API of a notify server for application backends (issue 31): publishing to a "
+    "group without joining it, a group's view and presence, its durable history, the groups. Authenticate with `Authorization: Bearer "
     "SECRET` (an API key: docs/api.md); each operation names the scope it needs, and a key "
     "reaches only the groups its globs match. Errors are `{\"error\": {\"code\", "
     "\"message\"}}` with a stable `code`. Group names in paths are percent-encoded (`/` as "
-    "`%2F`). Cluster mode does not route these calls yet: they are answered 503.")
+    "`%2F`). In cluster mode every node serves it: a publish goes to the group's owner.")
 
 
 def _param(name: str, where: str, schema: dict[str, Any], description: str,
@@ -88,7 +88,8 @@ _ERRORS = {
     "409": "conflict: the Idempotency-Key was used with another request (nothing published)",
     "413": "too_large: the body is over `max_frame_bytes`",
     "429": "rate_limited: the key's requests per second are spent (see Retry-After)",
-    "503": "unavailable: shutting down, the log cannot be read now, or cluster mode",
+    "503": "unavailable: shutting down, the log cannot be read or written now, or a publish "
+           "not answered in time (retry it with the same Idempotency-Key)",
 }
 
 

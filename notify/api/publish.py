@@ -164,7 +164,7 @@ class Publisher:
             answer: asyncio.Future[dict[str, Any]] = loop.create_future()
             sender.answers[req] = answer
             try:
-                self.server.driver.frame(sender.conn, Publish(
+                self.server.submit(sender.conn, Publish(
                     req, group, publish_id, 0, order, orjson.Fragment(payload), atomic,
                     False, len(payload)))
                 async with asyncio.timeout_at(deadline):

@@ -293,7 +293,8 @@ class ClusterNode:
             "token": s.token if s is not None else None,
             "resume": s.presented if s is not None else None,
             "born": s.born if s is not None else None,
-            "identity": identity_json(s.identity if s is not None else None)})
+            "identity": identity_json(s.identity if s is not None else None),
+            **({"trusted": s.trusted} if s is not None and s.trusted is not None else {})})
 
     def _uplink(self, owner: str) -> Uplink:
         up = self._uplinks.get(owner)
@@ -396,6 +397,13 @@ class ClusterNode:
             d = orjson.loads(data)
             vid = server.new_conn_id()
             self._vconns[key], self._remote[vid] = vid, key
+            trusted = d.get("trusted")
+            if isinstance(trusted, str):  # the edge's server API publishing (`Hub.trust`)
+                hub = server.driver.hub
+                server.driver.call(lambda now: [*hub.opened(vid, now),
+                                                *hub.trust(vid, trusted)],
+                                   what="trust")
+                return
             user, instance = split_member(d["member"]) if d["member"] else (None, None)
             server.driver.opened_remote(vid, Hello(1, user, d["resume"], instance),
                                         identity_of(d["identity"]), d["token"], d.get("born"))

@@ -35,6 +35,9 @@ class EdgeSession:
     identity: Identity | None
     #: when the session was made (`Session.born`)
     born: float | None = None
+    #: the trusted sender of one of the server's own connections (`api:NAME`: the server
+    #: API's, `Hub.trust`); None for a client's
+    trusted: str | None = None
 
 
 class PlacementHost(Protocol):

@@ -24,7 +24,7 @@ import secrets
 import ssl as ssl_module
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import orjson
@@ -57,7 +57,7 @@ from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
 from notify.storage.base import MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
-from notify.wire import Authenticate, Refresh, parse_any
+from notify.wire import Authenticate, Refresh, encode_publish, parse_any
 
 T = TypeVar("T")
 
@@ -65,6 +65,18 @@ log = structlog.get_logger("notify.server")
 
 #: client frames that belong to one group: the placement says where the group lives
 GROUP_FRAMES = (Join, Publish, Ack, FlushOk, Leave, StateChunk, CheckpointChunk, History)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sink:
+    """One of the server's own connections (`NotifyServer.attach`)."""
+
+    #: the trusted sender it publishes as
+    sender: str
+    #: takes what the core sends it, serialised
+    frames: Callable[[bytes], None]
+    #: hears that the core closed it
+    closed: Callable[[], None]
 
 
 class StoreError(Exception):
@@ -113,9 +125,8 @@ class NotifyServer:
         self._clock = clock if clock is not None else steady_clock()
         self._ids = itertools.count(1)
         self._outboxes: dict[int, Outbox] = {}
-        #: the server's own connections (`attach`: the server API's trusted senders), each
-        #: with what takes its frames and what hears that the core closed it
-        self._sinks: dict[int, tuple[Callable[[bytes], None], Callable[[], None]]] = {}
+        #: the server's own connections (`attach`: the server API's trusted senders)
+        self._sinks: dict[int, _Sink] = {}
         #: writes the outboxes' frames while their sockets keep up (notify/server/outbox.py)
         self._flusher = Flusher()
         #: the core's one driver; this server is its transport, store and observer
@@ -453,14 +464,24 @@ class NotifyServer:
         core answers comes back to `frames`, serialised as a client would get it (a `batch`
         too). `closed` hears that the core closed it (it is forgotten then)."""
         conn = next(self._ids)
-        self._sinks[conn] = (frames, closed)
+        self._sinks[conn] = _Sink(sender, frames, closed)
         self.driver.call(lambda now: [*self.hub.opened(conn, now),
                                       *self.hub.trust(conn, sender)], what="attach")
         return conn
 
+    def submit(self, conn: int, frame: Publish) -> None:
+        """A frame of one of the server's own connections (`attach`), for the group's owner:
+        this node's driver, or in a cluster the owner's, over the link like a client's frame
+        (the owner trusts the connection too: `edge_session`)."""
+        if self.config.shared_log and self.placement.route(conn, frame.group,
+                                                           encode_publish(frame)):
+            return
+        self.driver.frame(conn, frame)
+
     def detach(self, conn: int) -> None:
         if self._sinks.pop(conn, None) is not None:
             self.driver.closed(conn, 1000, "detached")
+            self.placement.closed(conn, 1000, "detached")
 
     # -- what the placement asks of the server (notify/runtime/placement.py PlacementHost) -------
 
@@ -472,6 +493,9 @@ class NotifyServer:
 
     def edge_session(self, conn: int) -> EdgeSession | None:
         """What a local connection's hello presented and proved, and the session it got."""
+        sink = self._sinks.get(conn)
+        if sink is not None:
+            return EdgeSession(None, None, None, None, trusted=sink.sender)
         session = self.hub.session_of(conn)
         presented, identity = self._edge.get(conn, (None, None))
         return EdgeSession(session.member if session is not None else None,
@@ -528,7 +552,7 @@ class NotifyServer:
         if outbox is not None:
             outbox.push(data, bounded=bounded, frames=frames)
         elif conn in self._sinks:
-            self._sinks[conn][0](data)
+            self._sinks[conn].frames(data)
         else:  # a connection another node's edge holds, or one that is gone
             self.placement.push(conn, data, bounded=bounded, frames=frames)
 
@@ -543,8 +567,9 @@ class NotifyServer:
             outbox.close(code, reason, drain=drain)
             if self.driver.loading:  # a reader paused for a load stops pausing
                 self._pulse()
-        elif conn in self._sinks:
-            self._sinks.pop(conn)[1]()
+        elif conn in self._sinks:  # (the driver tells the hub; the placement forgets it)
+            self._sinks.pop(conn).closed()
+            self.placement.closed(conn, code, reason)
         else:
             self.placement.close(conn, code, reason, drain=drain)
 

@@ -39,7 +39,8 @@ END = "<!-- END GENERATED -->"
 
 DESCRIPTION = (
     "HTTP/JSON API of a notify server for application backends (issue 31): publishing to a "
-    "group without joining it, a group's view and presence, its durable history, the groups. Authenticate with `Authorization: Bearer "
+    "group without joining it, a group's view and presence, its durable history, the groups. "
+    "Authenticate with `Authorization: Bearer "
     "SECRET` (an API key: docs/api.md); each operation names the scope it needs, and a key "
     "reaches only the groups its globs match. Errors are `{\"error\": {\"code\", "
     "\"message\"}}` with a stable `code`. Group names in paths are percent-encoded (`/` as "

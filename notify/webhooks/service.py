@@ -14,8 +14,13 @@ Each runs under `_supervise`: a task that ends by anything but `stop` is logged
 `notify_webhook_task_restarts` counts it. Nothing is lost by a restart: rows leave the outbox
 only when delivered, and `_pending` belongs to the service, not to the task.
 
-Memory: `_pending` holds at most `MAX_PENDING` events (the outbox's disk stopped keeping up);
-past it the newest are dropped, logged and counted (`notify_webhook_dropped{reason="overflow"}`).
+Memory: `_pending` holds at most `MAX_PENDING` events (the outbox's disk stopped keeping up).
+Past it the service falls *behind*: it takes nothing more from the hook (the outbox's cursors
+stay where the last written event left them), and once `_pending` is in the outbox, it derives
+what it skipped from the log itself (`Source.catch_up`, as after a crash) while it takes the
+hook's writes again. So an overflow delays events, and loses none the log still retains; an
+event derived both ways has one id (a duplicate the receiver drops). Each fall behind is logged
+and counted (`notify_webhook_dropped{reason="overflow"}` counts the events set aside).
 
 Stop (after the server stopped, so its last writes were hooked): the writer empties
 `_pending` into the outbox (bounded by `STOP_GRACE`), the senders are cancelled (a request cut
@@ -69,12 +74,16 @@ class Webhooks:
         self._failures: dict[str, int] = {}
         self._session: aiohttp.ClientSession | None = None
         self._stopping = False
+        #: the hook's writes are set aside until `_pending` is written (see the docstring)
+        self._behind = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         caps = {h.key: (h.max_backlog, h.max_backlog_bytes) for h in self.hooks}
         self.outbox = outbox = await asyncio.to_thread(Outbox, self.path, caps,
                                                        durability=self.durability)
@@ -106,12 +115,15 @@ class Webhooks:
             return
         if batch is None:
             return
-        if len(self._pending) + len(batch) > MAX_PENDING:
+        if self._behind or len(self._pending) + len(batch) > MAX_PENDING:
+            if not self._behind:
+                log.error("webhooks_behind", pending=len(self._pending),
+                          detail="the outbox does not keep up: what follows is read back "
+                                 "from the log once it has caught up")
+                self._behind = True
             for key, _ in batch.rows:
                 self.overflowed[key] = self.overflowed.get(key, 0) + 1
-            log.error("webhooks_overflow", dropped=len(batch), pending=len(self._pending),
-                      detail="the outbox does not keep up; newest events dropped")
-            batch.rows.clear()  # (the cursors still move: the log is not read back for them)
+            return  # (nor its cursors: the outbox's say where the read-back starts)
         self._pending.extend(batch)
         self._wake_writer.set()
 
@@ -123,6 +135,9 @@ class Webhooks:
         while True:
             if not self._pending.cursors and not self._pending.offsets \
                     and not self._pending.rows:
+                if self._behind:
+                    await self._catch_up()
+                    continue
                 if self._stopping:
                     return
                 self._wake_writer.clear()
@@ -144,6 +159,23 @@ class Webhooks:
             failures = 0
             for key in got:
                 self.senders[key].wake()
+
+    async def _catch_up(self) -> None:
+        """After falling behind: take the hook's writes again, and derive from the log what
+        was set aside meanwhile (from the outbox's cursors to the log's head now: it overlaps
+        what the hook takes from now on, by the same ids)."""
+        assert self.outbox is not None
+        self._behind = False
+        derived = await asyncio.to_thread(self.source.catch_up, self.server.store, self.outbox,
+                                          time.time(), self._wake_senders)
+        log.warning("webhooks_caught_up_after_overflow", events=derived)
+
+    def _wake_senders(self, keys: list[str]) -> None:
+        """`catch_up`'s `added`, from its thread."""
+        loop = self._loop
+        assert loop is not None
+        for key in keys:
+            loop.call_soon_threadsafe(self.senders[key].wake)
 
     def _supervise(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         async def main() -> None:

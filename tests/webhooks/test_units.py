@@ -4,12 +4,15 @@ catch-up from the log of writes stored just before a crash (source.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 import pytest
 
 from notify.core.actions import Append, Message, StoreView, ViewInstall
+from notify.server.app import NotifyServer
 from notify.storage.memory import MemoryLog
+from notify.webhooks import service
 from notify.webhooks.backoff import delay
 from notify.webhooks.config import WebhookSettings, parse_flag
 from notify.webhooks.events import event_id, previous_members, view_events
@@ -150,3 +153,44 @@ def test_catch_up_derives_what_a_crash_left_out() -> None:
         "message", "message", "member.arrived", "user.arrived", "member.left", "user.left"]
     # and a second start finds nothing more to derive
     assert source.catch_up(store, box, 6.0, got.append) == 0
+
+
+# -- falling behind: the outbox does not keep up --------------------------------------------------
+
+async def test_an_overflow_delays_events_and_loses_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More events than `MAX_PENDING` arrive in one turn of the loop: the service sets the rest
+    aside, and once the outbox has what it held, reads them back from the log. Every event of
+    every stored write ends up in the outbox, once (without the read-back, most are lost)."""
+    monkeypatch.setattr(service, "MAX_PENDING", 4)
+    server = NotifyServer()
+    hook = WebhookSettings(url="http://127.0.0.1:9", secret=SECRET, events=EVERYTHING,  # type: ignore[arg-type]
+                           groups=["*"], backoff=60.0, backoff_max=60.0)
+    hooks = service.Webhooks(server, [hook], ":memory:")
+    await hooks.start()
+    try:
+        writes = [StoreView(v, ViewInstall("g", v, (f"m{v}",), (f"m{v}",),
+                                           (f"m{v - 1}",) if v > 1 else (), 7, 0))
+                  for v in range(1, 11)]
+        expected: set[str] = set()
+        for w in writes:  # one turn of the loop: the writer cannot run in between
+            server.store.write(w, lambda e: None)
+            hooks._stored(w)
+            batch = Source([hook]).of_write(w, 0.0)
+            assert batch is not None
+            expected |= {e.id for _, e in batch.rows}
+        assert hooks.overflowed  # it fell behind
+
+        async def all_in() -> None:
+            while True:
+                assert hooks.outbox is not None
+                got = {r.id for r in await asyncio.to_thread(hooks.outbox.peek, hook.key, 1000)}
+                if got >= expected:
+                    return
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(all_in(), 10)
+        assert hooks.outbox is not None
+        assert hooks.outbox.count[hook.key] == len(expected)  # none twice
+        assert not hooks._behind
+    finally:
+        await hooks.stop()

@@ -7,6 +7,8 @@ group that left memory; scopes and bad bodies; `notify pub --api`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import aiohttp
 import orjson
 import pytest
 
-from client_sdk import Message, ServerAPI, ServerAPIError, ViewInstalled, connect
+from client_sdk import Message, NotifyError, ServerAPI, ServerAPIError, ViewInstalled, connect
 from client_sdk.group import Group
 from tests.api.conftest import KEY, SECRET, Serve
 from tests.integration.conftest import TIMEOUT, Raw
@@ -273,3 +275,34 @@ async def test_the_example_backend_notifies_a_member_from_its_web_handler(serve:
     assert proc.returncode == 0, text
     assert "backend answered 201 {'comment': 1, 'offset': 1}" in text
     assert "reader got {'comment': 1, 'text': 'looks good'} from api:app at offset 1" in text
+
+
+async def test_publishes_in_flight_at_a_graceful_stop_are_answered_and_kept(
+        serve: Serve, tmp_path: Path) -> None:
+    """SIGTERM while 200 publishes are under way: every call ends (answered, or refused: no
+    call waits for its deadline), and what was answered 200 is in the log after the restart
+    (G10 through the API), at the offset it was answered with."""
+    data = tmp_path / "stop"
+    s = await serve(*KEY, data_dir=data)
+    async with connect(s.ws, member="alice") as a:
+        await a.join("doc")
+    answered: dict[str, int] = {}
+    async with ServerAPI(s.api, SECRET, timeout=TIMEOUT) as api:
+        async def one(i: int) -> None:
+            with contextlib.suppress(NotifyError):
+                p = await api.publish("doc", {"i": i}, idempotency_key=f"k{i}", retries=0)
+                answered[p.id] = p.offset
+
+        calls = [asyncio.create_task(one(i)) for i in range(200)]
+        await asyncio.sleep(0.05)
+        assert s.proc is not None
+        s.proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(asyncio.gather(*calls), TIMEOUT)
+    assert s.proc.wait(TIMEOUT) == 0
+    assert answered  # some made it before the stop
+    print(f"answered {len(answered)} of 200")
+    s2 = await serve(*KEY, data_dir=data)
+    async with ServerAPI(s2.api, SECRET) as api:
+        stored = {m.offset: m for m in [m async for m in api.messages("doc")]}
+    for key, offset in answered.items():
+        assert stored[offset].payload == {"i": int(key[1:])}

@@ -44,6 +44,7 @@ from notify.core.actions import (
     Published,
     ReadHistory,
     Rejected,
+    RemovalInstall,
     Send,
     ServeCheckpoint,
     StoreView,
@@ -335,6 +336,26 @@ class Group:
         self._party_lost(out, member, now)
         self._request_removal(out, member, reason, now)
         return out
+
+    def expel(self, member: MemberId, reason: Reason, now: float) -> list[Action]:
+        """Remove `member` of the view for a reason from outside that it must hear of (the
+        server API's removal, `Reason.REMOVED`). Unlike `remove`, its connection stays in its
+        slot: the install that removes it reaches it (a `RemovalInstall` naming `reason`), and
+        until then its publishes are refused `leaving`. A removal a resume could call off (it
+        went quiet) becomes one it cannot (`Membership.request_leave`). Returns nothing for a
+        member not in the view (the caller checked)."""
+        out: list[Action] = []
+        if member in self.slots:
+            self._request_removal(out, member, reason, now)
+        return out
+
+    def installed(self, version: int) -> bool:
+        """Is view `version` (or a later one) installed and stored? (The server API answers a
+        removal once it is.)"""
+        if self.view.version < version:
+            return False
+        w = self.writes.in_flight
+        return w is None or not isinstance(w.write, StoreView) or w.write.install.view > version
 
     def _move(self, member: MemberId, slot: Slot, event: MemberEvent,
               due: float = 0.0) -> None:
@@ -731,7 +752,7 @@ class Group:
             if p.order is Order.TOTAL or p.atomic or p.same_view or m.is_joining(member):
                 return RejectCode.NOT_MEMBER
             return None
-        if m.leave_reason(member) is Reason.LEAVE:
+        if m.leave_reason(member) in (Reason.LEAVE, Reason.REMOVED):
             return RejectCode.LEAVING
         if m.proposal is not None and member in m.proposal.flushed:
             return RejectCode.VIEW_CHANGING
@@ -919,7 +940,11 @@ class Group:
                               from_offset=joined.resume.offset, count=n)
         for mem, c in leaver_conns.items():
             if mem not in p.joining:  # a re-joiner got the install above
-                sends.append(Send(c, install))
+                why = p.leaving[mem]
+                # one that did not ask to go is told why (its SDK's `Removed.reason`)
+                sends.append(Send(c, install if why is Reason.LEAVE else RemovalInstall(
+                    install.group, install.view, install.members, install.joined, install.left,
+                    install.epoch, install.offset, why.value)))
         for mem in p.leaving:
             sends.extend(self.transfers.lost(mem, now))
             self.transfers.drop_upload(logs, mem)

@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from notify.core.actions import (
     Action,
@@ -147,6 +148,14 @@ class Session:
             self.state = SESSION_TRANSITIONS[self.state][event]
         except KeyError:
             raise IllegalTransition(f"session {event.value} in {self.state.value}") from None
+
+
+def _expel(g: Group, *, member: MemberId, now: float) -> list[Action]:
+    return g.expel(member, Reason.REMOVED, now)
+
+
+def _drop(g: Group, *, member: MemberId, now: float) -> list[Action]:
+    return g.remove(member, Reason.DISCONNECTED, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -649,7 +658,7 @@ class Hub:
                         if m == target or (SEPARATOR not in target and user_of(m) == target))
         out: list[Action] = []
         for m in members:
-            out.extend(self._group_call(group, lambda g, m=m: g.expel(m, Reason.REMOVED, now)))
+            out.extend(self._group_call(group, partial(_expel, member=m, now=now)))
         # every removal requested now lands in the next view (a proposal under way takes it in)
         return Removal(members, g.view.version + 1 if members else 0, out)
 
@@ -667,8 +676,7 @@ class Hub:
                                  "disconnected by the server API"))
             self._move(s, SessionEvent.RETIRE)
             for name in sorted(s.groups):
-                out.extend(self._group_call(
-                    name, lambda g, s=s: g.remove(s.member, Reason.DISCONNECTED, now)))
+                out.extend(self._group_call(name, partial(_drop, member=s.member, now=now)))
         return Removal(tuple(s.member for s in sessions), 0, out)
 
     # -- time ------------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_remove_nobody_matches_changes_nothing() -> None:
 
 def test_a_removed_member_s_publishes_are_refused_leaving_until_the_install() -> None:
     net = Net()
-    ana, bob = form(net, "ana", "bob")
+    _ana, bob = form(net, "ana", "bob")
     _apply(net, net.hub.remove(G, "bob", net.now))
     net.publish(bob, "p1")
     (rej,) = net.take(bob, "rejected")

@@ -800,7 +800,9 @@ class ClientProtocol:
         g.view, g.proposed = f["view"], None
         if self.me in f["left"] and self.me not in members:
             g.phase = GroupPhase.LEFT
-            events.append(Removed(g.name, f["view"]))
+            # why, when it did not ask to go (`removed` by the server API, `flush_timeout`...)
+            reason = f.get("reason")
+            events.append(Removed(g.name, f["view"], reason if isinstance(reason, str) else None))
             self._removed(g.name)
             return
         if g.phase is GroupPhase.JOINING and g.want_state:

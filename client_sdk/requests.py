@@ -66,7 +66,8 @@ JOIN_RETRIES = 10
 #: any other `rejected` code fails it with `PublishRejected`
 RESENT_PUBLISH_REFUSALS = frozenset({"view_changing"})
 #: `error` codes without `req` that answer a `refresh` (the oldest waiting)
-REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "member_mismatch"})
+REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "token_revoked",
+                              "member_mismatch"})
 #: refusals of a leave that mean "already out" (removed while away, or the group is gone): the
 #: leave is done, and the group is over (`Removed` with the code as its reason)
 LEFT_LEAVE_REFUSALS = frozenset({"not_member", "no_group"})

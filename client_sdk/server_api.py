@@ -7,6 +7,8 @@ joining any group.
         async for m in api.messages("doc-1"):       # every message the log retains, in order
             ...
         listing = await api.groups(prefix="doc-")   # GroupList: groups, next
+        await api.remove("doc-1", "ana#tab1")       # Removal (scope admin)
+        await api.disconnect("ana")                 # Disconnection: closed 4007, revoked
 
 Results are frozen dataclasses; an error answer raises `ServerAPIError(status, code, message)`
 with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `bad_request`,
@@ -80,6 +82,25 @@ class GroupList:
     next: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Removal:
+    group: str
+    #: the member ids removed
+    removed: tuple[str, ...]
+    #: the view that no longer holds them (installed)
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnection:
+    user: str
+    #: the member ids whose sessions ended (their connections closed with 4007)
+    sessions: tuple[str, ...]
+    #: tokens of the user issued at or before this (Unix seconds) are refused; None: the
+    #: server has no token authentication (development mode)
+    revoked_before: float | None
+
+
 class ServerAPI:
     def __init__(self, url: str, key: str, *, timeout: float = 10.0) -> None:
         base = url.rstrip("/")
@@ -100,6 +121,10 @@ class ServerAPI:
             self._session = None
 
     async def _get(self, path: str, params: dict[str, str | int] | None = None) -> Any:
+        return await self._request("GET", path, params)
+
+    async def _request(self, method: str, path: str,
+                       params: dict[str, str | int] | None = None) -> Any:
         if self._session is None:
             self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
         # encoded: a group name's `/` travels as %2F, as the API reads it
@@ -107,7 +132,7 @@ class ServerAPI:
         if params:
             url = url.with_query(params)
         try:
-            async with self._session.get(url) as r:
+            async with self._session.request(method, url) as r:
                 body = await r.read()
                 if r.status == 200:
                     return _json(body, r.status)
@@ -155,6 +180,23 @@ class ServerAPI:
         return GroupList(tuple(GroupSummary(**g) for g in d["groups"]), d["next"])
 
 
+    async def remove(self, group: str, member: str) -> Removal:
+        """Remove `member` from `group` (scope `admin`): one instance (`user#instance`), or
+        every instance of a user (a user id). Returns once the view without them is installed;
+        its SDK gets `Removed` with reason `removed` and does not join again by itself.
+        `ServerAPIError` `unknown_member` / `unknown_group` (404) if there is no such member."""
+        d = await self._request("DELETE", f"/groups/{_segment(group)}/members/"
+                                          f"{_segment(member)}")
+        return Removal(d["group"], tuple(d["removed"]), d["version"])
+
+    async def disconnect(self, user: str) -> Disconnection:
+        """Close every connection of `user` (close 4007: the SDKs do not reconnect with the
+        same token) and, with token authentication, revoke its tokens issued until now
+        (scope `admin`, a key that reaches every group)."""
+        d = await self._request("POST", f"/users/{_segment(user)}/disconnect")
+        return Disconnection(d["user"], tuple(d["sessions"]), d["revoked_before"])
+
+
 def _segment(name: str) -> str:
     return quote(name, safe="")
 
@@ -169,5 +211,5 @@ def _json(body: bytes, status: int, *, strict: bool = True) -> Any:
         return None
 
 
-__all__ = ["GroupList", "GroupPresence", "GroupSummary", "HistoryPage", "ServerAPI",
-           "StoredMessage"]
+__all__ = ["Disconnection", "GroupList", "GroupPresence", "GroupSummary", "HistoryPage",
+           "Removal", "ServerAPI", "StoredMessage"]

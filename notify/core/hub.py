@@ -656,11 +656,13 @@ class Hub:
             return Removal((), 0, [])
         members = tuple(m for m in g.view.members
                         if m == target or (SEPARATOR not in target and user_of(m) == target))
+        # every removal requested now lands in the next view (a proposal under way takes it
+        # in), which may be installed before this returns (nobody has to flush)
+        version = g.view.version + 1 if members else 0
         out: list[Action] = []
         for m in members:
             out.extend(self._group_call(group, partial(_expel, member=m, now=now)))
-        # every removal requested now lands in the next view (a proposal under way takes it in)
-        return Removal(members, g.view.version + 1 if members else 0, out)
+        return Removal(members, version, out)
 
     def disconnect(self, user: str, now: float) -> Removal:
         """End every session of `user` at once: its connections closed with 4007

@@ -191,6 +191,9 @@ groups = ["doc-*"]
             await api.remove("chat", "carol")
         assert (err.value.status, err.value.code) == (404, "unknown_member")
         assert (await api.group("chat")).members == (alice.member,)  # undisturbed
+        # the only member: nobody has to flush, the view is installed within the call
+        r = await api.remove("chat", alice.member)
+        assert r.removed == (alice.member,) and (await api.group("chat")).version == r.version
 
 
 async def _closed(c: Any) -> bool:

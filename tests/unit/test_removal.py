@@ -134,3 +134,14 @@ def test_disconnect_closes_every_connection_of_the_user_and_removes_it_at_once()
 def _flush_ok(vc: dict[str, object]) -> object:
     from notify.core.events import FlushOk
     return FlushOk(str(vc["group"]), int(vc["proposed"]))  # type: ignore[call-overload]
+
+
+def test_removal_of_the_only_member_is_installed_at_once_and_names_that_view() -> None:
+    net = Net()
+    (ana,) = form(net, "ana")
+    r = net.hub.remove(G, "ana", net.now)
+    _apply(net, r)
+    assert r.version == 2 and view(net) == (2, ())
+    assert net.hub.groups[G].installed(2) and not net.hub.groups[G].installed(3)
+    (told,) = net.take(ana, "view_install")
+    assert (told["view"], told["reason"]) == (2, "removed")

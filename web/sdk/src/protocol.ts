@@ -975,7 +975,9 @@ export class ClientProtocol {
     if (left.includes(this.me) && !members.includes(this.me)) {
       g.phase = "left";
       g.stateBuffer = null;
-      events.push({ type: "removed", group: g.name, view, reason: null });
+      // why, when it did not ask to go (`removed` by the server API, `flush_timeout`...)
+      const reason = typeof f.reason === "string" ? f.reason : null;
+      events.push({ type: "removed", group: g.name, view, reason });
       this.#removed(g.name);
       return;
     }

@@ -43,6 +43,9 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "forbidden"  # join / want_state outside the token's grants
     #: a hello for a new instance of a user that has `max_instances_per_user` connected ones
     TOO_MANY_INSTANCES = "too_many_instances"
+    #: a resuming join of a member the server API removed from the group (perhaps while it was
+    #: away, so that it never saw the install): it is over; a join without `resume` is let in
+    REMOVED = "removed"
 
 
 class RejectCode(StrEnum):

@@ -84,6 +84,10 @@ from state_transfer.position import includes
 
 #: view installs remembered for members that resume across one (see `_replay`)
 _INSTALL_HISTORY = 64
+#: how long a member the server API removed is refused a resuming join (`Group.expel`), and at
+#: most how many such members a group remembers (G14; in memory: gone if the group leaves it)
+EXPELLED_MEMORY = 3600.0
+MAX_EXPELLED = 1000
 
 
 @dataclass(slots=True)
@@ -128,6 +132,9 @@ class Group:
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
+        #: members the server API removed -> until when a resuming join of theirs is refused
+        #: (insertion order is expiry order)
+        self._expelled: dict[MemberId, float] = {}
         #: state transfers to joiners, checkpoint uploads and the stored checkpoint's record
         self.transfers = GroupTransfers(self, max_bytes=config.limits.max_state_bytes,
                                         stall_timeout=t.flush_timeout)
@@ -274,6 +281,14 @@ class Group:
 
     def join(self, member: MemberId, conn: ConnId, join: Join, now: float) -> list[Action]:
         out: list[Action] = []
+        if self._expelled and member in self._expelled:
+            if join.resume is not None and now < self._expelled[member]:
+                # removed by the server API: its SDK ends the group (`Removed`) instead of
+                # rejoining it by itself; the application may join again (without `resume`)
+                out.append(Send(conn, Error(ErrorCode.REMOVED, f"removed from {self.name} by "
+                                            "the server API", join.req)))
+                return out
+            del self._expelled[member]
         slot = self.slots.get(member)
         m = self.membership
         if slot is not None and not m.is_leaving(member):
@@ -346,6 +361,12 @@ class Group:
         member not in the view (the caller checked)."""
         out: list[Action] = []
         if member in self.slots:
+            # An SDK that resumes the group (it was away, or lost the install on the way) is
+            # told it was removed rather than let in again (`join`).
+            self._expelled.pop(member, None)
+            self._expelled[member] = now + EXPELLED_MEMORY
+            while len(self._expelled) > MAX_EXPELLED:
+                del self._expelled[next(iter(self._expelled))]
             self._request_removal(out, member, reason, now)
         return out
 

@@ -5,7 +5,7 @@ ends at once: closed 4007, removed from its groups by the normal path, never res
 from __future__ import annotations
 
 from notify.core.errors import CloseCode
-from notify.core.events import Hello, Join
+from notify.core.events import Hello, Join, ResumePoint
 from tests.unit.drive import G, Net, form, view
 
 
@@ -145,3 +145,25 @@ def test_removal_of_the_only_member_is_installed_at_once_and_names_that_view() -
     assert net.hub.groups[G].installed(2) and not net.hub.groups[G].installed(3)
     (told,) = net.take(ana, "view_install")
     assert (told["view"], told["reason"]) == (2, "removed")
+
+
+def test_a_member_removed_while_away_is_refused_its_resuming_join_but_may_join_afresh() -> None:
+    net = Net()
+    ana, bob = form(net, "ana", "bob")
+    token = net.sessions[bob]
+    net.drop(bob)  # away (SUSPECT): it will never see the install that removes it
+    _apply(net, net.hub.remove(G, "bob", net.now))
+    net.flush(ana)
+    assert view(net) == (3, ("ana",))
+    # it comes back within its session's life, resumes it, and rejoins from its resume point
+    back = net.connect("bob", session=token)
+    net.send(back, Join("r1", G, resume=ResumePoint(1, 0, 2, {})))
+    (err,) = net.take(back, "error")
+    assert (err["code"], err["req"]) == ("removed", "r1")
+    assert view(net) == (3, ("ana",))
+    # the application may join again: without a resume point it is let in
+    net.send(back, Join("j2", G))
+    net.flush(ana)
+    assert view(net) == (4, ("ana", "bob"))
+    # and the memory of the removal went with that join (a later resume is not refused)
+    assert net.hub.groups[G]._expelled == {}

@@ -1322,7 +1322,8 @@ export class ClientProtocol {
       q.out.push({ type: "retry-join", group: name, req: g.joinReq, attempt: retries + 1 });
       return;
     }
-    if (g.resuming) {
+    if (g.resuming && r.code !== "removed") {
+      // (`removed`: the server API removed this member, perhaps while it was away: over)
       const wantState = q.held.get(name) ?? false;
       this.joinAfresh(q.newReq("r"), name, r.code, { wantState, lost: r.lost });
       q.out.push({ type: "joined-afresh", group: name, code: r.code, message: r.message, wantState });

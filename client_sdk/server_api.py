@@ -11,8 +11,9 @@ joining any group.
         await api.disconnect("ana")                 # Disconnection: closed 4007, revoked
 
 Results are frozen dataclasses; an error answer raises `ServerAPIError(status, code, message)`
-with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `bad_request`,
-`rate_limited`, `unavailable`...); a server that cannot be reached raises `ConnectError`.
+with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `unknown_member`,
+`bad_request`, `rate_limited`, `unavailable`...); a server that cannot be reached raises
+`ConnectError`.
 One aiohttp session (keep-alive) per `ServerAPI`: close it (`async with`, or `close()`).
 """
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from client_sdk.errors import (
     ClientFailed,
     ConnectError,
+    Disconnected,
     GroupLeftError,
     NotifyError,
     PayloadTooLarge,
@@ -91,6 +92,7 @@ __all__ = [
     "ConnectError",
     "Connection",
     "ConnectionState",
+    "Disconnected",
     "Group",
     "GroupEvent",
     "GroupLeftError",

@@ -66,6 +66,7 @@ from websockets.exceptions import ConnectionClosed
 from client_sdk.errors import (
     ClientFailed,
     ConnectError,
+    Disconnected,
     GroupLeftError,
     NotifyError,
     PayloadTooLarge,
@@ -98,7 +99,7 @@ from client_sdk.options import (
     StateProvider,
     View,
 )
-from client_sdk.presence import AUTO, REPLACED_CLOSE, new_instance
+from client_sdk.presence import AUTO, DISCONNECTED_CLOSE, REPLACED_CLOSE, new_instance
 from client_sdk.protocol import ClientProtocol, ProtocolViolation
 from client_sdk.requests import (
     Answer,
@@ -413,6 +414,13 @@ class Client:
             self._lost(reason)
             if ws.close_code == REPLACED_CLOSE and not self._replaced():
                 return
+            if ws.close_code == DISCONNECTED_CLOSE:
+                # the backend ended this user's sessions (its token revoked): reconnecting
+                # with the same token would only be refused (token_revoked)
+                log.warning("notify client %s: disconnected by the server (close 4007)",
+                            self.member)
+                self._finish(Disconnected(self.member))
+                return
             if not self.options.reconnect:
                 self._finish(ConnectError(f"connection lost ({reason}; reconnect is off)"))
                 return
@@ -595,8 +603,8 @@ class Client:
             self._log("client.reset", group=e.group, reason=e.reason, old_epoch=e.old_epoch,
                       from_offset=e.old_offset, epoch=e.new_epoch, offset=e.new_offset)
         elif isinstance(e, Removed) and e.reason is not None:
-            log.warning("notify client %s: %s refused to let this member back in (%s)",
-                        self.member, e.group, e.reason)
+            log.warning("notify client %s: removed from %s (%s)", self.member, e.group,
+                        e.reason)
         if g is not None:
             if g._handler is None:
                 g._queue.put_nowait(e)
@@ -728,7 +736,8 @@ class Client:
         """Present a new token before the current one expires (the server closes a connection
         whose token expired with 4005). Later reconnects use it too. Returns when the server
         has it in force; raises `ServerRefused` (`member_mismatch`, `token_invalid`,
-        `token_expired`: the connection keeps its old token) or `RequestTimeout`."""
+        `token_expired`, `token_revoked`: the connection keeps its old token) or
+        `RequestTimeout`."""
         if self.state is ConnectionState.CLOSED:
             raise self._closed_error()
         self._token = token

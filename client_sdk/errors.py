@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ClientFailed",
     "ConnectError",
+    "Disconnected",
     "GroupLeftError",
     "NotifyError",
     "PayloadTooLarge",
@@ -93,6 +94,19 @@ class Replaced(NotifyError):
     def __init__(self, old: str) -> None:
         super().__init__(f"instance {old!r} was claimed by a newer connection (close 4002)")
         self.old = old
+
+
+class Disconnected(NotifyError):
+    """The application's backend disconnected this client's user through the server API (close
+    4007): the session is over and, with token authentication, the token it connected with is
+    revoked. The client is CLOSED and does not reconnect with that token; pending calls and
+    group iterators raise this. To come back, connect again with a token issued after the
+    disconnect (a revoked one is refused `token_revoked`)."""
+
+    def __init__(self, member: str) -> None:
+        super().__init__(f"{member!r} was disconnected by the server (close 4007); connect "
+                         "again with a new token")
+        self.member = member
 
 
 class ProtocolViolation(Exception):

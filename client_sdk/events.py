@@ -135,9 +135,12 @@ class StateRequested:
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """This member is no longer in the group (it left, or the group removed it). `reason` is
-    None for an install that removed it; otherwise the `error` code that refused to let it
-    back in after a reconnect (e.g. `forbidden`): the group handle is done, join again."""
+    """This member is no longer in the group (it left, or the group removed it): the group
+    handle is done, and the SDK does not join again by itself (the application may). `reason`
+    is None when it left (`leave()`); for an install that removed it without its asking, why
+    (`removed`: the application's backend removed it through the server API; `flush_timeout`,
+    `ack_timeout`...); otherwise the `error` code that refused to let it back in after a
+    reconnect (e.g. `forbidden`)."""
 
     group: str
     view: int

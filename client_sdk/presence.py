@@ -19,6 +19,8 @@ SEPARATOR = "#"
 AUTO = "auto"
 #: the close code of a connection whose instance another connection claimed (a clash)
 REPLACED_CLOSE = 4002
+#: the server API disconnected this user (its token revoked): never reconnect with it
+DISCONNECTED_CLOSE = 4007
 
 
 def user_of(member: str) -> str:

@@ -59,6 +59,7 @@ from client_sdk.events import (
 from client_sdk.options import PublishResult
 from client_sdk.presence import member_id, user_of
 from client_sdk.requests import (
+    FINAL_JOIN_REFUSALS,
     JOIN_RETRIES,
     LEFT_LEAVE_REFUSALS,
     REFRESH_REFUSALS,
@@ -800,7 +801,9 @@ class ClientProtocol:
         g.view, g.proposed = f["view"], None
         if self.me in f["left"] and self.me not in members:
             g.phase = GroupPhase.LEFT
-            events.append(Removed(g.name, f["view"]))
+            # why, when it did not ask to go (`removed` by the server API, `flush_timeout`...)
+            reason = f.get("reason")
+            events.append(Removed(g.name, f["view"], reason if isinstance(reason, str) else None))
             self._removed(g.name)
             return
         if g.phase is GroupPhase.JOINING and g.want_state:
@@ -1099,7 +1102,9 @@ class ClientProtocol:
           after a backoff delay (`RetryJoin`), a few times. A reset would throw away a resume
           point that is still good.
         - The join presented a resume point: whatever the code (`offset_unavailable`: another
-          epoch, or out of retention; `bad_resume`; any other), no later attempt can serve it.
+          epoch, or out of retention; `bad_resume`; any other but `removed`, which ends the
+          group like a refused join below: the server API removed this member while it was
+          away), no later attempt can serve it.
           Join afresh, with state transfer when the group has a `StateProvider` (G8 → G9); the
           application gets a `Reset`, then the new view.
         - A join without one: the application's `join()` fails with `ServerRefused`; a group
@@ -1111,7 +1116,7 @@ class ClientProtocol:
             q.join_retries[name] = retries + 1
             q.out.append(RetryJoin(name, g.join_req, retries + 1))
             return
-        if g.resuming:
+        if g.resuming and r.code not in FINAL_JOIN_REFUSALS:
             want_state = q.held[name]
             self.join_afresh(q.new_req("r"), name, r.code, want_state=want_state, lost=r.lost)
             q.out.append(JoinedAfresh(name, r.code, r.message, want_state))

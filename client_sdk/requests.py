@@ -60,13 +60,17 @@ __all__ = [
 #: this member is still being withdrawn; `unavailable`: the group cannot be read from its log
 #: right now): the same join again, resume point included, after a backoff delay
 RETRIED_JOIN_REFUSALS = frozenset({"join_pending", "unavailable"})
+#: refusals of a resuming join that end the group rather than join it afresh (`removed`: the
+#: server API removed this member, perhaps while it was away)
+FINAL_JOIN_REFUSALS = frozenset({"removed"})
 #: ... at most this many times in a row (an install, or a reconnect, starts the count again)
 JOIN_RETRIES = 10
 #: a publish refused with one of these codes is sent again (same id) once its group can send;
 #: any other `rejected` code fails it with `PublishRejected`
 RESENT_PUBLISH_REFUSALS = frozenset({"view_changing"})
 #: `error` codes without `req` that answer a `refresh` (the oldest waiting)
-REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "member_mismatch"})
+REFRESH_REFUSALS = frozenset({"token_invalid", "token_expired", "token_revoked",
+                              "member_mismatch"})
 #: refusals of a leave that mean "already out" (removed while away, or the group is gone): the
 #: leave is done, and the group is over (`Removed` with the code as its reason)
 LEFT_LEAVE_REFUSALS = frozenset({"not_member", "no_group"})

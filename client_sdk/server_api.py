@@ -8,10 +8,13 @@ joining any group.
         async for m in api.messages("doc-1"):       # every message the log retains, in order
             ...
         listing = await api.groups(prefix="doc-")   # GroupList: groups, next
+        await api.remove("doc-1", "ana#tab1")       # Removal (scope admin)
+        await api.disconnect("ana")                 # Disconnection: closed 4007, revoked
 
 Results are frozen dataclasses; an error answer raises `ServerAPIError(status, code, message)`
-with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `bad_request`,
-`rate_limited`, `unavailable`...); a server that cannot be reached raises `ConnectError`.
+with the API's stable `code` (`unauthorized`, `forbidden`, `unknown_group`, `unknown_member`,
+`bad_request`, `rate_limited`, `unavailable`...); a server that cannot be reached raises
+`ConnectError`.
 One aiohttp session (keep-alive) per `ServerAPI`: close it (`async with`, or `close()`).
 """
 
@@ -94,6 +97,25 @@ class ApiPublished:
     committed: bool | None
     #: answered from an earlier attempt with the same key (delivered once, by that one)
     replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    group: str
+    #: the member ids removed
+    removed: tuple[str, ...]
+    #: the view that no longer holds them (installed)
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnection:
+    user: str
+    #: the member ids whose sessions ended (their connections closed with 4007)
+    sessions: tuple[str, ...]
+    #: tokens of the user issued at or before this (Unix seconds) are refused; None: the
+    #: server has no token authentication (development mode)
+    revoked_before: float | None
 
 
 class ServerAPI:
@@ -207,6 +229,22 @@ class ServerAPI:
         d = await self._get("/groups", params)
         return GroupList(tuple(GroupSummary(**g) for g in d["groups"]), d["next"])
 
+    async def remove(self, group: str, member: str) -> Removal:
+        """Remove `member` from `group` (scope `admin`): one instance (`user#instance`), or
+        every instance of a user (a user id). Returns once the view without them is installed;
+        its SDK gets `Removed` with reason `removed` and does not join again by itself.
+        `ServerAPIError` `unknown_member` / `unknown_group` (404) if there is no such member."""
+        d, _ = await self._call("DELETE", f"/groups/{_segment(group)}/members/"
+                                          f"{_segment(member)}")
+        return Removal(d["group"], tuple(d["removed"]), d["version"])
+
+    async def disconnect(self, user: str) -> Disconnection:
+        """Close every connection of `user` (close 4007: the SDKs do not reconnect with the
+        same token) and, with token authentication, revoke its tokens issued until now
+        (scope `admin`, a key that reaches every group)."""
+        d, _ = await self._call("POST", f"/users/{_segment(user)}/disconnect")
+        return Disconnection(d["user"], tuple(d["sessions"]), d["revoked_before"])
+
 
 def _segment(name: str) -> str:
     return quote(name, safe="")
@@ -224,10 +262,12 @@ def _json(body: bytes, status: int, *, strict: bool = True) -> Any:
 
 __all__ = [
     "ApiPublished",
+    "Disconnection",
     "GroupList",
     "GroupPresence",
     "GroupSummary",
     "HistoryPage",
+    "Removal",
     "ServerAPI",
     "StoredMessage",
 ]

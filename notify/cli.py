@@ -2,8 +2,8 @@
 
 `notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
-`notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md),
-and `notify pub --api URL --key KEY` publishes through it without joining.
+`notify presence`, `notify history` and `notify remove` ask the server API (`--api URL --key
+KEY`, docs/api.md), and `notify pub --api URL --key KEY` publishes through it without joining.
 """
 
 from __future__ import annotations
@@ -431,7 +431,8 @@ def _api_args(p: argparse.ArgumentParser) -> None:
                    help="the server API (`notify serve --api-port`): http://HOST:PORT "
                         "(default: $NOTIFY_API_URL)")
     p.add_argument("--key", default=key, required=key is None,
-                   help="an API key's secret with the read scope (default: $NOTIFY_API_KEY; "
+                   help="an API key's secret with the read scope (admin for remove; default: "
+                        "$NOTIFY_API_KEY; "
                         "flags show in `ps`)")
     p.add_argument("--log-level", default="warning")
 
@@ -475,6 +476,20 @@ async def _history(a: argparse.Namespace) -> int:
     except NotifyError as e:
         print(f"notify: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+async def _remove(a: argparse.Namespace) -> int:
+    """Remove a member (or every instance of a user) from a group through the server API."""
+    from client_sdk import NotifyError, ServerAPI
+
+    try:
+        async with ServerAPI(a.api, a.key) as api:
+            r = await api.remove(a.group, a.member)
+    except NotifyError as e:
+        print(f"notify: {e}", file=sys.stderr)
+        return 2
+    print(f"removed from {r.group} (view {r.version}): {', '.join(r.removed)}")
     return 0
 
 
@@ -522,6 +537,10 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
     p.add_argument("--limit", type=int, default=1_000_000,
                    help="print at most this many (default: every one the log holds)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p = sub.add_parser("remove", help="remove a member, or every instance of a user, from a "
+                                      "group, through the server API (admin scope)")
+    _api_args(p)
+    p.add_argument("member", help="a member id (user#instance) or a user id (every instance)")
     a = parser.parse_args(argv)
     log_format = "console"
     if a.cmd == "serve":
@@ -550,6 +569,8 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
             return asyncio.run(_presence(a))
         elif a.cmd == "history":
             return asyncio.run(_history(a))
+        elif a.cmd == "remove":
+            return asyncio.run(_remove(a))
         else:
             return asyncio.run(_sub(a, views=a.cmd == "watch"))
     except KeyboardInterrupt:

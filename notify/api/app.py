@@ -39,15 +39,24 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from pydantic import BaseModel
 
-from notify.api.errors import ApiError, ApiErrorCode, bad_request, unavailable, unknown_group
+from notify.api.errors import (
+    ApiError,
+    ApiErrorCode,
+    bad_request,
+    unavailable,
+    unknown_group,
+    unknown_member,
+)
 from notify.api.keys import ApiKey, Bucket, Keyring, Scope
 from notify.api.models import (
     I64_MAX,
+    Disconnection,
     GroupList,
     GroupSummary,
     GroupView,
     MessagePage,
     PublishAnswer,
+    Removal,
     StoredMessage,
 )
 from notify.api.openapi import (
@@ -55,15 +64,19 @@ from notify.api.openapi import (
     IDEMPOTENCY_PATTERN,
     MAX_IDEMPOTENCY_KEY,
     MAX_LIMIT,
+    MAX_MEMBER,
     MAX_TEXT,
+    MEMBER_PATTERN,
     PREFIX,
     QUERY,
+    USER_PATTERN,
     document,
 )
 from notify.api.publish import Publisher
-from notify.core.actions import Message
+from notify.core.actions import Action, Message
 from notify.core.events import Order
 from notify.core.group import Group
+from notify.core.hub import Removal as HubRemoval
 from notify.core.hub import valid_group_name
 from notify.core.topic import TOTAL_STREAM
 from notify.core.users import user_of
@@ -84,6 +97,10 @@ LIST_SCAN = 1_000
 _DIGITS = re.compile(r"[0-9]{1,19}")
 _IDEMPOTENCY_KEY = re.compile(IDEMPOTENCY_PATTERN[1:-1])
 _PUBLISH_FIELDS = frozenset(("payload", "order", "atomic"))
+_MEMBER = re.compile(MEMBER_PATTERN)
+_USER = re.compile(USER_PATTERN)
+#: how often a removal looks whether its view change is installed
+INSTALL_POLL = 0.02
 #: a request's API key, once the middleware knows it
 _REQUEST_KEY = web.RequestKey("key", ApiKey)
 
@@ -159,6 +176,10 @@ class ApiServer:
         r.add_get(f"{PREFIX}/groups/{{group}}/messages", self._messages, name="getMessages")
         r.add_post(f"{PREFIX}/groups/{{group}}/messages", self._publish,
                    name="publishMessage")
+        r.add_delete(f"{PREFIX}/groups/{{group}}/members/{{member}}", self._remove,
+                     name="removeMember")
+        r.add_post(f"{PREFIX}/users/{{user}}/disconnect", self._disconnect,
+                   name="disconnectUser")
         r.add_get(f"{PREFIX}/openapi.json", self._openapi, name="getOpenAPI")
         self._document = orjson.dumps(document())
         self._runner: web.AppRunner | None = None
@@ -447,6 +468,85 @@ class ApiServer:
                 break
         more = more or (last is not None and last != names[-1])
         return _json(GroupList(groups=out, next=last if more else None))
+
+
+    # -- removal and disconnect (scope admin) ------------------------------------------------------
+
+    def _name(self, request: web.Request, field: str, rule: re.Pattern[str], most: int) -> str:
+        text = request.match_info[field]
+        if len(text) > most or not rule.fullmatch(text):
+            raise bad_request(field, f"1-{most} characters matching {rule.pattern}")
+        return text
+
+    async def _remove(self, request: web.Request) -> web.Response:
+        """The core decides who goes (`Hub.remove`, through the driver); this waits for the
+        view without them to be installed and stored, or answers 503 at the deadline."""
+        self._key(request, Scope.ADMIN)
+        name = self._group_name(request)
+        self._key(request, Scope.ADMIN, name)
+        member = self._name(request, "member", _MEMBER, MAX_MEMBER)
+        _query(request, "removeMember")
+        self._serving()
+        if name not in self.server.hub.groups:
+            stored = await self._stored(name)
+            if name not in self.server.hub.groups:  # (not loaded meanwhile)
+                if stored is None:
+                    raise unknown_group(name)
+                # it left memory because its view was empty: nobody to remove
+                raise unknown_member(name, member)
+        done: list[HubRemoval] = []
+
+        def call(now: float) -> list[Action]:
+            removal = self.server.hub.remove(name, member, now)
+            done.append(removal)
+            return removal.actions
+
+        self.server.driver.call(call, what="Remove")
+        if not done:  # the core failed (logged by the driver)
+            raise ApiError(ApiErrorCode.INTERNAL, "internal error")
+        removal = done[0]
+        if not removal.members:
+            raise unknown_member(name, member)
+        await self._installed(name, removal.version)
+        return _json(Removal(group=name, removed=list(removal.members),
+                             version=removal.version))
+
+    async def _installed(self, name: str, version: int) -> None:
+        t = self.server.config.timeouts
+        wait = 2 * t.flush_timeout + t.write_timeout  # a flush, a restart of it, the store
+        try:
+            async with asyncio.timeout(wait):
+                while True:
+                    g = self.server.hub.groups.get(name)
+                    if g is None or g.halted:
+                        raise unavailable(f"group {name!r} stopped before view {version} was "
+                                          "installed")
+                    if g.installed(version):
+                        return
+                    await asyncio.sleep(INSTALL_POLL)
+        except TimeoutError:
+            raise unavailable(f"view {version} of {name!r} was not installed within "
+                              f"{wait:g} s; the removal goes on (read the group's view)"
+                              ) from None
+
+    async def _disconnect(self, request: web.Request) -> web.Response:
+        key = self._key(request, Scope.ADMIN)
+        if "*" not in key.groups:
+            raise ApiError(ApiErrorCode.FORBIDDEN, f"key {key.name!r} does not reach every "
+                                                   "group (`*`), which a disconnect acts on")
+        user = self._name(request, "user", _USER, self.server.config.limits.max_group_name)
+        _query(request, "disconnectUser")
+        self._serving()
+        try:
+            async with asyncio.timeout(self.server.config.timeouts.write_timeout):
+                ended, at = await self.server.disconnect_user(user)
+        except TimeoutError:
+            raise unavailable("the revocation was not stored in time; nothing was closed "
+                              "(try again)") from None
+        except StoreError:
+            raise unavailable("the revocation could not be stored; nothing was closed "
+                              "(try again)") from None
+        return _json(Disconnection(user=user, sessions=list(ended), revoked_before=at))
 
 
 class _HttpLog(logging.LoggerAdapter):  # type: ignore[type-arg]

@@ -19,6 +19,7 @@ class ApiErrorCode(StrEnum):
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     UNKNOWN_GROUP = "unknown_group"
+    UNKNOWN_MEMBER = "unknown_member"
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     #: an Idempotency-Key used again with another request
@@ -35,6 +36,7 @@ STATUS = {
     ApiErrorCode.UNAUTHORIZED: 401,
     ApiErrorCode.FORBIDDEN: 403,
     ApiErrorCode.UNKNOWN_GROUP: 404,
+    ApiErrorCode.UNKNOWN_MEMBER: 404,
     ApiErrorCode.NOT_FOUND: 404,
     ApiErrorCode.METHOD_NOT_ALLOWED: 405,
     ApiErrorCode.CONFLICT: 409,
@@ -68,8 +70,15 @@ def unknown_group(group: str) -> ApiError:
     return ApiError(ApiErrorCode.UNKNOWN_GROUP, f"no group {group!r}: the log has no view of it")
 
 
+def unknown_member(group: str, member: str) -> ApiError:
+    return ApiError(ApiErrorCode.UNKNOWN_MEMBER,
+                    f"no member {member!r} (nor an instance of such a user) in the view of "
+                    f"{group!r}")
+
+
 def unavailable(why: str) -> ApiError:
     return ApiError(ApiErrorCode.UNAVAILABLE, why, {"Retry-After": "1"})
 
 
-__all__ = ["STATUS", "ApiError", "ApiErrorCode", "bad_request", "unavailable", "unknown_group"]
+__all__ = ["STATUS", "ApiError", "ApiErrorCode", "bad_request", "unavailable", "unknown_group",
+           "unknown_member"]

@@ -106,9 +106,31 @@ class PublishAnswer(_Model):
                                                "for others")
 
 
+class Removal(_Model):
+    """Who a removal took out of the group, once the view without them is installed."""
+
+    group: str
+    removed: list[str] = Field(description="the member ids removed (every instance of the "
+                                           "user, for a user id)")
+    version: int = Field(ge=1, description="the view that no longer holds them, installed "
+                                           "and stored")
+
+
+class Disconnection(_Model):
+    """What a disconnect ended."""
+
+    user: str
+    sessions: list[str] = Field(description="the member ids (instances) whose sessions ended "
+                                            "and whose connections were closed (4007)")
+    revoked_before: float | None = Field(
+        description="the user's tokens issued (`iat`) at or before this time (Unix seconds) "
+                    "are refused from now on; null in development mode (no tokens)")
+
+
 #: every model of the document, with its place in `components.schemas`
 MODELS: tuple[type[BaseModel], ...] = (ErrorBody, GroupView, MessagePage, GroupList,
-                                       PublishRequest, PublishAnswer)
+                                       PublishRequest, PublishAnswer, Removal, Disconnection)
 
-__all__ = ["MODELS", "ErrorBody", "ErrorDetail", "GroupList", "GroupSummary", "GroupView",
-           "MessagePage", "PublishAnswer", "PublishRequest", "StoredMessage"]
+__all__ = ["MODELS", "Disconnection", "ErrorBody", "ErrorDetail", "GroupList", "GroupSummary",
+           "GroupView", "MessagePage", "PublishAnswer", "PublishRequest", "Removal",
+           "StoredMessage"]

@@ -23,6 +23,7 @@ from pydantic.json_schema import models_json_schema
 from notify.api.models import I64_MAX, MODELS
 from notify.core.config import Limits
 from notify.core.hub import GROUP_NAME
+from notify.core.users import INSTANCE, SEPARATOR
 
 PREFIX = "/api/v1"
 #: the most messages or groups one page holds (history: and about `history_page_bytes`)
@@ -31,6 +32,11 @@ DEFAULT_LIMIT = 100
 #: a group name (the rule `join` applies: notify/core/hub.py `valid_group_name`)
 GROUP_PATTERN = f"^{GROUP_NAME}$"
 MAX_GROUP = Limits().max_group_name
+#: a member id (`user#instance`) or a user id: what `DELETE .../members/{member}` takes
+MEMBER_PATTERN = f"^{GROUP_NAME}({SEPARATOR}{INSTANCE.pattern})?$"
+MAX_MEMBER = MAX_GROUP + 65
+#: a user id (hello's rule for a member name)
+USER_PATTERN = GROUP_PATTERN
 #: the longest `prefix` and `cursor` of the listing
 MAX_TEXT = 256
 
@@ -69,6 +75,8 @@ QUERY: dict[str, dict[str, dict[str, Any]]] = {
     "getGroup": {},
     "getMessages": {"after": AFTER_SCHEMA, "limit": LIMIT_SCHEMA},
     "publishMessage": {},
+    "removeMember": {},
+    "disconnectUser": {},
 }
 #: an Idempotency-Key: a publish id (the core's rule: 1-256 characters), printable ASCII
 MAX_IDEMPOTENCY_KEY = 256
@@ -80,6 +88,16 @@ IDEMPOTENCY_PARAM = _param(
     "the publish id: a retry with the same key and body answers the first offset and is "
     "delivered once; the same key with another body is refused 409. Remembered for the key's "
     "last 10,000 publishes to the group (`idempotency_window`), across restarts")
+MEMBER_PARAM = {**_param("member", "path", {"type": "string", "minLength": 1,
+                                            "maxLength": MAX_MEMBER, "pattern": MEMBER_PATTERN},
+                         "a member id (`user#instance`, `#` as `%23`; or a member that names "
+                         "no instance) or a user id (every instance of that user)",
+                         required=True),
+                "example": "nobody#tab-1"}
+USER_PARAM = {**_param("user", "path", {"type": "string", "minLength": 1,
+                                        "maxLength": MAX_GROUP, "pattern": USER_PATTERN},
+                       "the user id (a token's `sub`)", required=True),
+              "example": "nobody"}
 
 _ERRORS = {
     "400": "bad_request: a parameter is malformed or out of range (the message names it)",
@@ -97,6 +115,15 @@ _ERRORS = {
 def _error(status: str) -> dict[str, Any]:
     return {"description": _ERRORS[status], "content": {"application/json": {
         "schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+
+
+def _admin_errors(op: dict[str, Any], not_found: str | None, unavailable: str) -> dict[str, Any]:
+    """`op` with the 404 and 503 of a removal or a disconnect said as they are."""
+    responses = op["responses"]
+    if not_found is not None:
+        responses["404"] = {**responses["404"], "description": not_found}
+    responses["503"] = {**responses["503"], "description": unavailable}
+    return op
 
 
 def _ok(model: str, description: str) -> dict[str, Any]:
@@ -174,6 +201,36 @@ def document() -> dict[str, Any]:
                 "atomic messages are left out, and a page stops before an atomic message "
                 "whose outcome is not decided yet.",
                 _ok("MessagePage", "a page of messages"), [GROUP_PARAM], group_errors)},
+            f"{PREFIX}/groups/{{group}}/members/{{member}}": {"delete": _admin_errors(_operation(
+                "removeMember", "Remove a member, or every instance of a user (scope: admin)",
+                "Removes the instance `member` names from the group's view, or every instance "
+                "of the user a user id names, by a view change (reason `removed`): its SDK "
+                "gets `Removed` with reason `removed` and does not join again by itself. It "
+                "stays connected, and in its other groups. Answered once the view without "
+                "them is installed and stored. A group not in memory has no member connected "
+                "(a group leaves memory only when its view is empty): 404 `unknown_member` "
+                "if the log knows the group.",
+                _ok("Removal", "removed: the view without them is installed"),
+                [GROUP_PARAM, MEMBER_PARAM], group_errors),
+                "unknown_group: the log has no view of the group; unknown_member: nobody in "
+                "its view is that member, or an instance of that user",
+                "unavailable: shutting down, cluster mode, or the view change was not "
+                "installed in time (it goes on: read the group's view)")},
+            f"{PREFIX}/users/{{user}}/disconnect": {"post": _admin_errors(_operation(
+                "disconnectUser", "Disconnect a user and revoke its tokens (scope: admin, "
+                "every group)",
+                "Closes every connection of the user with close code 4007 (`disconnected`): "
+                "its sessions end (no resume), its instances leave their groups by a view "
+                "change at once (reason `disconnected`). With token authentication, the "
+                "user's tokens issued (`iat`) at or before the call are refused from then on "
+                "(`token_revoked`, at hello and refresh), also after a restart; a token issued "
+                "after it is accepted. The SDKs do not reconnect with the old token. The key "
+                "must reach every group (`*`). A user with no connection is answered too (its "
+                "tokens are revoked all the same).",
+                _ok("Disconnection", "its connections are closed, its tokens revoked"),
+                [USER_PARAM], ("400", "401", "403", "429", "503")),
+                None, "unavailable: shutting down, cluster mode, or the revocation could not "
+                      "be stored (nothing was closed; try again)")},
             f"{PREFIX}/openapi.json": {"get": {
                 "operationId": "getOpenAPI", "summary": "This document (no key needed)",
                 "security": [],
@@ -244,4 +301,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["MAX_LIMIT", "PREFIX", "QUERY", "document", "render_json", "render_markdown"]
+__all__ = ["MAX_LIMIT", "MAX_MEMBER", "MEMBER_PATTERN", "PREFIX", "QUERY", "USER_PATTERN",
+           "document", "render_json", "render_markdown"]

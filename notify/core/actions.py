@@ -118,6 +118,23 @@ class ViewInstall:
 
 
 @dataclass(frozen=True, slots=True)
+class RemovalInstall:
+    """`view_install` as a member it removes without its asking gets it: the same fields, and
+    `reason` (a `membership.Reason`: `removed` by the server API, `flush_timeout`...), so its
+    SDK can say why (`Removed.reason`). Everyone else gets the plain `ViewInstall`."""
+
+    group: str
+    view: int
+    members: tuple[MemberId, ...]
+    joined: tuple[MemberId, ...]
+    left: tuple[MemberId, ...]
+    epoch: int
+    offset: int
+    reason: str
+    type: str = field(default="view_install", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ViewResume:
     group: str
     view: int
@@ -258,7 +275,7 @@ class Pong:
 
 OutFrame = (
     Welcome | Published | Rejected | Outcome | Confirm | Abort | ViewChange | ViewInstall
-    | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
+    | RemovalInstall | ViewResume | CatchupDone | Error | Deliver | StateRequest | StateChunkOut
     | CheckpointStored | Ephemeral | Pong | CatchupLog | HistoryPage
 )
 

@@ -33,14 +33,19 @@ class ErrorCode(StrEnum):
     BAD_CHECKPOINT = "bad_checkpoint"  # position not in this log, bad sha256 or compression
     INTERNAL = "internal"  # a server bug; the frame was dropped, the connection stays up
     UNAVAILABLE = "unavailable"  # the group's state cannot be read from the log now; retry
-    # -- authentication and authorisation (docs/security.md); the first three close with 4004
+    # -- authentication and authorisation (docs/security.md); the first four close with 4004
     TOKEN_REQUIRED = "token_required"  # hello without a token on a server that requires one
     TOKEN_INVALID = "token_invalid"  # bad signature/key/algorithm/audience/issuer, no `sub`...
     TOKEN_EXPIRED = "token_expired"  # `exp` is past (at hello or refresh)
+    #: issued (`iat`) no later than the server API's disconnect of its user (revocation)
+    TOKEN_REVOKED = "token_revoked"
     MEMBER_MISMATCH = "member_mismatch"  # `member` (or a refresh token's `sub`) is not the sub
     FORBIDDEN = "forbidden"  # join / want_state outside the token's grants
     #: a hello for a new instance of a user that has `max_instances_per_user` connected ones
     TOO_MANY_INSTANCES = "too_many_instances"
+    #: a resuming join of a member the server API removed from the group (perhaps while it was
+    #: away, so that it never saw the install): it is over; a join without `resume` is let in
+    REMOVED = "removed"
 
 
 class RejectCode(StrEnum):
@@ -72,3 +77,6 @@ class CloseCode(IntEnum):
     UNAUTHORIZED = 4004  # hello refused: the error frame before the close says why
     TOKEN_EXPIRED = 4005  # the token expired and no `refresh` came in time
     HELLO_TIMEOUT = 4006  # no successful hello within `hello_timeout`
+    #: the server API disconnected the user: its session is over; do not reconnect with the
+    #: same token (with auth it was revoked)
+    DISCONNECTED = 4007

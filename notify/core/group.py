@@ -44,6 +44,7 @@ from notify.core.actions import (
     Published,
     ReadHistory,
     Rejected,
+    RemovalInstall,
     Send,
     ServeCheckpoint,
     StoreView,
@@ -83,6 +84,10 @@ from state_transfer.position import includes
 
 #: view installs remembered for members that resume across one (see `_replay`)
 _INSTALL_HISTORY = 64
+#: how long a member the server API removed is refused a resuming join (`Group.expel`), and at
+#: most how many such members a group remembers (G14; in memory: gone if the group leaves it)
+EXPELLED_MEMORY = 3600.0
+MAX_EXPELLED = 1000
 
 
 @dataclass(slots=True)
@@ -130,6 +135,9 @@ class Group:
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
         self._flush_started = 0.0
+        #: members the server API removed -> until when a resuming join of theirs is refused
+        #: (insertion order is expiry order)
+        self._expelled: dict[MemberId, float] = {}
         #: state transfers to joiners, checkpoint uploads and the stored checkpoint's record
         self.transfers = GroupTransfers(self, max_bytes=config.limits.max_state_bytes,
                                         stall_timeout=t.flush_timeout)
@@ -276,6 +284,14 @@ class Group:
 
     def join(self, member: MemberId, conn: ConnId, join: Join, now: float) -> list[Action]:
         out: list[Action] = []
+        if self._expelled and member in self._expelled:
+            if join.resume is not None and now < self._expelled[member]:
+                # removed by the server API: its SDK ends the group (`Removed`) instead of
+                # rejoining it by itself; the application may join again (without `resume`)
+                out.append(Send(conn, Error(ErrorCode.REMOVED, f"removed from {self.name} by "
+                                            "the server API", join.req)))
+                return out
+            del self._expelled[member]
         slot = self.slots.get(member)
         m = self.membership
         if slot is not None and not m.is_leaving(member):
@@ -338,6 +354,32 @@ class Group:
         self._party_lost(out, member, now)
         self._request_removal(out, member, reason, now)
         return out
+
+    def expel(self, member: MemberId, reason: Reason, now: float) -> list[Action]:
+        """Remove `member` of the view for a reason from outside that it must hear of (the
+        server API's removal, `Reason.REMOVED`). Unlike `remove`, its connection stays in its
+        slot: the install that removes it reaches it (a `RemovalInstall` naming `reason`), and
+        until then its publishes are refused `leaving`. A removal a resume could call off (it
+        went quiet) becomes one it cannot (`Membership.request_leave`). Returns nothing for a
+        member not in the view (the caller checked)."""
+        out: list[Action] = []
+        if member in self.slots:
+            # An SDK that resumes the group (it was away, or lost the install on the way) is
+            # told it was removed rather than let in again (`join`).
+            self._expelled.pop(member, None)
+            self._expelled[member] = now + EXPELLED_MEMORY
+            while len(self._expelled) > MAX_EXPELLED:
+                del self._expelled[next(iter(self._expelled))]
+            self._request_removal(out, member, reason, now)
+        return out
+
+    def installed(self, version: int) -> bool:
+        """Is view `version` (or a later one) installed and stored? (The server API answers a
+        removal once it is.)"""
+        if self.view.version < version:
+            return False
+        w = self.writes.in_flight
+        return w is None or not isinstance(w.write, StoreView) or w.write.install.view > version
 
     def _move(self, member: MemberId, slot: Slot, event: MemberEvent,
               due: float = 0.0) -> None:
@@ -752,7 +794,7 @@ class Group:
             if p.order is Order.TOTAL or p.atomic or p.same_view or m.is_joining(member):
                 return RejectCode.NOT_MEMBER
             return None
-        if m.leave_reason(member) is Reason.LEAVE:
+        if m.leave_reason(member) in (Reason.LEAVE, Reason.REMOVED):
             return RejectCode.LEAVING
         if m.proposal is not None and member in m.proposal.flushed:
             return RejectCode.VIEW_CHANGING
@@ -941,7 +983,11 @@ class Group:
                               from_offset=joined.resume.offset, count=n)
         for mem, c in leaver_conns.items():
             if mem not in p.joining:  # a re-joiner got the install above
-                sends.append(Send(c, install))
+                why = p.leaving[mem]
+                # one that did not ask to go is told why (its SDK's `Removed.reason`)
+                sends.append(Send(c, install if why is Reason.LEAVE else RemovalInstall(
+                    install.group, install.view, install.members, install.joined, install.left,
+                    install.epoch, install.offset, why.value)))
         for mem in p.leaving:
             sends.extend(self.transfers.lost(mem, now))
             self.transfers.drop_upload(logs, mem)

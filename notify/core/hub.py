@@ -41,6 +41,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from notify.core.actions import (
     Action,
@@ -75,7 +76,7 @@ from notify.core.events import (
 from notify.core.group import Group
 from notify.core.membership import IllegalTransition, Reason
 from notify.core.rate import TokenBucket
-from notify.core.users import INSTANCE, is_trusted, member_id
+from notify.core.users import INSTANCE, SEPARATOR, is_trusted, member_id, user_of
 from notify.core.view import MemberId
 
 PROTOCOL_VERSION = 1
@@ -147,6 +148,24 @@ class Session:
             self.state = SESSION_TRANSITIONS[self.state][event]
         except KeyError:
             raise IllegalTransition(f"session {event.value} in {self.state.value}") from None
+
+
+def _expel(g: Group, *, member: MemberId, now: float) -> list[Action]:
+    return g.expel(member, Reason.REMOVED, now)
+
+
+def _drop(g: Group, *, member: MemberId, now: float) -> list[Action]:
+    return g.remove(member, Reason.DISCONNECTED, now)
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """What `Hub.remove` or `Hub.disconnect` did: the members it removed, the view that will
+    not hold them (`remove`; 0 when nothing matched), and the actions to apply."""
+
+    members: tuple[MemberId, ...]
+    version: int
+    actions: list[Action]
 
 
 class Hub:
@@ -656,6 +675,45 @@ class Hub:
         for conn in sorted(conns):
             out.append(Close(conn, CloseCode.SHUTDOWN, reason))
         return out
+
+    # -- the server API's removals (docs/api.md) --------------------------------------------------
+
+    def remove(self, group: str, target: str, now: float) -> Removal:
+        """Remove `target` from `group`'s view: one instance (`user#instance`, or a member id
+        that names no instance), or, for a user id, every instance of that user in the view.
+        Each is removed by a view change (`Reason.REMOVED`) whose install reaches it and tells
+        it why; it is not closed, and stays in its other groups. Nothing in the view matches:
+        no members, no actions (and a group not in memory has nobody in its view here)."""
+        self._now = now
+        g = self.groups.get(group)
+        if g is None:
+            return Removal((), 0, [])
+        members = tuple(m for m in g.view.members
+                        if m == target or (SEPARATOR not in target and user_of(m) == target))
+        # every removal requested now lands in the next view (a proposal under way takes it
+        # in), which may be installed before this returns (nobody has to flush)
+        version = g.view.version + 1 if members else 0
+        out: list[Action] = []
+        for m in members:
+            out.extend(self._group_call(group, partial(_expel, member=m, now=now)))
+        return Removal(members, version, out)
+
+    def disconnect(self, user: str, now: float) -> Removal:
+        """End every session of `user` at once: its connections closed with 4007
+        (`DISCONNECTED`: the SDKs do not reconnect with the same token), each instance removed
+        from its groups by the normal view change (`Reason.DISCONNECTED`), not after a suspect
+        timeout, and no session of it can be resumed. `version` is unused (0)."""
+        self._now = now
+        sessions = list(self._users.get(user, {}).values())
+        out: list[Action] = []
+        for s in sessions:
+            if s.conn is not None:
+                out.append(Close(s.conn, CloseCode.DISCONNECTED,
+                                 "disconnected by the server API"))
+            self._move(s, SessionEvent.RETIRE)
+            for name in sorted(s.groups):
+                out.extend(self._group_call(name, partial(_drop, member=s.member, now=now)))
+        return Removal(tuple(s.member for s in sessions), 0, out)
 
     # -- time ------------------------------------------------------------------------------------
 

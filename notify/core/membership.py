@@ -35,6 +35,12 @@ class Reason(StrEnum):
     #: a user opened more instances than `max_instances_per_user`: its oldest disconnected
     #: one makes room (notify/core/users.py)
     INSTANCE_LIMIT = "instance_limit"
+    #: the app's backend removed it (server API `DELETE .../members/{member}`): it is told,
+    #: and its SDK does not join again by itself
+    REMOVED = "removed"
+    #: the app's backend disconnected its user (server API `POST /users/{user}/disconnect`):
+    #: its session ended at once, connection closed with 4007
+    DISCONNECTED = "disconnected"
 
     @property
     def cancellable(self) -> bool:

@@ -231,6 +231,27 @@ class NotifyServer:
         self._off_loop(answer, call, *args)
         return await answered
 
+    async def disconnect_user(self, user: str) -> tuple[tuple[str, ...], float | None]:
+        """The server API's disconnect: with auth, revoke `user`'s tokens issued until now
+        (stored beside the log first, so that a restart keeps refusing them; `StoreError` if
+        it cannot be), then end every session of the user (`Hub.disconnect`: closed 4007,
+        removed from its groups at once). Returns the members whose sessions ended and the
+        revocation time (None in development mode: there are no tokens to revoke)."""
+        at: float | None = None
+        if self.verifier is not None:
+            at = self._clock()
+            await self.off_loop(self.store.revoke, user, at)
+            self.verifier.revoked[user] = max(at, self.verifier.revoked.get(user, at))
+        ended: list[str] = []
+
+        def call(now: float) -> list[Action]:
+            removal = self.hub.disconnect(user, now)
+            ended.extend(removal.members)
+            return removal.actions
+
+        self.driver.call(call, what="Disconnect")
+        return tuple(ended), at
+
     def _pulse(self) -> None:
         moved, self._loads_moved = self._loads_moved, asyncio.Event()
         moved.set()
@@ -248,6 +269,8 @@ class NotifyServer:
 
     async def start(self) -> None:
         t = self.config.timeouts
+        if self.verifier is not None:  # before the first hello: revoked tokens stay refused
+            self.verifier.revoked.update(await self.off_loop(self.store.revocations))
         self._server = await serve(
             self._handle, self.host, self.port,
             max_size=self.config.limits.max_frame_bytes,

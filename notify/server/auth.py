@@ -6,6 +6,8 @@ secret, or an RS256/ES256 public key (PEM), or a JWKS file (keys picked by `kid`
 algorithms accepted are fixed by that key, never by the token's header, so `alg: none` and the
 HS256-with-a-public-key confusion are refused. `exp` and `nbf` are checked against the `now` the
 server is fed (with `leeway` seconds of clock skew), which is what lets tests control time.
+A user's tokens issued (`iat`) no later than its revocation (`revoked`, the server API's
+disconnect) are refused `token_revoked`.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class TokenVerifier:
             raise ValueError("configure exactly one of: an HS256 secret, a public key, a JWKS")
         self.audience, self.issuer, self.leeway = audience, issuer, leeway
         self.claim, self.policy = claim, policy
+        #: user -> when its tokens were revoked (the server API's disconnect): a token of the
+        #: user issued (`iat`) at or before it is refused `token_revoked`, and so is one of
+        #: the user without `iat` (nothing says it is newer). The server fills it from the log.
+        self.revoked: dict[str, float] = {}
         self._keys: dict[str | None, _Key] = {}
         if secret is not None:
             if len(secret.encode()) < 32:
@@ -114,6 +120,13 @@ class TokenVerifier:
             identity = identity_from_claims(claims, claim=self.claim, policy=self.policy)
         except ClaimsError as e:
             raise AuthFailure(ErrorCode.TOKEN_INVALID, str(e)) from None
+        revoked = self.revoked.get(identity.member) if self.revoked else None
+        if revoked is not None:
+            iat = claims.get("iat")
+            if not isinstance(iat, int | float) or isinstance(iat, bool) or iat <= revoked:
+                raise AuthFailure(ErrorCode.TOKEN_REVOKED, (
+                    f"the tokens of {identity.member!r} issued until {revoked:.3f} (Unix time) "
+                    f"were revoked, and this one's iat is {iat!r}: get a new token"))
         if identity.expires is not None and self.leeway:
             identity = Identity(identity.member, identity.grants, identity.expires + self.leeway)
         return identity

@@ -60,6 +60,8 @@ _SERVER = {
     "Abort": "abort: these atomic messages are delivered nowhere.",
     "ViewChange": "view_change: a new view is proposed; stop sending, ACK, answer flush_ok.",
     "ViewInstall": "view_install: the new view.",
+    "RemovalInstall": "view_install, as a member it removes without its asking gets it: "
+                      "`reason` says why (`removed` by the server API, `flush_timeout`...).",
     "ViewResume": "view_resume: the proposed change is cancelled; view `view` continues.",
     "CatchupDone": "catchup_done: the replay for a resume or rejoin is complete.",
     "Error": "error: a frame was refused; `req` is the refused frame's, as sent.",

@@ -215,4 +215,17 @@ class MessageLog(Protocol):
         """`group` left this node (notify/runtime/ports.py `Store.forget`)."""
         ...
 
+    # Token revocation (the server API's `POST /users/{user}/disconnect`, docs/api.md): one row
+    # per user, the time of its latest revocation; a token of that user issued (`iat`) at or
+    # before it is refused. Kept beside the log so that a restart keeps refusing them.
+
+    def revoke(self, user: str, at: float) -> None:
+        """Record that `user`'s tokens issued at or before `at` are refused (replaces an
+        earlier revocation of the user). Blocking: the adapter calls it off the event loop."""
+        ...
+
+    def revocations(self) -> dict[str, float]:
+        """Every user's revocation time (read at start-up)."""
+        ...
+
     async def close(self) -> None: ...

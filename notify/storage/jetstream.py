@@ -751,6 +751,14 @@ class JetStreamLog:
                 return await self._replay(group, recent, self._last[group])
         raise RuntimeError(f"could not fence {group!r}: its owner keeps appending")
 
+    def revoke(self, user: str, at: float) -> None:
+        """Not on JetStream yet: the server API answers 503 in cluster mode before it gets
+        here (docs/api.md)."""
+        raise NotImplementedError("token revocation is not stored on JetStream yet")
+
+    def revocations(self) -> dict[str, float]:
+        return {}
+
     def forget(self, group: str) -> None:
         """This node no longer owns `group` (cluster mode): its next load fences it again, and
         rebuilds what the log keeps of it per group (G14: nothing of it stays here)."""

@@ -45,6 +45,8 @@ class MemoryLog:
         #: (group, key) -> chunks, staged or committed; group -> committed key
         self._chunks: dict[tuple[str, str], list[str]] = {}
         self._committed: dict[str, str] = {}
+        #: user -> when its tokens were revoked (one per user; gone at restart, like the log)
+        self._revoked: dict[str, float] = {}
         #: each group's installs in retention, ascending by view (the last is the latest)
         self._installs: dict[str, list[ViewInstall]] = {}
         self._aborted: dict[str, set[int]] = {}
@@ -157,6 +159,14 @@ class MemoryLog:
 
     def forget(self, group: str) -> None:
         """Nothing to re-take: one node writes this log."""
+
+    def revoke(self, user: str, at: float) -> None:
+        with self._lock:
+            self._revoked[user] = max(at, self._revoked.get(user, at))
+
+    def revocations(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._revoked)
 
     async def close(self) -> None:
         self._groups.clear()

@@ -104,6 +104,9 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     accept_any INTEGER NOT NULL, bytes INTEGER NOT NULL, chunks INTEGER NOT NULL,
     sha256 TEXT NOT NULL, ts REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS revocations (
+    user TEXT PRIMARY KEY, at REAL NOT NULL
+) WITHOUT ROWID;
 """
 
 _INSERT = "INSERT OR IGNORE INTO messages VALUES (?,?,?,?,?,?,?,?,?,?,?)"
@@ -382,6 +385,18 @@ class SqliteLog:
                 self._db.execute("DELETE FROM checkpoint_chunks WHERE grp=? AND key=?",
                                  (group, old[0]))
             self._db.execute("COMMIT")
+
+    def revoke(self, user: str, at: float) -> None:
+        """One row per user: its latest revocation (an earlier one is covered by it)."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT INTO revocations VALUES (?,?) ON CONFLICT (user) DO UPDATE "
+                             "SET at=MAX(at, excluded.at)", (user, at))
+            self._db.execute("COMMIT")
+
+    def revocations(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._db.execute("SELECT user, at FROM revocations").fetchall())
 
     def discard_checkpoint(self, group: str, key: str) -> None:
         with self._lock:

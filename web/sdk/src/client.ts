@@ -22,7 +22,8 @@
  * States: `connecting → connected ⇄ reconnecting → suspended → closed`. `suspended` means away
  * longer than the server keeps a session: the groups are being rejoined with catch-up, and a UI
  * may say so. `closed` is for good: `close()`, a refused `hello`, an instance the application
- * named taken over by another connection (4002, `Replaced`), or `maxAttempts`.
+ * named taken over by another connection (4002, `Replaced`), a disconnect by the server API
+ * without `getToken` (4007, code `disconnected`), or `maxAttempts`.
  *
  * Identity is (user, instance) (docs/protocol.md, "Users and instances"): by default the SDK
  * picks a random instance and keeps it in `storage` with the session, so a reload resumes the
@@ -147,7 +148,7 @@ type TimerName = "reconnect" | "connect" | "tick" | "suspend" | "refresh";
  * at most 208 (20-digit counters, `ephemeral`). The same value as client_sdk/client.py. */
 const PUBLISH_OVERHEAD = 256;
 /** `hello` refusals a fresh token from `getToken` may mend. */
-const TOKEN_REFUSALS = new Set(["token_expired", "token_invalid", "token_required"]);
+const TOKEN_REFUSALS = new Set(["token_expired", "token_invalid", "token_required", "token_revoked"]);
 
 export class Client implements GroupHost {
   state: ConnectionState = "connecting";
@@ -460,6 +461,14 @@ export class Client implements GroupHost {
       }
       this.#attemptFailed(`closed ${code} before welcome${reason ? `: ${reason}` : ""}`);
       return;
+    }
+    if (code === 4007 && !this.#opts.getToken) {
+      // The backend disconnected this user (server API): its session is over and, with auth,
+      // its token revoked. Never reconnect with that token: without `getToken`, stop (and a
+      // reload must not resume the ended session); with it, the next hello asks for a new one
+      // (a new session; a revoked token closes the client, TOKEN_REFUSALS).
+      this.#store.clear();
+      return this.#finish(new ClientClosed("disconnected (4007)", "disconnected"), false);
     }
     if (code === 4002) {
       // A clash: another connection claimed this instance (a copied session, two clients given

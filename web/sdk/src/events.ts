@@ -94,8 +94,10 @@ export interface StateReceivedEvent {
 
 /**
  * This member is no longer in the group: it left (`reason` null), or the group removed it while
- * the application still wanted it (`reason`: `removed` — e.g. it could not ACK or flush in time —
- * or the code that refused its rejoin). The application decides whether to `join()` again.
+ * the application still wanted it (`reason`: why the install removed it — `removed` by the
+ * application's backend through the server API, `flush_timeout`, `ack_timeout`... — or the code
+ * that refused its rejoin). The SDK does not join again by itself; the application decides
+ * whether to `join()` again.
  */
 export interface RemovedEvent {
   readonly type: "removed";

@@ -975,7 +975,9 @@ export class ClientProtocol {
     if (left.includes(this.me) && !members.includes(this.me)) {
       g.phase = "left";
       g.stateBuffer = null;
-      events.push({ type: "removed", group: g.name, view, reason: null });
+      // why, when it did not ask to go (`removed` by the server API, `flush_timeout`...)
+      const reason = typeof f.reason === "string" ? f.reason : null;
+      events.push({ type: "removed", group: g.name, view, reason });
       this.#removed(g.name);
       return;
     }
@@ -1320,7 +1322,8 @@ export class ClientProtocol {
       q.out.push({ type: "retry-join", group: name, req: g.joinReq, attempt: retries + 1 });
       return;
     }
-    if (g.resuming) {
+    if (g.resuming && r.code !== "removed") {
+      // (`removed`: the server API removed this member, perhaps while it was away: over)
       const wantState = q.held.get(name) ?? false;
       this.joinAfresh(q.newReq("r"), name, r.code, { wantState, lost: r.lost });
       q.out.push({ type: "joined-afresh", group: name, code: r.code, message: r.message, wantState });

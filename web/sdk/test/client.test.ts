@@ -123,6 +123,70 @@ describe("connecting", () => {
     expect(h.sockets).toHaveLength(1);
   });
 
+  it("close 4007 (disconnected by the server API) without getToken is closed for good: 'disconnected'", async () => {
+    const h = harness({ token: "old.to.ken" });
+    const ws = connect(h);
+    const g = await joined(h);
+    const p = g.publish({ n: 1 });
+    ws.serverClose(4007, "disconnected by the server API");
+    expect(h.client.state).toBe("closed");
+    expect(h.client.failure?.code).toBe("disconnected");
+    expect(await settled(p)).toMatchObject({ err: expect.any(ClientClosed) });
+    vi.advanceTimersByTime(60_000);
+    expect(h.sockets).toHaveLength(1); // never again with the old token
+  });
+
+  it("close 4007 with getToken reconnects with a new token, and a revoked one closes the client", async () => {
+    const tokens = ["old", "new", "revoked", "revoked", "revoked", "revoked"];
+    const h = harness({ getToken: () => tokens.shift() ?? "revoked" });
+    await Promise.resolve(); // (the first hello waits for getToken)
+    await Promise.resolve();
+    const ws = connect(h, { session: "s1" });
+    ws.serverClose(4007, "disconnected by the server API");
+    expect(h.client.state).toBe("reconnecting");
+    vi.advanceTimersByTime(100);
+    for (let i = 0; i < 3; i++) await Promise.resolve();
+    const ws2 = h.last();
+    expect(ws2).not.toBe(ws);
+    ws2.open();
+    expect(ws2.sent[0]).toMatchObject({ type: "hello", token: "new" });
+    // a revoked token is refused (4004, token_revoked): a fresh one is asked a few times, then stop
+    ws2.push({ type: "error", code: "token_revoked", message: "revoked", req: null });
+    ws2.serverClose(4004, "hello refused");
+    for (let round = 0; round < 6 && h.client.state !== "closed"; round++) {
+      const n = h.sockets.length;
+      for (let ms = 0; ms < 60_000 && h.sockets.length === n; ms += 50) await vi.advanceTimersByTimeAsync(50);
+      expect(h.sockets.length).toBe(n + 1);
+      const w = h.last();
+      w.open();
+      expect(w.sent[0]).toMatchObject({ type: "hello", token: "revoked" });
+      w.push({ type: "error", code: "token_revoked", message: "revoked", req: null });
+      w.serverClose(4004, "hello refused");
+    }
+    expect(h.client.state).toBe("closed");
+    expect(h.client.failure?.code).toBe("token_revoked");
+  });
+
+  it("an install that removes this member tells why, and the group is not joined again", async () => {
+    const h = harness();
+    const ws = connect(h);
+    const g = await joined(h);
+    const removed: unknown[] = [];
+    g.on("removed", (e) => removed.push(e));
+    ws.push(install("g", { view: 2, members: [], joined: [], left: ["me"], reason: "removed" }));
+    expect(removed).toEqual([{ type: "removed", group: "g", view: 2, reason: "removed" }]);
+    expect(g.status).toBe("removed");
+    // a reconnect does not join it again
+    const joins = ws.ofType("join").length;
+    ws.serverClose(1006);
+    vi.advanceTimersByTime(1_000);
+    const ws2 = h.last();
+    ws2.open();
+    ws2.push(welcome({ resumed: true }));
+    expect(ws2.ofType("join")).toHaveLength(0);
+    expect(ws.ofType("join")).toHaveLength(joins);
+  });
+
   it("states: connecting → connected → reconnecting → suspended (after suspect_timeout_ms) → connected", () => {
     const h = harness({ backoff: { baseMs: 5_000, capMs: 5_000 }, random: () => 0.9 });
     const seen: string[] = [];

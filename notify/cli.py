@@ -522,6 +522,11 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
     p.add_argument("--limit", type=int, default=1_000_000,
                    help="print at most this many (default: every one the log holds)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    from notify.probe import cli as probe_cli  # (the SDK and aiohttp: loaded for `probe` only)
+
+    probe_cli.add_arguments(sub.add_parser(
+        "probe", help="a black-box prober: publish and receive like a client, export the SLIs "
+                      "(docs/slo.md)"))
     a = parser.parse_args(argv)
     log_format = "console"
     if a.cmd == "serve":
@@ -550,6 +555,8 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
             return asyncio.run(_presence(a))
         elif a.cmd == "history":
             return asyncio.run(_history(a))
+        elif a.cmd == "probe":
+            return probe_cli.run(a)
         else:
             return asyncio.run(_sub(a, views=a.cmd == "watch"))
     except KeyboardInterrupt:

@@ -3,7 +3,8 @@
 `notify serve` runs the server; `notify sub`, `notify pub` and `notify watch` try it from a
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
 `notify presence` and `notify history` ask the server API (`--api URL --key KEY`, docs/api.md),
-and `notify pub --api URL --key KEY` publishes through it without joining.
+and `notify pub --api URL --key KEY` publishes through it without joining. `notify probe URL...`
+is a black-box prober that exports the SLIs of docs/slo.md.
 """
 
 from __future__ import annotations

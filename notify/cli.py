@@ -4,6 +4,7 @@
 terminal: `notify watch doc-1` in one, `notify pub doc-1 '{"op": 1}'` in another.
 `notify presence`, `notify history` and `notify remove` ask the server API (`--api URL --key
 KEY`, docs/api.md), and `notify pub --api URL --key KEY` publishes through it without joining.
+`notify probe URL...` is a black-box prober that exports the SLIs of docs/slo.md.
 """
 
 from __future__ import annotations
@@ -541,6 +542,11 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
                                       "group, through the server API (admin scope)")
     _api_args(p)
     p.add_argument("member", help="a member id (user#instance) or a user id (every instance)")
+    from notify.probe import cli as probe_cli  # (the SDK and aiohttp: loaded for `probe` only)
+
+    probe_cli.add_arguments(sub.add_parser(
+        "probe", help="a black-box prober: publish and receive like a client, export the SLIs "
+                      "(docs/slo.md)"))
     a = parser.parse_args(argv)
     log_format = "console"
     if a.cmd == "serve":
@@ -571,6 +577,8 @@ def main(argv: list[str] | None = None, *, on_ready: OnReady | None = None) -> i
             return asyncio.run(_history(a))
         elif a.cmd == "remove":
             return asyncio.run(_remove(a))
+        elif a.cmd == "probe":
+            return probe_cli.run(a)
         else:
             return asyncio.run(_sub(a, views=a.cmd == "watch"))
     except KeyboardInterrupt:

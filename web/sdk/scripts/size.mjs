@@ -39,8 +39,10 @@ import { fileURLToPath } from "node:url";
 // instead of skipping it. Still 14,564 B since `caught-up` counts the messages read from the log
 // (+33 B), paid for first by trimming the gap's code (-33 B, no behaviour changed: one seq check
 // for a page and for what came behind it, a refusal calling #ask itself, the aborted offsets
-// looked up in the page's list).
-export const BUDGET = 14_564; // bytes, min+gzip, entry chunk
+// looked up in the page's list). 14,609 B (+45 B) since view events carry the transitional set
+// (`transitional` on `view` and `view-changing`: the members that moved together, EVS's
+// transitional configuration, docs/semantics.md), computed where every install is built.
+export const BUDGET = 14_609; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

@@ -8,6 +8,15 @@ from typing import Any
 from client_sdk.presence import arrivals, users
 
 
+def transitional(members: tuple[str, ...], joined: tuple[str, ...]) -> tuple[str, ...]:
+    """The members of a view (proposed or installed) that come from the view before it: all
+    but its joiners. The server builds view v+1 as v's members less the leavers, then the
+    joiners (notify/core/view.py `View.successor`), so this is v less the leavers, computed
+    from what the frame carries."""
+    new = set(joined)
+    return tuple(m for m in members if m not in new)
+
+
 @dataclass(slots=True, unsafe_hash=True)
 class Message:
     """A message of a group. Not frozen, for speed (a frozen dataclass costs ~5x more to
@@ -36,6 +45,17 @@ class ViewInstalled:
     joined: tuple[str, ...]
     left: tuple[str, ...]
     offset: int
+
+    @property
+    def transitional(self) -> tuple[str, ...]:
+        """The members that moved together from the view before into this one (in view order):
+        those of `members` not in `joined`, i.e. the previous view less `left`. They installed
+        this view from the previous one, so they delivered exactly the same previous-view
+        messages (G2): extended virtual synchrony's transitional configuration
+        (docs/semantics.md). A member that left and joined again in the same change (a new
+        incarnation, a rejoin without a resume point) is in `joined` and `left`, and is not in
+        it; a joiner finds itself outside it."""
+        return transitional(self.members, self.joined)
 
     @property
     def users(self) -> dict[str, tuple[str, ...]]:
@@ -71,12 +91,24 @@ class InstanceReplaced:
 
 @dataclass(frozen=True, slots=True)
 class ViewChanging:
+    """View `proposed` is under way: publishes wait until it installs (or `ViewResumed`).
+    `members` is the proposed view; it may come again for the same `proposed` when the
+    proposal changes (a member failed or came back during the flush)."""
+
     group: str
     proposed: int
     members: tuple[str, ...]
     joining: tuple[str, ...]
     leaving: tuple[str, ...]
     reason: str
+
+    @property
+    def transitional(self) -> tuple[str, ...]:
+        """The members expected to move together into the proposed view (in view order): the
+        current view less `leaving`, as far as this proposal says; the flush set, which every
+        receiver of this event is in. A later `ViewChanging` for the same view may shrink it;
+        the `ViewInstalled` says who did move together."""
+        return transitional(self.members, self.joining)
 
 
 @dataclass(frozen=True, slots=True)

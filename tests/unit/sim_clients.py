@@ -11,7 +11,8 @@ publishes of every kind, idempotent retries, non-member publishes, leaves), the 
 (connection loss noticed by the server now or later, resumes, new incarnations, slow readers,
 pauses past the timeouts), what storage holds against what clients are told (G10, G1, G5), and
 the final checks of every group against its members' clients. `Observer` checks DESIGN §2 G1-G6
-at every application event.
+at every application event, and the transitional set of every view event (docs/semantics.md)
+against the views storage holds.
 
 A simulator subclasses `ClientSim` and fills in the server side, through these hooks:
 
@@ -43,6 +44,7 @@ from client_sdk.events import (
     Rejected,
     Removed,
     ServerError,
+    ViewChanging,
     ViewInstalled,
 )
 from client_sdk.protocol import ClientProtocol, GapUnreadable, GroupPhase, ProtocolViolation
@@ -149,6 +151,13 @@ class Observer:
         self.retried_ids: set[str] = set()
         self.installs_checked = 0
         self.app_delivered = 0
+        #: (group, v) -> (members, left) of view v as storage holds it (the server's record)
+        self.stored: dict[tuple[str, int], tuple[tuple[str, ...], frozenset[str]]] = {}
+        #: view events whose transitional set was checked, and of those: installs where it
+        #: was not the whole view (someone joined), where someone left, and where a member
+        #: was in both views by name without moving (it left and joined again in one change)
+        self.transitional_checked = 0
+        self.transitional_counts: dict[str, int] = {}
 
     def fail(self, what: str) -> None:
         """Raises, and keeps the first failure: a check that fails inside the driver's actions
@@ -172,6 +181,60 @@ class Observer:
     def outcome(self, group: str, offset: int) -> bool | None:
         return self.sim.outcome(group, offset)
 
+    def stored_view(self, group: str, view: int, members: tuple[str, ...],
+                    left: tuple[str, ...]) -> None:
+        self.stored[(group, view)] = (tuple(members), frozenset(left))
+
+    def survivors(self, group: str, v: int, new_members: tuple[str, ...],
+                  leaving: tuple[str, ...] | frozenset[str]) -> tuple[str, ...] | None:
+        """The members that go from view v to the next as the same membership, from the views
+        storage holds: in view v and in the next one, and not among its leavers (a member that
+        left and joined again in one change, a new incarnation, is in both by name; G2 does not
+        hold across it, the checker starts a new run of views for it). In v's order, which the
+        next view keeps (the server appends joiners). None if v was never stored."""
+        if v == 0:
+            return ()
+        got = self.stored.get((group, v))
+        if got is None:
+            return None
+        return tuple(m for m in got[0] if m in new_members and m not in leaving)
+
+    def transitional(self, who: str, e: ViewInstalled | ViewChanging) -> None:
+        """The SDK's transitional set of a view event (docs/semantics.md) is the set of
+        survivors of the views storage holds: for an install of v+1, the members of both v and
+        v+1 less v+1's leavers, exactly those whose install `install` checks against each other
+        for G2; for a proposal of v+1, v less its leavers (the flush set, which `who` is in)."""
+        if isinstance(e, ViewInstalled):
+            v, new, what = e.view - 1, e.members, f"install of {e.group} v{e.view}"
+            rec = self.stored.get((e.group, e.view))
+            if rec is None:
+                self.fail(f"{who} got the {what}, never stored")
+                return
+            leaving: tuple[str, ...] | frozenset[str] = rec[1]
+        else:
+            v, new, what = e.proposed - 1, e.members, f"proposal of {e.group} v{e.proposed}"
+            leaving = e.leaving
+            if who not in e.transitional:
+                self.fail(f"EVS: {who} was asked to flush for the {what} but is not in its "
+                          f"transitional set {e.transitional}")
+        want = self.survivors(e.group, v, new, leaving)
+        if want is None:
+            self.fail(f"{who} got the {what}, but v{v} was never stored")
+            return
+        if tuple(e.transitional) != want:
+            self.fail(f"EVS: {who}'s {what} has transitional set {e.transitional}; the "
+                      f"survivors of the stored views are {want} (members {e.members})")
+        self.transitional_checked += 1
+        c = self.transitional_counts
+        if isinstance(e, ViewInstalled):
+            kinds = [k for k, hit in (("joined", bool(e.joined)), ("left", bool(e.left)),
+                                      ("rejoined", bool(set(e.joined) & set(e.left))))
+                     if hit]
+        else:
+            kinds = ["proposal"] + (["proposal.joining"] if e.joining else [])
+        for k in kinds:
+            c[k] = c.get(k, 0) + 1
+
     def accepted(self, msg: Any, sending_view: int) -> None:
         p = orjson.loads(orjson.dumps(msg.payload))  # the edge hands the core a Fragment
         info = MsgInfo(msg.group, msg.offset, msg.stream, msg.seq, msg.sender, msg.view,
@@ -189,7 +252,10 @@ class Observer:
             if isinstance(e, Message):
                 self.message(member, e)
             elif isinstance(e, ViewInstalled):
+                self.transitional(member.name, e)
                 self.install(member.name, e)
+            elif isinstance(e, ViewChanging):
+                self.transitional(member.name, e)
             elif isinstance(e, Removed):
                 t = self.track(member.name, e.group)
                 if t.last_view is not None and e.view <= t.last_view:
@@ -262,6 +328,9 @@ class Observer:
         if who not in e.members:
             self.fail(f"G1: {who} installed {e.group} v{e.view} without being in it")
         if who in e.joined:  # a (re)join starts a new run of views
+            if who in e.transitional:
+                self.fail(f"EVS: {who} joined {e.group} v{e.view} but is in its transitional "
+                          f"set {e.transitional}")
             if t.last_view is not None and e.view <= t.last_view:
                 self.fail(f"G1: {who} joined {e.group} v{e.view} after v{t.last_view}")
             t.joined_view = e.view
@@ -271,6 +340,11 @@ class Observer:
         else:
             if e.view != t.last_view + 1:
                 self.fail(f"G1: {who} installed {e.group} v{e.view} after v{t.last_view}")
+            # G2 is checked for exactly the members of the transitional set that install v+1:
+            # each delivered the same view-v messages as the first of them to install it
+            if who not in e.transitional:
+                self.fail(f"EVS: {who} moved from {e.group} v{t.last_view} to v{e.view} but is "
+                          f"not in its transitional set {e.transitional}")
             self.check_flush(who, e.group, t.last_view, t)
         t.last_view, t.removed = e.view, False
 
@@ -728,6 +802,7 @@ class ClientSim:
         if i.view != last + 1:
             self.obs.fail(f"G1: {who}stored view {i.view} of {i.group} after {last}")
         self.stored_views[i.group] = i.view
+        self.obs.stored_view(i.group, i.view, i.members, i.left)
         self.stored_aborts.update((i.group, o) for o in w.aborted)
 
     def check_durable(self, f: dict[str, Any], member: str | None, who: str = "") -> None:

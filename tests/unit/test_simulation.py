@@ -81,3 +81,33 @@ def test_simulation_with_quiet_windows_cooling(seed: int, monkeypatch: pytest.Mo
     assert cooled > 20
     assert sim.obs.app_delivered > 300
     assert sim.stats.get("history.page", 0) > 5
+
+
+#: seeds of the transitional-set check: 60 runs of 4,000 steps (about 13 s on this machine)
+TRANSITIONAL_SEEDS = range(100, 160)
+
+
+def test_transitional_set_is_the_g2_survivors_under_seeded_faults() -> None:
+    """EVS's transitional configuration (docs/semantics.md): at every member, the SDK's
+    `transitional` set of each `ViewInstalled` equals the survivors of the views storage holds
+    (members of v and v+1, less v+1's leavers: a new incarnation is in both views by name and
+    is not one), and every member of it that installs v+1 is checked against the others for
+    G2 (the same view-v messages); on each `ViewChanging`, v less the proposal's leavers, with
+    the receiver in it. The checks run inside the simulator's `Observer` at every view event
+    (tests/unit/sim_clients.py, `Observer.transitional`); here, over a range of seeds, they
+    must have met every kind of change."""
+    counts: dict[str, int] = {}
+    checked = installs = 0
+    for seed in TRANSITIONAL_SEEDS:
+        sim = run(seed, 4_000)
+        checked += sim.obs.transitional_checked
+        installs += sim.obs.installs_checked
+        for k, n in sim.obs.transitional_counts.items():
+            counts[k] = counts.get(k, 0) + n
+    assert installs > 5_000
+    assert checked > installs  # every install, and the proposals too
+    assert counts.get("joined", 0) > 3_000  # joiners outside the set
+    assert counts.get("left", 0) > 1_500  # leavers outside it
+    assert counts.get("proposal", 0) > 3_000 and counts.get("proposal.joining", 0) > 2_000
+    # a member that left and joined again in one change (in both views by name, not a survivor)
+    assert counts.get("rejoined", 0) >= 20

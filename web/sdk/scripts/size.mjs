@@ -42,8 +42,11 @@ import { fileURLToPath } from "node:url";
 // looked up in the page's list). 14,623 B (+59 B) since the server API's removal and
 // disconnect (issue 31): a `removed` event says why the install removed the member (its
 // `reason`), a resuming join refused `removed` ends the group instead of joining it afresh, and
-// close 4007 (disconnected) closes a client that has no `getToken` for good.
-export const BUDGET = 14_623; // bytes, min+gzip, entry chunk
+// close 4007 (disconnected) closes a client that has no `getToken` for good. 14,667 B (+44 B)
+// since view events carry the transitional set (`transitional` on `view` and `view-changing`:
+// the members that moved together, EVS's transitional configuration, docs/semantics.md),
+// computed where every install is built.
+export const BUDGET = 14_667; // bytes, min+gzip, entry chunk
 export const TARGET = 10_240;
 
 export async function measure() {

@@ -41,6 +41,15 @@ export interface ViewEvent {
   readonly left: readonly string[];
   /** The log head at the install. */
   readonly offset: number;
+  /**
+   * The members that moved together from the view before into this one (in view order): those
+   * of `members` not in `joined`, i.e. the previous view less `left`. They installed this view
+   * from the previous one, so they delivered exactly the same previous-view messages (G2):
+   * extended virtual synchrony's transitional configuration (docs/semantics.md). A member that
+   * left and joined again in the same change (a new incarnation, a rejoin without a resume
+   * point) is in `joined` and `left`, and is not in it; a joiner finds itself outside it.
+   */
+  readonly transitional: readonly string[];
   /** Each user present, with its instances in the view (in view order). */
   readonly users: ReadonlyMap<string, readonly string[]>;
   /** Users with no instance in the view before and one in this one (sorted). */
@@ -49,7 +58,11 @@ export interface ViewEvent {
   readonly usersLeft: readonly string[];
 }
 
-/** A view change is under way: publishes wait (the SDK queues them) until it installs. */
+/**
+ * A view change is under way: publishes wait (the SDK queues them) until it installs. `members`
+ * is the proposed view; it may come again for the same `proposed` when the proposal changes (a
+ * member failed or came back during the flush).
+ */
 export interface ViewChangingEvent {
   readonly type: "view-changing";
   readonly group: string;
@@ -58,6 +71,13 @@ export interface ViewChangingEvent {
   readonly joining: readonly string[];
   readonly leaving: readonly string[];
   readonly reason: string;
+  /**
+   * The members expected to move together into the proposed view (in view order): the current
+   * view less `leaving`, as far as this proposal says; the flush set, which every receiver of
+   * this event is in. A later `view-changing` for the same view may shrink it; the `view` event
+   * says who did move together.
+   */
+  readonly transitional: readonly string[];
 }
 
 /** The proposed change was cancelled, or this member's resume was accepted: `view` goes on. */

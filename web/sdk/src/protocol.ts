@@ -957,9 +957,10 @@ export class ClientProtocol {
     const g = this.groups.get(str(f, "group"));
     if (g === undefined || g.phase === "left") return;
     const proposed = int(f, "proposed");
+    const transitional = movedTogether(strings(f, "members"), strings(f, "joining"));
     g.phase = "flushing";
     g.proposed = proposed;
-    events.push({ ...f, type: "view-changing" } as unknown as ViewChangingEvent); // the frame is the event
+    events.push({ ...f, type: "view-changing", transitional } as unknown as ViewChangingEvent); // the frame is the event
     // Every atomic message held is already ACKed (acks queued in dataToSend go first).
     this.#out.push({ type: "flush_ok", group: g.name, view: proposed });
   }
@@ -1354,7 +1355,19 @@ function viewEvent(group: string, f: Frame): ViewEvent {
   const left = strings(f, "left");
   const users = usersOf(members);
   const [usersJoined, usersLeft] = arrivals(users, joined, left);
-  return { type: "view", group, view: int(f, "view"), members, joined, left, offset: int(f, "offset"), users, usersJoined, usersLeft };
+  const transitional = movedTogether(members, joined);
+  return { type: "view", group, view: int(f, "view"), members, joined, left, offset: int(f, "offset"), transitional, users, usersJoined, usersLeft };
+}
+
+/**
+ * The members of a view (proposed or installed) that come from the view before it: all but its
+ * joiners. The server builds view v+1 as v's members less the leavers, then the joiners
+ * (notify/core/view.py `View.successor`), so this is v less the leavers, computed from what the
+ * frame carries (EVS's transitional configuration, docs/semantics.md).
+ */
+function movedTogether(members: readonly string[], joined: readonly string[]): string[] {
+  const fresh = new Set(joined);
+  return members.filter((m) => !fresh.has(m));
 }
 
 /** The atomic messages held with no outcome yet. */

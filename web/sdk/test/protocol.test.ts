@@ -71,6 +71,7 @@ describe("join, install, deliver", () => {
         joined: ["me"],
         left: [],
         offset: 10,
+        transitional: ["a"],
         users: new Map([["a", ["a"]], ["me", ["me"]]]),
         usersJoined: ["me"],
         usersLeft: [],
@@ -344,7 +345,7 @@ describe("resume points", () => {
     const { events } = p.receive(install({ view: 1, members: ["me"], epoch: 8, offset: 0 }));
     expect(events).toEqual([
       { type: "reset", group: G, reason: "offset_unavailable", oldEpoch: 7, oldOffset: 12, newEpoch: 8, newOffset: 0, lost: null },
-      { type: "view", group: G, view: 1, members: ["me"], joined: ["me"], left: [], offset: 0, users: new Map([["me", ["me"]]]), usersJoined: ["me"], usersLeft: [] },
+      { type: "view", group: G, view: 1, members: ["me"], joined: ["me"], left: [], offset: 0, transitional: [], users: new Map([["me", ["me"]]]), usersJoined: ["me"], usersLeft: [] },
     ]);
     const g = p.groups.get(G)!;
     expect(g.held).toBe(0);

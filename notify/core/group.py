@@ -783,6 +783,12 @@ class Group:
             # Everyone flushed and the install waits only for the log to catch up: nothing
             # more may join the old view, or a steady sender could hold the install off.
             return RejectCode.VIEW_CHANGING
+        if p.atomic and m.proposal is not None:
+            # An atomic message needs the ACK of every member of its view, and a member that
+            # flushed may not ACK it before the last flush_ok installs the next view, which
+            # would abort it though nobody failed (docs/semantics.md). It waits for the
+            # install: the SDKs, and the server API, send it again then, with its id.
+            return RejectCode.VIEW_CHANGING
         if trusted:
             if p.atomic and self.atomics.pending_from(member) + \
                     self._intake_atomic.get(member, 0) >= self.config.limits.max_pending_atomic:

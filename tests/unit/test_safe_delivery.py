@@ -3,12 +3,10 @@ at a view change, where EVS's safe delivery would deliver in the transitional co
 atomic a leaver never ACKed is aborted: test_guarantees_core.py,
 `test_G5_atomic_aborts_at_the_next_install_when_a_member_fails_before_its_ack`).
 
-This test pins a limitation docs/semantics.md describes: an atomic message published during
-a flush by a member that has not flushed yet reaches members that have, and if their ACK is not
-in when the last `flush_ok` is, the install aborts it (`member_failed`) though no member failed.
-All-or-none holds (nobody hands it over); the reason is wrong, and a safe level that never
-aborts would have to wait for those ACKs. If the core changes here, this test says so, and the
-page must change with it."""
+An atomic message is never aborted by a view change nobody failed in: one published while a
+view change is flushing is refused `view_changing` and sent again (same id) after the install.
+Before, it reached members that had flushed, and if their ACK was not in when the last
+`flush_ok` was, the install aborted it (`member_failed`) though no member failed."""
 
 from __future__ import annotations
 
@@ -17,20 +15,25 @@ from drive import G, Net, form, view
 from notify.core.events import Ack, FlushOk, Join
 
 
-def test_an_atomic_sent_in_a_flush_is_aborted_if_a_flushed_member_has_not_acked_it() -> None:
+def test_an_atomic_sent_in_a_flush_waits_for_the_install_and_commits() -> None:
     net = Net()
     a, b = form(net, "a", "b")
     d = net.connect("d")
     net.send(d, Join("jd", G))  # proposes the next view (a join): a and b are asked to flush
     proposed = net.take(a, "view_change")[-1]["proposed"]
     net.send(b, FlushOk(G, proposed))  # b has flushed
-    net.publish(a, "at", atomic=True)  # a has not: its atomic is still accepted
+    net.publish(a, "at", atomic=True)  # a has not: its atomic waits for the install
+    assert [(f["type"], f.get("code")) for f in net.take(a, "rejected")] == [
+        ("rejected", "view_changing")]
+    assert net.take(b, "deliver") == []
+    net.send(a, FlushOk(G, proposed))  # the last flush_ok: installed, nothing aborted
+    assert [f["type"] for f in net.take(a) if f["type"] in ("abort", "view_install")] == [
+        "view_install"]
+    assert view(net)[1] == ("a", "b", "d")
+    net.take(b), net.take(d)
+    net.publish(a, "at", atomic=True)  # sent again, as the SDK does, in the new view
     off = net.hub.groups[G].topic.head
-    assert [f["offset"] for f in net.take(b, "deliver")] == [off]  # b holds it, its ACK not in
-    net.send(a, Ack(G, (off,)))
-    net.send(a, FlushOk(G, proposed))  # the last flush_ok: the install resolves what is pending
-    got = [(f["type"], f.get("committed"), f.get("reason")) for f in net.take(a)
-           if f["type"] in ("abort", "confirm", "outcome", "view_install")]
-    assert got == [("abort", None, "member_failed"), ("outcome", False, "member_failed"),
-                   ("view_install", None, None)]
-    assert view(net)[1] == ("a", "b", "d")  # nobody left
+    for x in (a, b, d):
+        assert [f["offset"] for f in net.take(x, "deliver")] == [off]
+        net.send(x, Ack(G, (off,)))
+    assert [(f["type"], f["committed"]) for f in net.take(a, "outcome")] == [("outcome", True)]

@@ -65,41 +65,43 @@ def test_seeds_that_found_a_resume_into_a_removed_membership() -> None:
 
 
 def test_lost_write_answers_are_resolved_every_way_the_jetstream_log_does() -> None:
-    """Seed 1 loses write answers, stored and not, and resolves them every way JetStreamLog
-    can (its docstring, "Ambiguous answers"): stored and still the last record (a success),
-    sent again and stored now (a success), not stored (a plain refusal: its publishers are
+    """Seed 1 (6,000 steps) loses write answers, stored and not, and resolves them every way
+    JetStreamLog can (its docstring, "Ambiguous answers"): stored and still the last record (a
+    success), sent again and stored now (a success), not stored (a plain refusal: its publishers are
     refused, and the checks hold that nothing refused is stored or delivered), stored or not
     under another writer's fence (`Fenced`), and unresolved (`Fenced`: the group is dropped
     and rebuilt from the log, its members resume)."""
-    s = run(1, 3_000).stats
+    s = run(1, 6_000).stats  # (3,000 steps before atomics waited out flushes)
     for how in ("stored", "resent", "refused", "fenced", "unresolved"):
         assert s.get(f"write.resolved.{how}", 0) > 0, how
     assert s.get("write.answer_lost.stored", 0) and s.get("write.answer_lost.not_stored", 0)
 
 
 def test_a_lost_tail_is_noticed_by_the_beats_and_its_message_reaches_every_member() -> None:
-    """Seed 3 ends with a quiet tail: the last message's batch to one edge is lost and nothing
+    """Seed 60 ends with a quiet tail: the last message's batch to one edge is lost and nothing
     follows it there. The owner's beat tells the edge, its members resume and get it (checked
     after quiescence). Without beats (cluster review S1, before links.py's DownlinkBeats) the
-    same run fails: the check cannot pass by seeing nothing."""
-    s = run(3, 3_000).stats
+    same run fails: the check cannot pass by seeing nothing. (Seed 3 until atomic publishes
+    waited out flushes, which changed every run's course.)"""
+    s = run(60, 3_000).stats
     assert s.get("quiet_tail_lost", 0) and s.get("gap.beat", 0)
     with pytest.raises(InvariantViolation, match=r"G2|liveness"):
-        run(3, 3_000, ClusterSimConfig(beats=False))
+        run(60, 3_000, ClusterSimConfig(beats=False))
 
 
 def test_a_member_moving_between_edges_is_never_retired_as_a_new_incarnation(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seed 35: members hop between edges with their session token, shards go back to the
+    """Seed 5: members hop between edges with their session token, shards go back to the
     owner that held them before (some of which were paused), and clashes between real
     incarnations happen. A session is never retired by a hello of the same client session
     (S11). With `Hub._token_for` reverted to minting a new token at every edge (main before
-    the S11 fix), the same seed fails: a member's own resume removes it from g1."""
-    s = run(35, 3_000).stats
+    the S11 fix), the same seed fails: a member's own resume removes it from g1. (Seed 35
+    until atomic publishes waited out flushes.)"""
+    s = run(5, 3_000).stats
     assert s.get("hop", 0) and s.get("owner_back", 0) and s.get("retire.new_incarnation", 0)
     monkeypatch.setattr(Hub, "_token_for", lambda self, hello: self._new_token())
     with pytest.raises(InvariantViolation, match=r"S11: .* \(groups \['g1'\]\)"):
-        run(35, 3_000)
+        run(5, 3_000)
 
 
 def test_seed_230_a_lost_first_batch_of_a_link_is_noticed(monkeypatch: Any) -> None:
@@ -120,22 +122,18 @@ def test_seed_230_a_lost_first_batch_of_a_link_is_noticed(monkeypatch: Any) -> N
         run(230, 3_000)
 
 
-def test_seed_380_an_older_incarnation_opening_late_at_the_owner_is_refused(
-        monkeypatch: Any) -> None:
+def test_seed_380_an_older_incarnation_opening_late_at_the_owner_is_refused() -> None:
     """Seed 380: a client restarted while its old connection's session was still on a slow
     link to the owner, which heard the new incarnation first. The later hello used to win:
     it retired the new incarnation, and the old one's publish was stored after the new one's
     (G3, G15). A routed session now carries its birth (the edge's clock), and one born before
-    the member's session is refused (4002). Without the birth the seed fails again."""
+    the member's session is refused (4002).
+
+    Since atomic publishes wait out flushes, no seed of 0-1,000 at 3,000 steps reaches this
+    interleaving any more (the same search with the birth ignored finds no failing seed), so
+    this run is a regression run only; the rule itself is pinned by
+    tests/unit/test_cluster_hub.py (`born=`), which fails without it."""
     run(380, 3_000)
-    real = Hub.hello
-
-    def unborn(self: Hub, *a: Any, born: float | None = None, **kw: Any) -> Any:
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(Hub, "hello", unborn)
-    with pytest.raises(InvariantViolation):
-        run(380, 3_000)
 
 
 def test_seed_429_a_stale_copy_never_refuses_a_member_it_does_not_know_yet() -> None:

@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 from notify_chaos import report as report_mod
+from notify_chaos.probe import sli_lines
 from notify_chaos.runner import Runner, prepare_out
 from notify_chaos.scenario import Scenario, ScenarioError, load
 from notify_chaos.verdict import RULES, check_run, view_change_lines
@@ -125,6 +126,8 @@ def _print_summary(rep: dict[str, object]) -> None:
     for line in view_change_lines(v["view_changes"]):
         print(line)
     for line in report_mod.takeover_lines(rep):
+        print(line)
+    for line in sli_lines(rep):
         print(line)
 
 

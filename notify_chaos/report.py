@@ -24,6 +24,12 @@ the fault (the `victim` event, just before the SIGKILL or SIGSTOP) until a publi
 it* to that group is answered (`published`): when the group serves again, on the new owner for
 the groups whose shard the victim held (`owned`). The summary compares the victim's groups
 with 2 × `lease_ttl` (DESIGN §9: publishing resumes within 2 × the lease TTL).
+
+`slis` (a scenario with `probe:`, issue 33): per action and per SLI of `notify probe`, the
+good/total ratio in each of the three windows (read the SLI's deadline later: the prober
+counts a bad event when its deadline passes), whether it `dropped` during the fault and
+`recovered` after (`notify_chaos.probe.sli_phases`); `probe` sums it up: `moved` lists the SLIs
+that dropped and recovered at every fault, `shows_fault` is true when one did.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from notify_chaos.probe import read_samples, sli_lines, sli_phases
 from notify_chaos.scenario import Scenario
 from notify_chaos.verdict import RULES, log_files, read_jsonl, view_change_lines
 
@@ -169,6 +176,7 @@ def build(out: Path, scenario: Scenario, verdict: dict[str, Any],
         if e.get("event") == "victim" and e.get("node") is not None and "groups" in e:
             victims.setdefault(e["label"], []).append(e)
     groups = list(dict.fromkeys(scenario.clients.publishers.groups))
+    samples = read_samples(out, c["t0"]) if scenario.probe is not None else []
     for i, a in enumerate(scenario.actions):
         L = min(a.duration, a.start, max(0.0, dur - a.end))
         if L <= 0:  # no room after: the window after the fault is the drain
@@ -182,6 +190,10 @@ def build(out: Path, scenario: Scenario, verdict: dict[str, Any],
             "window_s": round(L, 3), "before": before, "during": during, "after": after,
             "recovery_s": recovery(c, a.end, before["subscriber"]["msg_s"] or 0.0, dur),
         })
+        if scenario.probe is not None:
+            actions[-1]["slis"] = sli_phases(samples, scenario.probe, {
+                "before": (a.start - L, a.start), "during": (a.start, a.end),
+                "after": (a.end, a.end + L)})
         if a.mode in ("kill-owner", "pause-owner") and victims.get(a.label):
             actions[-1]["takeover"] = takeover(c, victims[a.label].pop(0), groups,
                                                2 * scenario.system.lease_ttl)
@@ -200,10 +212,25 @@ def build(out: Path, scenario: Scenario, verdict: dict[str, Any],
         "links": c["run"].get("links"),
         "events": c["run"].get("events"),
         "failure": failure,
+        **({"probe": probe_summary(actions, c["run"], len(samples))}
+           if scenario.probe is not None else {}),
     }
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "report.html").write_text(render_html(report, c, scenario))
     return report
+
+
+def probe_summary(actions: list[dict[str, Any]], run: dict[str, Any],
+                  scrapes: int) -> dict[str, Any]:
+    """The SLIs that dropped during every fault and recovered after it (`moved`)."""
+    moved = []
+    for sli in ("publish", "delivery", "resume", "view_change"):
+        if actions and all(a["slis"][sli]["dropped"] and a["slis"][sli]["recovered"]
+                           for a in actions):
+            moved.append(sli)
+    info = run.get("probe") or {}
+    return {"moved": moved, "shows_fault": bool(moved), "scrapes": scrapes,
+            "scrape_errors": info.get("scrape_errors"), "targets": info.get("targets")}
 
 
 # -- HTML -----------------------------------------------------------------------------------------
@@ -368,7 +395,7 @@ def render_html(report: dict[str, Any], c: dict[str, Any], scenario: Scenario) -
         cats.append(f"<tr><td>{k}</td><td>{v[k]['count']}</td><td><ul>{ex}</ul></td></tr>")
     views = ("<pre>" + html.escape("\n".join(view_change_lines(v["view_changes"])))
              + "</pre>") if "view_changes" in v else ""
-    taken = takeover_lines(report)
+    taken = takeover_lines(report) + sli_lines(report)
     if taken:
         views += "<pre>" + html.escape("\n".join(taken)) + "</pre>"
     status = "OK" if v["ok"] else "VIOLATIONS"

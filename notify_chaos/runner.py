@@ -10,6 +10,8 @@ Layout of `--out DIR`:
     acks/acks-publisher-N.jsonl  each publisher's acknowledgements (and failed publishes)
     data/node-1/           the node's data directory and its stdout/stderr (server-K.out)
     clients/               client configs and stderr
+    probe/                 with `probe:` (issue 33): the prober's command, stderr and
+                           `metrics.jsonl` (one line per scrape of its SLI counters)
     nats/                  cluster mode: each nats-server's config, log and JetStream store
     report.json, report.html
 
@@ -20,6 +22,10 @@ at `duration` (and say so when their last answers are in); the runner then write
 acknowledged offset of each group, and every client stops when it delivered it (or after
 `drain`); everything is stopped by PID
 in a `finally`, which a Ctrl-C also reaches.
+
+With `probe:` a `notify probe` process starts once the nodes are up, before the clients,
+through a proxy of its own per node (`probe->node-N`), and is scraped every
+`probe.scrape_every` until the teardown stops it (`notify_chaos.probe`).
 
 Cluster mode (`system.nats` > 0): the NATS servers start first (`notify_chaos.natsrun`), then
 the nodes with `--cluster`; the run begins once they agree on an owner for every shard. Each
@@ -42,6 +48,7 @@ from typing import Any
 
 import orjson
 
+from notify_chaos.probe import ProbeProc, Sampler
 from notify_chaos.procs import ClientProc, Node
 from notify_chaos.proxy import LinkProxy
 from notify_chaos.routes import RouteMesh
@@ -98,6 +105,10 @@ class Runner:
         self.mesh: RouteMesh | None = None
         self.route_check: dict[str, Any] | None = None
         self._route_counters: dict[str, Any] = {}
+        #: with `probe:`: the prober, and the task that scrapes it
+        self.probe: ProbeProc | None = None
+        self.sampler: Sampler | None = None
+        self._sampling: asyncio.Task[None] | None = None
 
     # -- deployment ------------------------------------------------------------------------------
 
@@ -209,6 +220,25 @@ class Runner:
                     if st.get("name") == "NOTIFY" and leader in names:
                         return names.index(leader)
         return None
+    async def start_probe(self) -> None:
+        """`notify probe` against the probed nodes, each through a proxy of its own, and its
+        sampler; ready once its /metrics answers (bounded)."""
+        spec = self.s.probe
+        if spec is None:
+            return
+        urls = []
+        for name in spec.targets or list(self.d.nodes):
+            node = self.d.nodes[name]
+            proxy = await LinkProxy(node.port, name=f"probe->{name}").start()
+            self.d.links[("probe", name)] = proxy
+            urls.append(f"ws://127.0.0.1:{proxy.port}")
+        self.probe = ProbeProc(spec, urls, self.out)
+        self.probe.start()
+        await self.probe.ready()
+        self.d.note("probe.start", pid=self.probe.pid, port=self.probe.port, targets=urls)
+        self.sampler = Sampler(self.probe, spec.scrape_every, self.d.note)
+        self._sampling = asyncio.create_task(self.sampler.run(), name="probe-sampler")
+
     async def start_clients(self) -> float:
         """Subscribers join first; then publishers start and wait for t=0, which is set far
         enough ahead for them to be ready (a Python process takes about a second to start).
@@ -475,6 +505,7 @@ class Runner:
         s = self.s
         try:
             await self.deploy()
+            await self.start_probe()
             start_at = await self.start_clients()
             # t=0: the publishers start publishing (they wait for this moment)
             self.d.t0 = start_at
@@ -500,6 +531,13 @@ class Runner:
         return self.summary()
 
     async def teardown(self) -> None:
+        if self._sampling is not None:
+            self._sampling.cancel()
+            await asyncio.gather(self._sampling, return_exceptions=True)
+        if self.probe is not None:
+            await asyncio.to_thread(self.probe.stop)
+            if self.sampler is not None:
+                self.sampler.finish()
         for task in self._flaps.values():
             task.cancel()
         await asyncio.gather(*self._flaps.values(), return_exceptions=True)
@@ -532,6 +570,7 @@ class Runner:
             "pids": [*(p for n in self.d.nodes.values() for p in n.pids),
                      *self._nats_pids,
                      *([self.mesh.pid] if self.mesh is not None and self.mesh.pid else []),
+                     *([self.probe.pid] if self.probe is not None and self.probe.pid else []),
                      *(c.proc.pid for c in self.d.clients.values())],
             "nodes": {n.name: {"port": n.port, "starts": n.starts,
                                "unexpected_exits": n.unexpected_exits}
@@ -542,6 +581,11 @@ class Runner:
                       for (c, n), p in self.d.links.items()},
             **({"routes": {"check": self.route_check, "links": self._route_counters}}
                if self.mesh is not None else {}),
+            **({"probe": {"pid": self.probe.pid, "port": self.probe.port,
+                          "targets": self.probe.urls,
+                          "scrapes": self.sampler.samples if self.sampler else 0,
+                          "scrape_errors": self.sampler.errors if self.sampler else 0}}
+               if self.probe is not None else {}),
         }
 
 

@@ -32,6 +32,10 @@ group list may hold a range, `t{1..60}`. Mode `reset-nats` (target `node-N`, par
 resets that node's NATS client connections (`ss -K`), SIGSTOPped around it with `pause: true`.
 `expect: {late_after_ack: 3s, removals: 0}` adds promises the verdict checks.
 
+A prober beside the faults (issue 33): `probe: {rate: 20, latency_threshold: 0.5s,
+publish_deadline: 1s}` runs `notify probe` against the nodes, scrapes its SLIs and reports
+each one's good/total before, during and after every fault (`notify_chaos.probe`).
+
 Errors name the line of the offending value (`ScenarioError`), as YAML users expect: the
 document is composed once to learn where every key and list item sits, then validated.
 """
@@ -407,6 +411,47 @@ class Expect(_Model):
     removals: int | None = Field(default=None, ge=0)
 
 
+class Probe(_Model):
+    """`notify probe` beside the faults (issue 33; docs/slo.md for the SLIs): the run starts
+    it with these flags against `targets` (default: every node), each through a link proxy of
+    its own (`probe->node-N`), scrapes its `/metrics` every `scrape_every` into
+    `probe/metrics.jsonl` and reports each SLI's good/total before, during and after every
+    fault. The thresholds define the SLIs: a chaos run wants them short, so that a fault's bad
+    events are counted inside its window (they are counted when their deadline passes)."""
+
+    #: SDK publishes per second, per target
+    rate: float = Field(default=20.0, gt=0, le=1000)
+    #: the probe group (a group of its own: the verdict's clients must not be in it)
+    group: str = Field(default="probe", min_length=1)
+    #: the nodes probed (`node-N`); empty: every node
+    targets: list[str] = Field(default_factory=list)
+    #: publish SLI: answered within this long
+    publish_deadline: Seconds = Field(default=1.0, gt=0)
+    #: delivery SLI: received within this long of the publish call
+    latency_threshold: Seconds = Field(default=0.5, gt=0)
+    #: seconds between deliberate drops of the receiver's socket (resume SLI); 0: never
+    reconnect_every: Seconds = 0.0
+    resume_deadline: Seconds = Field(default=5.0, gt=0)
+    #: seconds between deliberate view changes (view-change SLI); 0: never
+    view_change_every: Seconds = 0.0
+    view_change_threshold: Seconds = Field(default=1.0, gt=0)
+    #: seconds between two scrapes of the prober's /metrics
+    scrape_every: Seconds = Field(default=1.0, ge=0.1, le=10)
+    #: an SLI `dropped` when its ratio during a fault is more than this below the one before,
+    #: and `recovered` when the one after is at most this below it
+    tolerance: float = Field(default=0.05, ge=0, lt=1)
+
+    @field_validator("targets")
+    @classmethod
+    def _nodes(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if not _NODE.match(t):
+                raise ValueError(f"{t!r} is not a node (node-N)")
+        if len(set(v)) != len(v):
+            raise ValueError("a node is named twice")
+        return v
+
+
 class Scenario(_Model):
     name: str | None = None
     description: str = ""
@@ -419,10 +464,22 @@ class Scenario(_Model):
     clients: Clients = Clients()
     actions: list[Action] = Field(default_factory=list)
     expect: Expect = Field(default_factory=Expect)
+    #: a prober beside the faults, its SLIs per phase in the report (issue 33); none: no prober
+    probe: Probe | None = None
 
     @model_validator(mode="after")
     def _fit(self) -> Scenario:
         pubs, subs = self.clients.publishers.count, self.clients.subscribers.count
+        if self.probe is not None:
+            for t in self.probe.targets:
+                if int(t.removeprefix("node-")) > self.system.nodes:
+                    raise ValueError(f"probe.targets: {t} does not exist "
+                                     f"({self.system.nodes} nodes)")
+            c = self.clients
+            if self.probe.group in {*c.publishers.groups, *c.subscribers.groups,
+                                    *c.churners.groups}:
+                raise ValueError(f"probe.group: {self.probe.group!r} is a group of the "
+                                 "scenario's clients; the prober needs one of its own")
         for name, node in self.clients.edges.items():
             if int(node.removeprefix("node-")) > self.system.nodes:
                 raise ValueError(f"clients.edges.{name}: {node} does not exist "
@@ -505,6 +562,9 @@ def loads(text: str, source: str = "<scenario>") -> Scenario:
             m = re.match(r"actions\[([0-9]+)\]", err["msg"].removeprefix("Value error, "))
             if not loc and m:  # a check across fields that names its action
                 loc = ("actions", int(m.group(1)))
+            m = re.match(r"probe\.([a-z_]+):", err["msg"].removeprefix("Value error, "))
+            if not loc and m:  # ... or the probe's field
+                loc = ("probe", m.group(1))
             line = _line_of(loc, lines)
             where = ".".join(str(x) for x in loc) or "(top)"
             msg = err["msg"].removeprefix("Value error, ")

@@ -204,12 +204,14 @@ def _at(rows: list[tuple[float, dict[str, list[float]]]], sli: str,
     i = bisect.bisect_right(ts, t)
     if i == 0 or (i == len(rows) and t > ts[-1]):
         return None
-    a_t, a = rows[i - 1]
+    a_t, row = rows[i - 1]
+    a = row.get(sli, [0.0, 0.0])  # (an SLI not in a scrape has counted nothing yet)
     if i == len(rows) or a_t == t:
-        return a[sli][0], a[sli][1]
-    b_t, b = rows[i]
+        return a[0], a[1]
+    b_t, row = rows[i]
+    b = row.get(sli, [0.0, 0.0])
     f = (t - a_t) / (b_t - a_t)
-    return (a[sli][0] + f * (b[sli][0] - a[sli][0]), a[sli][1] + f * (b[sli][1] - a[sli][1]))
+    return a[0] + f * (b[0] - a[0]), a[1] + f * (b[1] - a[1])
 
 
 def ratio(rows: list[tuple[float, dict[str, list[float]]]], sli: str, a: float, b: float,

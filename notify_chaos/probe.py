@@ -224,8 +224,8 @@ def ratio(rows: list[tuple[float, dict[str, list[float]]]], sli: str, a: float, 
     if lo is None or hi is None or lo_bad is None or hi_bad is None:
         return {"from_s": round(a, 3), "to_s": round(b, 3), "good": None, "bad": None,
                 "ratio": None}
-    good = hi[1] - lo[1]
-    bad = (hi_bad[0] - hi_bad[1]) - (lo_bad[0] - lo_bad[1])
+    good = max(0.0, hi[1] - lo[1])  # (counters only grow; interpolation may go -1e-15)
+    bad = max(0.0, (hi_bad[0] - hi_bad[1]) - (lo_bad[0] - lo_bad[1]))
     total = good + bad
     return {"from_s": round(a, 3), "to_s": round(b, 3), "good": round(good, 1),
             "bad": round(bad, 1), "ratio": round(good / total, 4) if total >= 0.5 else None}

@@ -38,11 +38,14 @@ def validator(definition: str) -> Draft202012Validator:
     return Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": SCHEMA["$defs"]})
 
 
-def _single_server_types() -> dict[str, Draft202012Validator]:
-    out = {}
+def _single_server_types() -> dict[str, list[Draft202012Validator]]:
+    """The definitions of each server frame type (`view_install` has two: the one every member
+    gets, and the one a member removed without its asking gets, with its `reason`)."""
+    out: dict[str, list[Draft202012Validator]] = {}
     for alt in SCHEMA["$defs"]["SingleServerFrame"]["oneOf"]:
         name = alt["$ref"].rsplit("/", 1)[1]
-        out[SCHEMA["$defs"][name]["properties"]["type"]["const"]] = validator(name)
+        out.setdefault(SCHEMA["$defs"][name]["properties"]["type"]["const"], []).append(
+            validator(name))
     return out
 
 
@@ -76,12 +79,14 @@ def problems_of(f: Any) -> list[str]:
     if f.get("type") == "batch":
         out += [e.message for e in _BATCH.iter_errors({**f, "frames": []})]
     for inner in frames_of(f):
-        v = _BY_TYPE.get(inner.get("type")) if isinstance(inner, dict) else None
-        if v is None:
+        vs = _BY_TYPE.get(inner.get("type")) if isinstance(inner, dict) else None
+        if vs is None:
             out.append(f"no server frame has type {inner!r:.80}")
             continue
-        out += [f"{inner.get('type')}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
-                for e in v.iter_errors(inner)]
+        found = [[f"{inner.get('type')}: {'.'.join(map(str, e.absolute_path))}: {e.message}"
+                  for e in v.iter_errors(inner)] for v in vs]
+        if all(found):  # none of its definitions takes it: say why the closest does not
+            out += min(found, key=len)
     return out
 
 

@@ -42,7 +42,9 @@ The server API's publisher (`--system api`, `api-sqlite`; `--api-url`, `--api-ke
 member: one aiohttp `ClientSession` whose connector keeps up to `--api-window` keep-alive
 connections, each call a `POST /api/v1/groups/bench/messages` with `{"payload": ...}` (no
 `Idempotency-Key`: the server makes the id), at most `--api-window` unanswered at once. A
-publish is settled by its 200 answer, which comes once the message is in the log.
+publish is settled by its 200 answer, which comes once the message is in the log; the
+`published` report adds the answers' times (`answer_p50_ms`, `answer_p99_ms`: the 200 read -
+the scheduled send time), to tell the call's own time from the delivery's.
 """
 
 from __future__ import annotations
@@ -319,6 +321,8 @@ class Pub:
         self.send: Callable[[dict[str, Any]], Awaitable[Any]]
         self.settle: Callable[[], Awaitable[Any]] = self._nothing
         self.errors: list[str] = []
+        #: the API publisher: each 200 answer's time - the message's scheduled time (ns)
+        self.answered = array("q")
 
     @staticmethod
     async def _nothing() -> None:
@@ -397,6 +401,8 @@ class Pub:
                     body = await r.read()
                     if r.status != 200:
                         self.errors.append(f"publish {p['n']}: {r.status} {body[:200]!r}")
+                    else:
+                        self.answered.append(clock() - p["t"])
             except Exception as e:
                 self.errors.append(f"publish {p['n']}: {type(e).__name__}: {e}")
             finally:
@@ -490,6 +496,7 @@ class Pub:
         payload, send = self.payload, self.send
         t0 = clock()
         behind = 0
+        self.answered = array("q")
         if c["cmd"] == "burst":
             for n in range(base, base + count):
                 await send(payload(n, clock()))
@@ -506,8 +513,14 @@ class Pub:
         t_sent = clock()
         await self.settle()
         t1 = clock()
-        say({"published": count, "elapsed_s": (t1 - t0) / 1e9, "send_s": (t_sent - t0) / 1e9,
-             "behind_s": behind / 1e9, "errors": self.errors[:5], "n_errors": len(self.errors)})
+        out = {"published": count, "elapsed_s": (t1 - t0) / 1e9, "send_s": (t_sent - t0) / 1e9,
+               "behind_s": behind / 1e9, "errors": self.errors[:5],
+               "n_errors": len(self.errors)}
+        if self.answered:
+            a = sorted(self.answered)
+            for name, q in (("answer_p50_ms", 0.5), ("answer_p99_ms", 0.99)):
+                out[name] = a[min(len(a) - 1, int(q * len(a)))] / 1e6
+        say(out)
 
     async def close(self) -> None:
         for t in self.tasks:

@@ -79,6 +79,8 @@ async def test_quick_run_fifo_api_and_relay(tmp_path: Path) -> None:
     assert set(res["summary"]) == {"fifo", "relay", "api"}
     assert res["summary"]["api"]["vs"] == "fifo"  # the API beside a member publishing
     assert res["summary"]["api"]["x_member_published_per_s"] > 0
+    (api_rate,) = res["runs"]["api"][0]["rates"]
+    assert 0 <= api_rate["answer_p50_ms"] <= api_rate["answer_p99_ms"]  # the calls' answers
     assert "fifo" in res["table"] and "relay" in res["table"] and "api " in res["table"]
     assert "api          vs fifo:" in res["table"]
     assert _children() <= before  # every server and worker process is gone

@@ -241,6 +241,7 @@ class ServerProc:
         self.profile = profile
         self.proc: asyncio.subprocess.Process | None = None
         self.args = args
+        self.api_port: int | None = None
 
     async def __aenter__(self) -> ServerProc:
         cmd = [sys.executable, "-m", "bench.peers", self.system, "--port", str(self.port),
@@ -262,6 +263,9 @@ class ServerProc:
             await self._stop()
             raise RuntimeError(f"{self.system} server did not start; see {self.logfile}:\n"
                                + self.logfile.read_text()[-2000:])
+        # `READY PORT api=API_PORT`: a notify peer serving the server API too (bench.peers)
+        extra = dict(w.split("=", 1) for w in line.decode().split()[2:] if "=" in w)
+        self.api_port = int(extra["api"]) if "api" in extra else None
         return self
 
     @property

@@ -19,6 +19,17 @@ process and `--procs` (2) subscriber processes holding `--members` (50) members 
     total        notify, in-memory log, order "total"
     atomic       notify, in-memory log, atomic: a publish returns at its outcome; a member's
                  SDK ACKs on receipt and hands the message over at `confirm`
+    api          notify, in-memory log, published through the server API (issue 31, docs/api.md):
+                 `POST /api/v1/groups/bench/messages` from one keep-alive aiohttp session, as
+                 the trusted sender `api:bench` (not a member: 50 in the view, not 51); the
+                 subscribers are the `fifo` ones (`client_sdk`)
+    api-sqlite   the same on the SQLite log (durability full): each call answered once stored
+
+Only `api` and `api-sqlite` are not in the default `--systems`: `--systems fifo,api` puts the
+API beside a member publishing over its WebSocket. The API publisher keeps at most
+`--api-window` (100, aiohttp's default connection limit) calls unanswered, each on its own
+keep-alive connection of the session (HTTP/1.1 has one request at a time per connection); the
+server API runs without its per-key rate limit (`notify serve`'s default is 100 requests/s).
 
 The notify publisher pipelines with `group.publish_nowait(...)` (`--publish await`: `await
 group.publish(...)` in tasks), at most `--window` (1000, the SDK's default
@@ -42,7 +53,7 @@ Measured:
 - CPU seconds of the server, of the subscriber processes (summed) and of the publisher, from
   /proc/<pid>/stat around the burst; per delivery (µs) and deliveries per CPU-second;
 - latency at each fixed rate: receive time - the schedule's send time carried in the payload,
-  every message to every member: p50, p99, max.
+  every message to every member: p50, p99, p99.9, max.
 - exactly once: each member must receive each message of each phase exactly once (duplicates,
   missing ones and strays are counted); otherwise the system's run is marked FAILED.
 
@@ -69,10 +80,18 @@ from typing import Any
 
 from bench.fanout import ServerProc, cpu_seconds, machine_busy
 
-SYSTEMS = ("nats", "relay", "socketio", "fifo", "fifo-sqlite", "total", "atomic")
-NOTIFY = ("fifo", "fifo-sqlite", "total", "atomic")
+SYSTEMS = ("nats", "relay", "socketio", "fifo", "fifo-sqlite", "total", "atomic", "api",
+           "api-sqlite")
+#: what `--systems` defaults to: the server API's systems are asked for by name
+DEFAULT_SYSTEMS = ("nats", "relay", "socketio", "fifo", "fifo-sqlite", "total", "atomic")
+NOTIFY = ("fifo", "fifo-sqlite", "total", "atomic", "api", "api-sqlite")
+#: published through the server API; each beside the system whose member publishes instead
+API = {"api": "fifo", "api-sqlite": "fifo-sqlite"}
+#: the server API's key in the api systems' servers (NAME=SECRET)
+API_KEY = "bench=bench-api-secret"
 PEER = {"relay": "relay", "socketio": "socketio", "fifo": "notify", "total": "notify",
-        "atomic": "notify", "fifo-sqlite": "notify-sqlite"}
+        "atomic": "notify", "fifo-sqlite": "notify-sqlite", "api": "notify",
+        "api-sqlite": "notify-sqlite"}
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -218,6 +237,7 @@ class Burst:
     delivered_per_s: float = 0.0
     span_s: float = 0.0  # first delivery to last
     publish_s: float = 0.0  # the publisher: first publish to the last one settled
+    published_per_s: float = 0.0  # messages / publish_s
     server_cpu_s: float = 0.0
     subs_cpu_s: float = 0.0
     pub_cpu_s: float = 0.0
@@ -236,9 +256,13 @@ class Rate:
     skipped: str = ""
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
+    p999_ms: float = float("nan")
     max_ms: float = float("nan")
     samples: int = 0
     publisher_behind_s: float = 0.0  # how late the publisher started its latest publish
+    # the API publisher: its calls' 200 answers, from the scheduled send time
+    answer_p50_ms: float = float("nan")
+    answer_p99_ms: float = float("nan")
     sustained: bool = True
 
 
@@ -290,10 +314,12 @@ class Harness:
         t0 = time.monotonic()
         profile = (Path(self.a.profile_server) / f"server-{self.system}-{self.run.round}.prof"
                    if self.a.profile_server and self.system != "nats" else None)
+        api = ("--api-key", API_KEY) if self.system in API else ()
         srv_cm: Any = (NatsProc(self.logdir) if self.system == "nats"
                        else ServerProc(PEER[self.system], self.logdir, profile,
-                                       ("--event-loop", self.a.event_loop)))
+                                       ("--event-loop", self.a.event_loop, *api)))
         async with srv_cm as srv:
+            self._api_port: int | None = getattr(srv, "api_port", None)
             try:
                 await self._start(srv.port)
                 await self._phases(srv)
@@ -305,7 +331,9 @@ class Harness:
 
     async def _start(self, port: int) -> None:
         a, url = self.a, self._url(port)
-        common = ["--system", self.system, "--url", url, "--view-size", str(a.members + 1),
+        # the API's trusted sender is in no view: the members alone
+        view = a.members if self.system in API else a.members + 1
+        common = ["--system", self.system, "--url", url, "--view-size", str(view),
                   "--payload", str(a.payload), "--window", str(a.window),
                   "--publish", a.publish, "--event-loop", a.event_loop, "--receive", a.receive]
         per = [a.members // a.procs + (1 if i < a.members % a.procs else 0)
@@ -316,7 +344,12 @@ class Harness:
             self.subs.append(Worker(f"{tag}-sub{i}", ["sub", *common, "--members", str(k),
                                                       "--first", str(first)], self.logdir))
             first += k
-        self.pub = Worker(f"{tag}-pub", ["pub", *common], self.logdir)
+        pub = ["pub", *common]
+        if self.system in API:
+            assert self._api_port is not None, "the server did not announce its API port"
+            pub += ["--api-url", f"http://127.0.0.1:{self._api_port}",
+                    "--api-key", API_KEY.partition("=")[2], "--api-window", str(a.api_window)]
+        self.pub = Worker(f"{tag}-pub", pub, self.logdir)
         # the publisher last: the relay sends a sender's frames to the connections open when
         # it connected; notify subscribers are ready once their views include the publisher
         for w in self.subs:
@@ -418,6 +451,7 @@ class Harness:
             b.span_s = (max(lasts) - min(firsts)) / 1e9
         b.delivered_per_s = b.deliveries / b.span_s if b.span_s > 0 else 0.0
         b.publish_s = float(published["elapsed_s"])
+        b.published_per_s = b.messages / b.publish_s if b.publish_s > 0 else 0.0
         b.server_cpu_s, b.subs_cpu_s, b.pub_cpu_s, b.others_cpu_s = (
             cpu["server"], cpu["subs"], cpu["pub"], cpu["others"])
         if b.deliveries:
@@ -442,6 +476,8 @@ class Harness:
                 timeout=(self.phase_timeout or a.rate_duration + budget))
             r.messages = count
             r.publisher_behind_s = float(published.get("behind_s", 0.0))
+            r.answer_p50_ms = float(published.get("answer_p50_ms", float("nan")))
+            r.answer_p99_ms = float(published.get("answer_p99_ms", float("nan")))
             lasts = [x["last_ns"] for x in reports if x["last_ns"]]
             if lats:
                 s = sorted(lats)
@@ -450,7 +486,8 @@ class Harness:
                 def q(x: float, s: list[int] = s) -> float:
                     return round(s[min(len(s) - 1, int(x * len(s)))] / 1e6, 3)
 
-                r.p50_ms, r.p99_ms, r.max_ms = q(0.5), q(0.99), round(s[-1] / 1e6, 3)
+                r.p50_ms, r.p99_ms, r.p999_ms = q(0.5), q(0.99), q(0.999)
+                r.max_ms = round(s[-1] / 1e6, 3)
             # it kept up if the publisher stayed on schedule and nothing waited a second
             r.sustained = r.publisher_behind_s < 1.0 and r.max_ms < 1000.0 and bool(lasts)
 
@@ -494,10 +531,13 @@ def summarise(runs: dict[str, list[Run]], a: argparse.Namespace) -> dict[str, An
             f: statistics.median(getattr(r.burst, f) for r in good)
             for f in ("delivered_per_s", "deliveries_per_server_cpu_s",
                       "deliveries_per_client_cpu_s", "server_us_per_delivery",
-                      "subs_us_per_delivery", "pub_us_per_message", "publish_s")}
+                      "subs_us_per_delivery", "pub_us_per_message", "publish_s",
+                      "published_per_s")}
         for i, rate in enumerate(a.rates):
-            ps = [r.rates[i].p99_ms for r in good if len(r.rates) > i and r.rates[i].samples]
-            med[f"p99_ms@{rate:g}"] = statistics.median(ps) if ps else float("nan")
+            for f in ("p50_ms", "p99_ms", "p999_ms", "answer_p50_ms", "answer_p99_ms"):
+                ps = [getattr(r.rates[i], f) for r in good
+                      if len(r.rates) > i and r.rates[i].samples]
+                med[f"{f}@{rate:g}"] = statistics.median(ps) if ps else float("nan")
         med["ok"] = all(r.ok for r in rs)
         out[s] = med
     nats = out.get("nats") or {}
@@ -510,6 +550,17 @@ def summarise(runs: dict[str, list[Run]], a: argparse.Namespace) -> dict[str, An
         for rate in a.rates:
             k = f"p99_ms@{rate:g}"
             med[f"x_nats_{k}"] = (med[k] / nats[k]) if nats.get(k) else float("nan")
+    for s, member in API.items():  # the server API against a member publishing
+        med, peer = out.get(s), out.get(member)
+        if not med or not peer:
+            continue
+        med["vs"] = member
+        for f in ("published_per_s", "delivered_per_s"):
+            med[f"x_member_{f}"] = med[f] / peer[f] if peer[f] else float("nan")
+        for rate in a.rates:
+            for f in ("p50_ms", "p99_ms"):
+                k = f"{f}@{rate:g}"
+                med[f"x_member_{k}"] = med[k] / peer[k] if peer.get(k) else float("nan")
     return out
 
 
@@ -517,8 +568,8 @@ def report(runs: dict[str, list[Run]], summary: dict[str, Any], a: argparse.Name
     L: list[str] = []
     rates = a.rates
     hdr = ["system", "delivered k msg/s", "deliv/server CPU-s", "server µs/deliv",
-           "subs µs/deliv", "pub µs/msg", "publish s",
-           *(f"p50/p99/max ms @{r:g}/s" for r in rates), "exactly once"]
+           "subs µs/deliv", "pub µs/msg", "published msg/s",
+           *(f"p50/p99/p99.9/max ms @{r:g}/s" for r in rates), "exactly once"]
     rows = []
     for s, rs in runs.items():
         b = [r.burst for r in rs]
@@ -527,7 +578,7 @@ def report(runs: dict[str, list[Run]], summary: dict[str, Any], a: argparse.Name
                 _rng([x.server_us_per_delivery for x in b], ".2f"),
                 _rng([x.subs_us_per_delivery for x in b], ".2f"),
                 _rng([x.pub_us_per_message for x in b], ".0f"),
-                _rng([x.publish_s for x in b], ".2f")]
+                _rng([x.published_per_s for x in b], ",.0f")]
         for i, _rate in enumerate(rates):
             rr = [r.rates[i] for r in rs if len(r.rates) > i]
             if rr and all(x.skipped for x in rr):
@@ -535,7 +586,7 @@ def report(runs: dict[str, list[Run]], summary: dict[str, Any], a: argparse.Name
                 continue
             got = [x for x in rr if x.samples]
             cell = " / ".join(_rng([getattr(x, f) for x in got], ".1f")
-                              for f in ("p50_ms", "p99_ms", "max_ms"))
+                              for f in ("p50_ms", "p99_ms", "p999_ms", "max_ms"))
             if any(not x.sustained for x in rr):
                 cell += " (saturated)"
             cols.append(cell)
@@ -559,6 +610,24 @@ def report(runs: dict[str, list[Run]], summary: dict[str, Any], a: argparse.Name
                 v = med.get(f"x_nats_p99_ms@{rate:g}", float("nan"))
                 parts.append(f"p99 @{rate:g}/s {v:.2f}x" if v == v else f"p99 @{rate:g}/s -")
             L.append(f"  {s:<12} " + ", ".join(parts))
+        L.append("")
+    vs = {s: med for s, med in summary.items() if med and med.get("vs")}
+    if vs:
+        L.append("the server API against a member publishing over its WebSocket (medians over "
+                 "rounds)")
+        for s, med in vs.items():
+            parts = [f"published {med['x_member_published_per_s']:.2f}x",
+                     f"delivered {med['x_member_delivered_per_s']:.2f}x"]
+            for rate in rates:
+                k = f"@{rate:g}"
+                parts.append(f"p50/p99 @{rate:g}/s {med[f'p50_ms{k}']:.1f}/"
+                             f"{med[f'p99_ms{k}']:.1f} ms against {med['vs']}'s "
+                             f"{summary[med['vs']][f'p50_ms{k}']:.1f}/"
+                             f"{summary[med['vs']][f'p99_ms{k}']:.1f} "
+                             f"(p99 {med[f'x_member_p99_ms{k}']:.2f}x; the calls answered "
+                             f"at p50/p99 {med[f'answer_p50_ms{k}']:.1f}/"
+                             f"{med[f'answer_p99_ms{k}']:.1f} ms)")
+            L.append(f"  {s:<12} vs {med['vs']}: " + ", ".join(parts))
         L.append("")
     for s, rs in runs.items():
         for r in rs:
@@ -616,7 +685,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
              f"notify publisher window {a.window} ({a.publish}: "
              f"{'publish_nowait() futures' if a.publish == 'nowait' else 'concurrent publish()'}"
              f" awaiting their reply); "
-             f"rates {', '.join(f'{r:g}' for r in a.rates)}/s for {a.rate_duration:g} s; "
+             + (f"API publisher: {a.api_window} calls in flight, one keep-alive session; "
+                if any(s in API for s in systems) else "")
+             + f"rates {', '.join(f'{r:g}' for r in a.rates)}/s for {a.rate_duration:g} s; "
              f"{a.rounds} round(s), order rotated; {os.cpu_count()} cores; {elapsed:.0f} s")
     table = report(runs, summary, a)
     print(f"\n{title}\n")
@@ -637,8 +708,9 @@ async def main_async(a: argparse.Namespace) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench sdkfanout", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help=f"comma-separated (default: {','.join(SYSTEMS)})")
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help=f"comma-separated, of {','.join(SYSTEMS)} (default: "
+                        f"{','.join(DEFAULT_SYSTEMS)})")
     p.add_argument("--members", type=int, default=50, help="subscribing members (default 50)")
     p.add_argument("--procs", type=int, default=2, help="subscriber processes (default 2)")
     p.add_argument("--payload", type=int, default=100, help="payload bytes (default 100)")
@@ -652,6 +724,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="notify publisher: `await group.publish()` in up to --window tasks, or "
                         "`group.publish_nowait()` with up to --window futures unanswered "
                         "(default nowait: the pipelined API of issue 14)")
+    p.add_argument("--api-window", type=int, default=100,
+                   help="API publisher (systems api, api-sqlite): calls awaiting their answer "
+                        "at once, each on a keep-alive connection of one aiohttp session "
+                        "(default 100, aiohttp's default connection limit)")
     p.add_argument("--rates", default="200,1000", help="fixed rates, msg/s (default 200,1000)")
     p.add_argument("--rate-duration", type=float, default=5.0,
                    help="seconds per fixed rate (default 5)")
@@ -675,8 +751,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.quick:
         a.messages, a.rate_duration, a.rounds = 2_000, 1.0, 1
     a.rates = [float(x) for x in str(a.rates).split(",") if x]
-    if a.members < a.procs or a.procs < 1 or a.window < 1:
-        p.error("need --procs >= 1, --members >= --procs and --window >= 1")
+    if a.members < a.procs or a.procs < 1 or a.window < 1 or a.api_window < 1:
+        p.error("need --procs >= 1, --members >= --procs, --window >= 1 and --api-window >= 1")
     return a
 
 

@@ -37,6 +37,14 @@ the machine), so latency = receive time - scheduled time counts any queueing at 
 
 The notify publisher uses what the SDK allows today: `await group.publish(...)`, with at most
 `--window` publishes awaiting their reply at once (1: await each one before the next).
+
+The server API's publisher (`--system api`, `api-sqlite`; `--api-url`, `--api-key`) is no
+member: one aiohttp `ClientSession` whose connector keeps up to `--api-window` keep-alive
+connections, each call a `POST /api/v1/groups/bench/messages` with `{"payload": ...}` (no
+`Idempotency-Key`: the server makes the id), at most `--api-window` unanswered at once. A
+publish is settled by its 200 answer, which comes once the message is in the log; the
+`published` report adds the answers' times (`answer_p50_ms`, `answer_p99_ms`: the 200 read -
+the scheduled send time), to tell the call's own time from the delivery's.
 """
 
 from __future__ import annotations
@@ -313,6 +321,8 @@ class Pub:
         self.send: Callable[[dict[str, Any]], Awaitable[Any]]
         self.settle: Callable[[], Awaitable[Any]] = self._nothing
         self.errors: list[str] = []
+        #: the API publisher: each 200 answer's time - the message's scheduled time (ns)
+        self.answered = array("q")
 
     @staticmethod
     async def _nothing() -> None:
@@ -360,8 +370,55 @@ class Pub:
                 await c.emit("pub", p)
 
             self.send = send_sio
+        elif s.startswith("api"):
+            await self._setup_api()
         else:
             await self._setup_notify()
+
+    async def _setup_api(self) -> None:
+        import aiohttp
+
+        window = self.a.api_window
+        base = self.a.api_url.rstrip("/") + f"/api/v1/groups/{GROUP}"
+        url = base + "/messages"
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=window, limit_per_host=window),
+            headers={"Authorization": f"Bearer {self.a.api_key}"},
+            timeout=aiohttp.ClientTimeout(total=60))
+        self.closers.append(session.close)
+        # the subscribers joined before this process started: the group exists (else 404)
+        async with session.get(base) as r:
+            if r.status != 200:
+                raise RuntimeError(f"GET {base}: {r.status} {await r.text()}")
+        json_type = {"Content-Type": "application/json"}
+        sem = asyncio.Semaphore(window)
+        inflight: set[asyncio.Task[Any]] = set()
+
+        async def one(p: dict[str, Any]) -> None:
+            try:
+                async with session.post(url, data=dumps({"payload": p}),
+                                        headers=json_type) as r:
+                    body = await r.read()
+                    if r.status != 200:
+                        self.errors.append(f"publish {p['n']}: {r.status} {body[:200]!r}")
+                    else:
+                        self.answered.append(clock() - p["t"])
+            except Exception as e:
+                self.errors.append(f"publish {p['n']}: {type(e).__name__}: {e}")
+            finally:
+                sem.release()
+
+        async def send_api(p: dict[str, Any]) -> None:
+            await sem.acquire()  # at most `window` calls awaiting their answer
+            t = asyncio.create_task(one(p))
+            inflight.add(t)
+            t.add_done_callback(inflight.discard)
+
+        async def settle() -> None:
+            while inflight:
+                await asyncio.gather(*list(inflight))
+
+        self.send, self.settle = send_api, settle
 
     async def _setup_notify(self) -> None:
         from client_sdk import ClientOptions, ViewInstalled, connect
@@ -439,6 +496,7 @@ class Pub:
         payload, send = self.payload, self.send
         t0 = clock()
         behind = 0
+        self.answered = array("q")
         if c["cmd"] == "burst":
             for n in range(base, base + count):
                 await send(payload(n, clock()))
@@ -455,8 +513,14 @@ class Pub:
         t_sent = clock()
         await self.settle()
         t1 = clock()
-        say({"published": count, "elapsed_s": (t1 - t0) / 1e9, "send_s": (t_sent - t0) / 1e9,
-             "behind_s": behind / 1e9, "errors": self.errors[:5], "n_errors": len(self.errors)})
+        out = {"published": count, "elapsed_s": (t1 - t0) / 1e9, "send_s": (t_sent - t0) / 1e9,
+               "behind_s": behind / 1e9, "errors": self.errors[:5],
+               "n_errors": len(self.errors)}
+        if self.answered:
+            a = sorted(self.answered)
+            for name, q in (("answer_p50_ms", 0.5), ("answer_p99_ms", 0.99)):
+                out[name] = a[min(len(a) - 1, int(q * len(a)))] / 1e6
+        say(out)
 
     async def close(self) -> None:
         for t in self.tasks:
@@ -506,6 +570,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--publish", choices=["await", "nowait"], default="await")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"], default="auto")
     p.add_argument("--receive", choices=["handler", "iterator"], default="handler")
+    p.add_argument("--api-url", default=None, help="api systems: http://HOST:PORT")
+    p.add_argument("--api-key", default=None, help="api systems: the key's secret")
+    p.add_argument("--api-window", type=int, default=100,
+                   help="api systems: calls awaiting their answer at once")
     a = p.parse_args(argv)
     import logging
 

@@ -1,5 +1,6 @@
 """`bench.sdkfanout` in its smallest form: real processes (a server, 2 subscriber processes, a
-publisher), notify FIFO through the SDK and the bare relay, a handful of messages. Checks the
+publisher), notify FIFO through the SDK, the server API's publisher (`api`) and the bare relay,
+a handful of messages. Checks the
 shape of the result and that the exactly-once check holds and can fail; times nothing
 (STYLE.md: benchmarks measure, tests do not)."""
 
@@ -52,13 +53,13 @@ async def test_tracker_counts_duplicates_missing_and_strays() -> None:
 
 
 @pytest.mark.timeout(90)
-async def test_quick_run_fifo_and_relay(tmp_path: Path) -> None:
+async def test_quick_run_fifo_api_and_relay(tmp_path: Path) -> None:
     before = _children()
-    a = parse_args(["--systems", "fifo,relay", "--members", "4", "--procs", "2",
-                    "--messages", "40", "--rates", "50", "--rate-duration", "0.4",
+    a = parse_args(["--systems", "fifo,relay,api", "--api-window", "4", "--members", "4",
+                    "--procs", "2", "--messages", "40", "--rates", "50", "--rate-duration", "0.4",
                     "--rounds", "1", "--window", "8", "--no-json", "--logdir", str(tmp_path)])
     res = await asyncio.wait_for(main_async(a), 80)
-    assert set(res["runs"]) == {"fifo", "relay"}
+    assert set(res["runs"]) == {"fifo", "relay", "api"}
     for system, runs in res["runs"].items():
         assert len(runs) == 1
         r = runs[0]
@@ -67,16 +68,21 @@ async def test_quick_run_fifo_and_relay(tmp_path: Path) -> None:
         b = r["burst"]
         assert b["messages"] == 40
         assert b["deliveries"] == b["expected"] == 40 * 4
-        assert b["delivered_per_s"] > 0 and b["span_s"] > 0
+        assert b["delivered_per_s"] > 0 and b["span_s"] > 0 and b["published_per_s"] > 0
         for k in ("server_cpu_s", "subs_cpu_s", "pub_cpu_s", "server_us_per_delivery",
                   "subs_us_per_delivery"):
             assert b[k] >= 0
         (rate,) = r["rates"]
         assert rate["rate"] == 50 and not rate["skipped"]
         assert rate["samples"] == rate["messages"] * 4 == 20 * 4
-        assert 0 <= rate["p50_ms"] <= rate["p99_ms"] <= rate["max_ms"]
-    assert set(res["summary"]) == {"fifo", "relay"}
-    assert "fifo" in res["table"] and "relay" in res["table"]
+        assert 0 <= rate["p50_ms"] <= rate["p99_ms"] <= rate["p999_ms"] <= rate["max_ms"]
+    assert set(res["summary"]) == {"fifo", "relay", "api"}
+    assert res["summary"]["api"]["vs"] == "fifo"  # the API beside a member publishing
+    assert res["summary"]["api"]["x_member_published_per_s"] > 0
+    (api_rate,) = res["runs"]["api"][0]["rates"]
+    assert 0 <= api_rate["answer_p50_ms"] <= api_rate["answer_p99_ms"]  # the calls' answers
+    assert "fifo" in res["table"] and "relay" in res["table"] and "api " in res["table"]
+    assert "api          vs fifo:" in res["table"]
     assert _children() <= before  # every server and worker process is gone
 
 

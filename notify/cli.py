@@ -96,8 +96,8 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--auth-policy-file", "auth", str, "server-side grants by member (TOML or JSON)"),
     ("--api-port", "api", int,
      "serve the server API (HTTP/JSON, /api/v1, docs/api.md) on this port; needs a key"),
-    ("--api-rate", "api", float, "server API requests/s per key (default 100; 0 = no limit)"),
-    ("--api-burst", "api", int, "their token bucket's size (default 200)"),
+    ("--api-rate", "api", float, "server API requests/s per key (default 1,000; 0 = no limit)"),
+    ("--api-burst", "api", int, "their token bucket's size (default 2,000)"),
 ]
 
 

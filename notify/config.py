@@ -214,9 +214,10 @@ class ApiSettings(_Section):
     #: its own port (0: any free one), on `server.host`, with the server's TLS
     port: int | None = Field(default=None, ge=0, le=65535)
     keys: list[ApiKeySettings] = Field(default_factory=list)
-    #: requests per second per key (a token bucket; 0: no limit), and the bucket's size
-    rate: float = Field(default=100.0, ge=0)
-    burst: int = Field(default=200, ge=1)
+    #: requests per second per key (a token bucket; 0: no limit), and the bucket's size: a
+    #: backend that notifies its groups publishes one request per message
+    rate: float = Field(default=1_000.0, ge=0)
+    burst: int = Field(default=2_000, ge=1)
 
     @model_validator(mode="after")
     def _port_and_keys(self) -> ApiSettings:

@@ -155,7 +155,7 @@ def _users(members: tuple[str, ...]) -> dict[str, list[str]]:
 class ApiServer:
     def __init__(self, server: NotifyServer, keys: Keyring, *, host: str = "127.0.0.1",
                  port: int = 0, ssl: ssl_module.SSLContext | None = None,
-                 rate: float = 100.0, burst: int = 200,
+                 rate: float = 1_000.0, burst: int = 2_000,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not len(keys):
             raise ValueError("the server API needs at least one key")

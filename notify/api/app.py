@@ -166,6 +166,12 @@ class ApiServer:
         self._buckets: dict[str, Bucket] = {}
         self._readers = asyncio.Semaphore(READERS)
         self._counter = server.metrics.api_requests
+        #: each (endpoint, status)'s counter, looked up once (a labels() call per request was
+        #: a few percent of a publish)
+        self._counted: dict[tuple[str, int], Any] = {}
+        #: the logger as configured now, bound once: a debug line per request is then a no-op
+        #: call when debug is off, not a lazy proxy's bind per request
+        self._log = log.bind()
         self.publisher = Publisher(server, self._read_message)
         # client_max_size: a publish's body is at most a frame's worth (413 past it)
         self.app = web.Application(middlewares=[self._middleware],
@@ -236,8 +242,12 @@ class ApiServer:
             log.exception("api_internal_error", method=request.method, path=request.path,
                           key=key.name if key is not None else None)
             response = _error(ApiError(ApiErrorCode.INTERNAL, "internal error"))
-        self._counter.labels(endpoint, str(response.status)).inc()
-        log.debug("api_request", method=request.method, path=request.path,
+        counter = self._counted.get((endpoint, response.status))
+        if counter is None:  # (bounded: the routes times the statuses they answer)
+            counter = self._counted[(endpoint, response.status)] = self._counter.labels(
+                endpoint, str(response.status))
+        counter.inc()
+        self._log.debug("api_request", method=request.method, path=request.path,
                   key=key.name if key is not None else None, status=response.status,
                   ms=round((time.monotonic() - started) * 1000, 3))
         return response

@@ -497,6 +497,9 @@ class ApiServer:
         member = self._name(request, "member", _MEMBER, MAX_MEMBER)
         _query(request, "removeMember")
         self._serving()
+        if self.server.config.shared_log and not self.server.placement.owns(name):
+            raise unavailable("cluster mode: a removal is not routed to the group's owner yet; "
+                              "ask the node that owns it (GET /cluster)")
         if name not in self.server.hub.groups:
             stored = await self._stored(name)
             if name not in self.server.hub.groups:  # (not loaded meanwhile)

@@ -2,7 +2,8 @@
 `notify serve --cluster` processes over a real 3-node NATS JetStream cluster: a publish to a
 node that does not own the group crosses the link to its owner as the key's trusted sender and
 reaches members on both nodes; retries through either node are delivered once; the view and
-the history are answered by any node (from the stream when it does not own the group)."""
+the history are answered by any node (from the stream when it does not own the group); a
+removal is answered by the owner (503 elsewhere: not routed yet)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,13 @@ async def test_a_publish_through_any_node_reaches_the_owners_group_once(
                 page = await api.history(g)
                 assert [m.offset for m in page.messages] == [1, 2, 3]
                 assert {m.sender for m in page.messages} == {"api:app"}
+            # a removal is not routed yet: the node that does not own the group says so (503,
+            # not a wrong 404), and the owner removes
+            with pytest.raises(ServerAPIError) as e:
+                await via_edge.remove(g, "b")
+            assert (e.value.status, e.value.code) == (503, "unavailable")
+            removal = await via_owner.remove(g, "b")
+            assert (removal.removed, removal.version) == ((b.member,), 3)  # every tab of b
     finally:
         for c in cols:
             await c.stop()

@@ -49,8 +49,9 @@ from notify.storage.base import LogPage
 
 log = structlog.get_logger("notify.api")
 
-#: request bodies remembered per process for the 409 check (the oldest go first)
-RECENT = 100_000
+#: request bodies remembered per process for the 409 check (the oldest go first; about
+#: 300 B each; a key older than these is checked against the log instead)
+RECENT = 10_000
 #: how long a refusal that passes by itself (a view being installed) waits before a retry
 RETRY_PAUSE = 0.02
 

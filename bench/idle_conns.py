@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from bench.catchup import metric, serve
-from bench.idle_memory import loadavg, status, wait_idle
+from bench.idle_memory import cpu_seconds, loadavg, status, wait_idle
 
 #: the issue's figures (issue 34, measured 2026-11-26)
 ISSUE = {"kib": 21.0, "kib_at": 9000, "accepted": 9000, "accept_s": 11.3, "shown": 10000,
@@ -181,10 +181,13 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         try:
             load.answers("ready")
             r["load_open"] = loadavg()
+            cpu0 = cpu_seconds(pid), sum(cpu_seconds(p.pid) for p in load.procs)
             t0 = time.monotonic()
             load.tell("go")
             done = load.answers("opened")
             r["open_s"] = time.monotonic() - t0
+            r["server_cpu_s"] = cpu_seconds(pid) - cpu0[0]
+            r["load_cpu_s"] = sum(cpu_seconds(p.pid) for p in load.procs) - cpu0[1]
             r["opened"] = sum(d["opened"] for d in done)
             r["failed"] = sum(d["failed"] for d in done)
             r["rate"] = r["opened"] / r["open_s"]
@@ -193,16 +196,25 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
                   f"= {r['rate']:,.0f}/s from {len(done)} processes ({r['failed']} failed"
                   f"{': ' + '; '.join(errors) if errors else ''}; load before {r['load_open']}, "
                   f"after {loadavg()})", flush=True)
+            print(f"CPU while opening: server {r['server_cpu_s']:.1f} s = "
+                  f"{r['server_cpu_s'] / r['opened'] * 1e6:.0f} µs per connection "
+                  f"({r['server_cpu_s'] / r['open_s']:.0%} of a core), load processes "
+                  f"{r['load_cpu_s']:.1f} s = {r['load_cpu_s'] / r['opened'] * 1e6:.0f} µs per "
+                  f"connection; the server alone at that cost: "
+                  f"{r['opened'] / r['server_cpu_s']:,.0f}/s per core", flush=True)
             if not r["opened"]:
                 raise RuntimeError("no connection opened")
+            cpu0 = cpu_seconds(pid)
             time.sleep(a.settle)  # (never under 2 % of CPU: the heartbeats of N connections)
             r["settle_s"] = a.settle
+            r["idle_cpu"] = (cpu_seconds(pid) - cpu0) / a.settle
             r["shown"] = metric(url, "notify_connections")
             r["settled"] = status(pid, "VmRSS")
             r["kib_settled"] = (r["settled"] - r["baseline"]) / kib / r["opened"]
             print(f"{r['settle_s']:.0f} s later: notify_connections {r['shown']:,.0f}, RSS "
                   f"{r['settled'] / kib / kib:.1f} MiB = {r['kib_settled']:.2f} KiB per "
-                  f"connection over the baseline (load {loadavg()})", flush=True)
+                  f"connection over the baseline; the server's CPU meanwhile (heartbeats "
+                  f"only): {r['idle_cpu']:.1%} of a core (load {loadavg()})", flush=True)
             if a.trim_wait > 0:
                 time.sleep(a.trim_wait)
                 r["trimmed"] = status(pid, "VmRSS")

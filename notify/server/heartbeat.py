@@ -13,6 +13,7 @@ A ping is written as `websockets` writes it (its sans-I/O protocol, then the tra
 pong is recognised by `websockets` itself: the ping waits in the connection's `pending_pings`,
 which the connection clears when the pong arrives, as for its own pings. Nothing waits for the
 socket to drain: a ping is 6 bytes, and a socket that backed up is bounded by its outbox (G11).
+A closed connection leaves the heap at its next due time (within `interval`, or `timeout`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ import itertools
 import random
 import struct
 
+import structlog
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import CloseCode
 from websockets.protocol import OPEN
+
+log = structlog.get_logger("notify.server")
 
 
 class Heartbeats:
@@ -55,15 +59,20 @@ class Heartbeats:
         due = self._due
         while due and due[0][0] <= now:
             _, _, ws, ping, sent = heapq.heappop(due)
-            if ws.protocol.state is not OPEN:
+            if ws.protocol.state is not OPEN or ws.transport.is_closing():
                 continue  # closing or closed: forgotten
-            if ping is not None and ping in ws.pending_pings:  # not answered yet
-                if now - sent >= self.timeout:
-                    self._fail(ws)
+            try:
+                if ping is not None and ping in ws.pending_pings:  # not answered yet
+                    if now - sent >= self.timeout:
+                        self._fail(ws)
+                        continue
+                    heapq.heappush(due, (sent + self.timeout, next(self._seq), ws, ping, sent))
                     continue
-                heapq.heappush(due, (sent + self.timeout, next(self._seq), ws, ping, sent))
+                ping = self._ping(ws, now)
+            except Exception:  # a bug of ours: drop this link, the others go on (G13)
+                log.exception("heartbeat_failed")
+                ws.transport.abort()  # the hub hears a lost connection; the member resumes
                 continue
-            ping = self._ping(ws, now)
             heapq.heappush(due, (now + min(self.interval, self.timeout), next(self._seq), ws,
                                  ping, now))
 

@@ -101,3 +101,27 @@ async def test_a_connection_that_is_no_longer_open_is_forgotten() -> None:
     ws.protocol.state = CLOSING
     beats.tick(5.0)
     assert ws.protocol.pings == [] and len(beats) == 0
+
+
+async def test_a_ping_that_raises_drops_that_connection_only() -> None:
+    # the timer sends the heartbeats: one connection's failure must not end it (G13)
+    beats = Heartbeats(interval=5.0, timeout=10.0)
+    broken, fine = _Connection(), _Connection()
+
+    def raises() -> None:
+        raise RuntimeError("the transport is closed")
+
+    broken.send_data = raises  # type: ignore[method-assign]
+    beats.add(broken, 0.0)  # type: ignore[arg-type]
+    beats.add(fine, 0.0)  # type: ignore[arg-type]
+    beats.tick(5.0)
+    assert broken.transport.aborted and len(fine.protocol.pings) == 1 and len(beats) == 1
+
+
+async def test_a_connection_whose_transport_is_closing_is_forgotten() -> None:
+    beats = Heartbeats(interval=5.0, timeout=10.0)
+    ws = _Connection()
+    beats.add(ws, 0.0)  # type: ignore[arg-type]
+    ws.transport.abort()  # (its connection_lost, which closes the protocol, comes later)
+    beats.tick(5.0)
+    assert ws.protocol.pings == [] and len(beats) == 0

@@ -1,5 +1,5 @@
 """`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`, `cluster`,
-`sdkfanout`, `sdkrecv`, `idle_memory`)."""
+`sdkfanout`, `sdkrecv`, `idle_memory`, `idle_conns`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     benches = {"fanout": "bench.fanout", "catchup": "bench.catchup", "core": "bench.core",
                "cluster": "bench.cluster", "sdkfanout": "bench.sdkfanout",
-               "sdkrecv": "bench.sdkrecv", "idle_memory": "bench.idle_memory"}
+               "sdkrecv": "bench.sdkrecv", "idle_memory": "bench.idle_memory",
+               "idle_conns": "bench.idle_conns"}
     if not argv or argv[0] not in benches:
         print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
         return 2

@@ -3,8 +3,9 @@
 Everything that decides anything is in `notify.core`; this file owns the sockets, the tasks, the
 clock, storage and the outboxes; the core is run by the `Driver` (notify/runtime) that every
 host shares, and this server implements its ports (`Transport`, `Store`, `Observer`). Each
-connection has an `Outbox` (its sender worker). Heartbeats are WebSocket pings: `websockets`
-closes a connection whose pong is late, and the hub treats that as any other lost connection.
+connection has an `Outbox` (its sender worker). Heartbeats are WebSocket pings, sent by the
+timer for every connection (`Heartbeats`): a connection whose pong is late is closed as
+`websockets` would (1011), and the hub treats that as any other lost connection.
 
 Security and operations at the edge (docs/security.md, docs/operations.md): tokens in `hello` and
 `refresh` are verified here by a `TokenVerifier` (none configured = development mode, every
@@ -52,6 +53,7 @@ from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.heap import release_free_memory
+from notify.server.heartbeat import Heartbeats
 from notify.server.listener import stop_accepting
 from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
@@ -151,6 +153,10 @@ class NotifyServer:
         self._trimming: asyncio.Task[bool] | None = None
         self._freed_seen, self._next_trim = 0, 0.0
         self._timer: asyncio.Task[None] | None = None
+        #: WebSocket pings of every connection, sent by the timer (notify/server/heartbeat.py)
+        t = self.config.timeouts
+        self._heartbeats = Heartbeats(t.heartbeat_interval,
+                                      max(t.heartbeat_timeout - t.heartbeat_interval, 0.1))
         #: called with each write the log made durable, before the frames held behind it
         #: leave (the webhooks' source, notify/webhooks/source.py); a hook must not raise
         self.stored: list[Callable[[Write], None]] = []
@@ -268,14 +274,13 @@ class NotifyServer:
         self.store.forget(group)
 
     async def start(self) -> None:
-        t = self.config.timeouts
         if self.verifier is not None:  # before the first hello: revoked tokens stay refused
             self.verifier.revoked.update(await self.off_loop(self.store.revocations))
         self._server = await serve(
             self._handle, self.host, self.port,
             max_size=self.config.limits.max_frame_bytes,
-            ping_interval=t.heartbeat_interval,
-            ping_timeout=max(t.heartbeat_timeout - t.heartbeat_interval, 0.1),
+            # heartbeats: `self._heartbeats`, from the timer (not a task per connection)
+            ping_interval=None, ping_timeout=None,
             compression=None,
             # a client that does not answer the close handshake holds a graceful stop no longer
             # than its grace period
@@ -413,8 +418,15 @@ class NotifyServer:
                         on_slow=lambda: self._on_slow(conn),
                         sent_bytes=self.stats.bytes_out, flusher=self._flusher)
         self._outboxes[conn] = outbox
+        self._heartbeats.add(ws, ws.loop.time())
         log.debug("conn_open", conn=conn, ip=ip, origin=ws.request.headers.get("Origin")
                   if ws.request is not None else None)
+        # The handshake's headers were read (origins, limits, the line above) and are not read
+        # again: kept, they were about 3 KiB of every idle connection (issue 34). (The request
+        # stays: websockets takes a connection without one for one still in its handshake.)
+        ws.response = None
+        if ws.request is not None:
+            ws.request.headers.clear()
         self.driver.opened(conn)
         try:
             async for data in ws:
@@ -691,6 +703,7 @@ class NotifyServer:
                 self._pruning.add_done_callback(_log_prune)
             loading = self.driver.loading
             self.driver.tick()
+            self._heartbeats.tick(asyncio.get_running_loop().time())
             if self.hub.freed != self._freed_seen and now >= self._next_trim and (
                     self._trimming is None or self._trimming.done()):
                 # groups left memory or cooled: what they held back to the system, off the
@@ -706,8 +719,9 @@ class NotifyServer:
             await asyncio.sleep(min(max(delay, MIN_SLEEP), MAX_SLEEP))
 
     def _timer_ended(self, task: asyncio.Task[None]) -> None:
-        """The timer drives every deadline (suspect, flush, ACK, write): without it groups would
-        wait forever, so its death stops the server (G13) instead of going unnoticed."""
+        """The timer drives every deadline (suspect, flush, ACK, write) and the heartbeats:
+        without it groups would wait forever and dead connections would stay, so its death
+        stops the server (G13) instead of going unnoticed."""
         if task.cancelled() or self.halt_reason is not None:
             return
         log.critical("timer_died", error=repr(task.exception()))

@@ -10,10 +10,16 @@ Who writes: while a member's socket keeps up (nothing waits in its transport), a
 `Flusher` writes what each outbox queued during a turn of the loop, in one callback on the next
 turn, straight to the transport: one callback for every member instead of a task switch per
 member (the fan-out of one message to 50 members was 50 task wake-ups). Once a socket backs up,
-or while the sender task is busy, the task writes instead, through websockets' `send()` and its
-flow control (it waits for the socket to drain, the queue grows, the bound cuts the member). The
-two never reorder frames: both take from the same queue, and each writes what it took before it
-gives up the loop.
+the outbox starts its sender task, which writes instead, through websockets' `send()` and its
+flow control (it waits for the socket to drain, the queue grows, the bound cuts the member), and
+ends once it has written everything queued. The two never reorder frames: both take from the
+same queue, each writes what it took before it gives up the loop, and while the task exists the
+flusher leaves the writing to it.
+
+An idle connection holds no task and no queue (issue 34: a task, its frame and its wake-up event
+were about 2 KiB of each idle connection's memory): the queue is a list made by the first push
+and handed over whole when taken, the task is started only when a socket backs up or a draining
+close must wait. Without a flusher (tests), the task runs for the outbox's life.
 """
 
 from __future__ import annotations
@@ -30,7 +36,6 @@ from websockets.protocol import OPEN
 
 from notify.core.errors import CloseCode
 from notify.runtime.frames import BATCH_FRAMES, packed, runs
-from notify.server.mailbox import Mailbox
 
 log = structlog.get_logger("notify.server")
 
@@ -72,9 +77,9 @@ def text_frame(data: bytes) -> bytes:
 
 
 class Outbox:
-    __slots__ = ("_active", "_bound", "_bytes", "_closer", "_closing", "_exempt",
-                 "_exempt_bytes", "_flusher", "_frames", "_mailbox", "_marked", "_max_bytes",
-                 "_sent", "_task", "_ws", "on_slow")
+    __slots__ = ("_bound", "_bytes", "_closer", "_closing", "_exempt", "_exempt_bytes",
+                 "_flusher", "_frames", "_marked", "_max_bytes", "_queue", "_sent", "_task",
+                 "_wake", "_ws", "on_slow")
 
     def __init__(self, ws: ServerConnection, bound: int, *, max_bytes: int = 1 << 62,
                  on_slow: Callable[[], None] | None = None,
@@ -84,13 +89,12 @@ class Outbox:
         self._flusher = flusher
         #: marked with the flusher for its next flush
         self._marked = False
-        #: the task took frames and is writing them (maybe waiting for the socket to drain)
-        self._active = False
         #: a one-element list shared by all outboxes: bytes written (for metrics)
         self._sent = sent_bytes if sent_bytes is not None else [0]
         self._bound = bound
-        #: queued items: a frame, or a `batch` frame of several, and how many frames it holds
-        self._mailbox: Mailbox[tuple[bytes, int]] = Mailbox()
+        #: queued items, oldest first (None while nothing is): a frame, or a `batch` frame of
+        #: several, and how many frames it holds
+        self._queue: list[tuple[bytes, int]] | None = None
         self._closing = False
         #: the close under way (kept: a task nobody holds may vanish)
         self._closer: asyncio.Task[None] | None = None
@@ -102,11 +106,23 @@ class Outbox:
         self._exempt_bytes = 0
         self._max_bytes = max_bytes
         self.on_slow = on_slow
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        #: the sender task (None while the flusher writes: see the module docstring; a task
+        #: that ended on a closed connection stays, done) and what wakes it
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        if flusher is None:
+            self._start()
 
     def __len__(self) -> int:
         """Frames queued (a `batch` counts as the frames it holds)."""
         return self._frames
+
+    def _start(self) -> asyncio.Event:
+        """The sender task, started unless it exists; returns what wakes it."""
+        if self._task is None or self._wake is None:
+            self._wake = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(self._wake))
+        return self._wake
 
     def push(self, frame: bytes, *, bounded: bool = True, frames: int = 1) -> None:
         """Queue `frame`: one frame, or a `batch` frame of `frames` frames (a run of fan-outs;
@@ -116,9 +132,14 @@ class Outbox:
         it must not cut the member it is meant to resume (G11)."""
         if self._closing:
             return
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = []
+        queue.append((frame, frames))
         flusher = self._flusher
-        self._mailbox.put((frame, frames), wake=flusher is None)
-        if flusher is not None and not self._marked:
+        if flusher is None:
+            self._start().set()
+        elif not self._marked:
             self._marked = True
             flusher.mark(self)
         self._frames += frames
@@ -144,46 +165,64 @@ class Outbox:
             return
         self._closing = True
         loop = asyncio.get_running_loop()
-        if drain and not self._task.done():
-            self._mailbox.put(_CLOSE)
+        task = self._task
+        # (a task that ended has nowhere to write: its connection closed)
+        writing = bool(self._queue) if task is None else not task.done()
+        if drain and writing:
+            # the task writes what is queued (the flusher no longer does), then the close
+            queue = self._queue
+            if queue is None:
+                queue = self._queue = []
+            queue.append(_CLOSE)
+            self._start().set()
             self._closer = loop.create_task(self._close_after_drain(code, reason))
             return
-        self._task.cancel()
+        if task is not None:
+            task.cancel()
         self._closer = loop.create_task(self._ws.close(code, reason))
 
     def abort(self) -> None:
         """Drop the connection at once, sending nothing more (fail-stop: see NotifyServer.halt)."""
         self._closing = True
-        self._task.cancel()
+        if self._task is not None:
+            self._task.cancel()
         self._ws.transport.abort()
 
     async def _close_after_drain(self, code: int, reason: str) -> None:
+        task = self._task
+        assert task is not None
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(self._task), _DRAIN_SECONDS)
-        self._task.cancel()
+            await asyncio.wait_for(asyncio.shield(task), _DRAIN_SECONDS)
+        task.cancel()
         await self._ws.close(code, reason)
 
     async def stop(self) -> None:
         self._closing = True
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _flush(self, framed: dict[int, tuple[bytes, bytes]]) -> None:
         """The flusher's turn: write what is queued straight to the transport if the socket
-        keeps up and the task is not writing; otherwise leave it to the task. `framed` holds
-        the frames serialised during this flush, by the id of their data (see `text_frame`)."""
+        keeps up and no task is writing; otherwise leave it to the task (started if need be).
+        `framed` holds the frames serialised during this flush, by the id of their data (see
+        `text_frame`)."""
         self._marked = False
-        if self._closing or not self._mailbox:
+        queue = self._queue
+        if self._closing or not queue:
             return
         ws = self._ws
         try:
             transport = ws.transport
             protocol = ws.protocol
-            if self._active or transport.get_write_buffer_size() or protocol.state is not OPEN:
-                self._mailbox.wake()  # the task writes, with websockets' flow control
+            if self._task is not None or transport.get_write_buffer_size() or \
+                    protocol.state is not OPEN:
+                self._start().set()  # the task writes, with websockets' flow control
                 return
-            outs = self._frames_out(self._mailbox.take())
+            self._queue = None
+            outs = self._frames_out(queue)
             if protocol.extensions or protocol.expect_continuation_frame or protocol.debug:
                 for out in outs:  # not the plain case `text_frame` is for
                     protocol.send_text(out)
@@ -200,12 +239,31 @@ class Outbox:
             self._closing = True
             ws.transport.abort()  # the hub hears a lost connection; the member resumes
 
-    async def _run(self) -> None:
+    def _take(self, limit: int) -> list[tuple[bytes, int]]:
+        """Up to `limit` of the queued items, oldest first."""
+        queue = self._queue
+        assert queue
+        if len(queue) <= limit:
+            self._queue = None
+            return queue
+        items = queue[:limit]
+        del queue[:limit]
+        return items
+
+    async def _run(self, wake: asyncio.Event) -> None:
         ws = self._ws
         try:
             while True:
-                items = await self._mailbox.drain(BATCH_FRAMES)
-                self._active = True
+                if not self._queue:
+                    if self._flusher is not None and not self._closing:
+                        # everything written: the flusher writes again while the socket keeps
+                        # up (and starts a task again when it backs up)
+                        self._task = self._wake = None
+                        return
+                    wake.clear()
+                    await wake.wait()
+                    continue
+                items = self._take(BATCH_FRAMES)
                 last = items[-1] is _CLOSE
                 if last:
                     items.pop()
@@ -213,7 +271,6 @@ class Outbox:
                         return
                 for out in self._frames_out(items):
                     await ws.send(out, text=True)
-                self._active = False
                 if last:
                     return
         except ConnectionClosed:

@@ -6,9 +6,10 @@ import asyncio
 from typing import Any
 
 import orjson
+from websockets.protocol import OPEN
 
 from notify.runtime.frames import batch
-from notify.server.outbox import Outbox
+from notify.server.outbox import Flusher, Outbox, text_frame
 
 
 class _Socket:
@@ -89,3 +90,97 @@ async def test_a_batch_counted_as_one_frame_is_still_spliced_flat() -> None:
     await box.stop()
     assert len(ws.sent) == 1 and ws.sent[0].count(b'"type":"batch"') == 1
     assert _offsets(ws.sent) == [1, 2, 3]
+
+
+def _pong(n: int) -> bytes:  # (what the flusher writes is checked against the schema)
+    return orjson.dumps({"type": "pong", "req": n})
+
+
+def _reqs(sent: list[bytes]) -> list[int]:
+    out: list[int] = []
+    for data in sent:
+        f: dict[str, Any] = orjson.loads(data)
+        out.extend(x["req"] for x in (f["frames"] if f["type"] == "batch" else [f]))
+    return out
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        #: bytes waiting in the transport (a socket that backed up)
+        self.backlog = 0
+
+    def get_write_buffer_size(self) -> int:
+        return self.backlog
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def abort(self) -> None:
+        pass
+
+
+class _Protocol:
+    state = OPEN
+    extensions: list[object] = []
+    expect_continuation_frame = False
+    debug = False
+
+
+class _Connection(_Socket):
+    """A `ServerConnection` for an outbox with a flusher: a transport and a protocol too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transport = _Transport()
+        self.protocol = _Protocol()
+
+
+async def test_an_idle_outbox_with_a_flusher_holds_no_task_and_no_queue() -> None:
+    # issue 34: the flusher writes while the socket keeps up; an idle connection costs no task
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+    assert box._task is None and box._queue is None
+    box.push(_pong(1))
+    box.push(_pong(2))
+    await asyncio.sleep(0.01)
+    # one `batch` frame, written straight to the transport as the flusher serialises it
+    assert len(ws.transport.written) == 1
+    data = ws.transport.written[0][2:]  # (a text frame under 126 bytes: a 2-byte header)
+    assert ws.transport.written[0] == text_frame(data) and _reqs([data]) == [1, 2]
+    assert ws.sent == [] and box._task is None and box._queue is None and len(box) == 0
+
+
+async def test_a_socket_that_backs_up_starts_the_task_which_ends_once_it_wrote_all() -> None:
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+    ws.transport.backlog = 1 << 20
+    box.push(_pong(1))
+    await asyncio.sleep(0)  # the flusher's turn: it leaves the writing to a task
+    assert box._task is not None
+    box.push(_pong(2))  # queued behind: the task writes it too, in order
+    await asyncio.sleep(0.01)
+    assert ws.transport.written == [] and _reqs(ws.sent) == [1, 2]
+    assert box._task is None and box._queue is None and len(box) == 0
+    ws.transport.backlog = 0  # drained: the flusher writes again
+    box.push(_pong(3))
+    await asyncio.sleep(0.01)
+    assert len(ws.transport.written) == 1 and box._task is None
+
+
+async def test_a_draining_close_writes_what_is_queued_then_closes() -> None:
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+    box.push(_pong(7))  # e.g. the `error` that says why
+    box.close(4000, "bye", drain=True)
+    await asyncio.sleep(0.01)
+    assert _reqs(ws.sent) == [7] and ws.closed == (4000, "bye")
+    await box.stop()
+
+
+async def test_a_draining_close_with_nothing_queued_closes_at_once() -> None:
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+    box.close(4000, "bye", drain=True)
+    await asyncio.sleep(0.01)
+    assert ws.sent == [] and ws.closed == (4000, "bye") and box._task is None

@@ -133,7 +133,7 @@ class Publisher:
                                          atomic)
             committed: bool | None = None
             if outcome is not None:
-                committed = await self._outcome(outcome, group, offset, deadline)
+                committed = await self._outcome(outcome, deadline)
             return Published(offset, publish_id, committed, replayed)
         finally:
             if outcome is not None:
@@ -148,13 +148,10 @@ class Publisher:
     def _sender(self, key: str) -> _Sender:
         sender = self._senders.get(key)
         if sender is None:
-            holder: list[_Sender] = []
-            conn = self.server.attach(trusted_sender(key),
-                                      lambda data: self._frames(holder[0], data),
-                                      lambda: self._closed(key, holder[0]))
-            sender = _Sender(conn)
-            holder.append(sender)
-            self._senders[key] = sender
+            sender = self._senders[key] = _Sender(0)
+            sender.conn = self.server.attach(trusted_sender(key),
+                                             lambda data: self._frames(sender, data),
+                                             lambda: self._closed(key, sender))
         return sender
 
     async def _send(self, sender: _Sender, group: str, publish_id: str, payload: bytes,
@@ -185,17 +182,10 @@ class Publisher:
                 continue
             raise _refusal(kind, code, str(frame.get("message", "")), group)
 
-    async def _outcome(self, waiter: asyncio.Future[dict[str, Any]], group: str, offset: int,
-                       deadline: float) -> bool:
-        """An atomic message's outcome: from the `outcome` frame, or, for a retry of one
-        decided long ago (the core answers its `published` only), from the group."""
-        g = self.server.hub.groups.get(group)
-        if not waiter.done() and g is not None and offset not in g.atomics:
-            decided = g.topic.outcome(offset)
-            if decided is None and offset <= g.topic.durable:
-                decided = g.topic.decided(offset)
-            if decided is not None:
-                return decided
+    async def _outcome(self, waiter: asyncio.Future[dict[str, Any]], deadline: float) -> bool:
+        """An atomic message's outcome, from its `outcome` frame (the core sends one to the
+        connection that published or last retried it, also for a retry of one decided long
+        ago: `Group.publish`)."""
         t = self.server.config.timeouts
         try:
             async with asyncio.timeout_at(deadline + t.ack_timeout + t.flush_timeout):

@@ -101,6 +101,8 @@ class Intake:
     publish: Publish
     from_member: bool
     retries: list[tuple[ConnId, Req]]
+    #: a trusted sender's (the server API's): in no view
+    trusted: bool = False
 
 
 class Group:
@@ -128,9 +130,11 @@ class Group:
         #: where to send the install to members that are not (or no longer) in the view's slots
         self._joiner_conns: dict[MemberId, ConnId] = {}
         self._leaver_conns: dict[MemberId, ConnId] = {}
-        #: the connection of each trusted sender that published here (`publish(trusted=)`):
-        #: one per server API key, so bounded by the configuration
-        self._trusted_conns: dict[MemberId, ConnId] = {}
+        #: undecided atomic messages of trusted senders (`publish(trusted=)`) -> the connection
+        #: that published (or last retried) it: a key's publishes come through every node of
+        #: a cluster, each its own connection, and the outcome goes back to the one that asks
+        #: (bounded by the undecided atomics; each leaves when decided or retracted)
+        self._trusted_conns: dict[int, ConnId] = {}
         self._installs: deque[ViewInstall] = deque(maxlen=_INSTALL_HISTORY)
         self._conns_members: tuple[ConnId, ...] | None = None
         self._conns_any: tuple[ConnId, ...] | None = None
@@ -648,7 +652,6 @@ class Group:
         if trusted:
             if p.view != self.view.version:
                 p = replace(p, view=self.view.version, same_view=False)
-            self._trusted_conns[member] = conn  # (its outcomes' way back: one per API key)
         elif p.ephemeral:
             return self._ephemeral(member, conn, p, now)
         waiting = self._intake_ids.get((member, p.id))
@@ -661,6 +664,12 @@ class Group:
             # is held behind the write under way, which may be the one storing `prior` (G10).
             out: list[Action] = [Send(conn, Published(p.req, p.id, prior))]
             committed = self.topic.outcome(prior)
+            if trusted and p.atomic and prior in self.atomics:
+                self._trusted_conns[prior] = conn  # its outcome goes to the one asking now
+            elif committed is None and trusted and p.atomic and prior <= self.topic.durable:
+                # decided and out of the window (a member's SDK asks with `resume.held`; the
+                # server API has no resume, so its retry is answered with the outcome)
+                committed = self.topic.decided(prior)
             if committed is not None:
                 out.append(Send(conn, Outcome(p.id, self.name, prior, committed)))
             return out
@@ -677,7 +686,7 @@ class Group:
             out = [Send(conn, Rejected(p.req, p.id, code))]
             self.log(out, "msg.reject", now, member=member, code=code.value)
             return out
-        item = Intake(member, conn, p, trusted or member in self.slots, [])
+        item = Intake(member, conn, p, trusted or member in self.slots, [], trusted)
         self._intake.append(item)
         self._intake_ids[(member, p.id)] = item
         if p.atomic:
@@ -714,6 +723,8 @@ class Group:
             msg = topic.accept(sender=x.sender, publish_id=p.id, order=p.order, view=p.view,
                                atomic=p.atomic, payload=p.payload, now=now,
                                from_member=x.from_member, size=p.size)
+            if p.atomic and x.trusted:
+                self._trusted_conns[msg.offset] = x.conn
             if p.atomic and self.view.members:
                 self.atomics.add(msg, self.view.members, now)
             elif p.atomic:  # a trusted sender's, to a view of nobody: nobody to wait for
@@ -762,6 +773,7 @@ class Group:
             for m in write.messages:
                 if m.atomic:
                     self.atomics.discard(m.offset)
+                    self._trusted_conns.pop(m.offset, None)
                 self.log(out, "msg.reject", now, member=m.sender,
                           code=RejectCode.STORAGE_FAILED.value, offset=m.offset)
             retracted = {m.offset for m in write.messages}
@@ -862,7 +874,7 @@ class Group:
             self.topic.record_outcome(m.offset, committed)
             sender = self.slots.get(m.sender)
             conn = sender.conn if sender is not None else (
-                self._leaver_conns.get(m.sender) or self._trusted_conns.get(m.sender))
+                self._leaver_conns.get(m.sender) or self._trusted_conns.pop(m.offset, None))
             if conn is not None:
                 out.append(Send(conn, Outcome(m.id, self.name, m.offset, committed,
                                               reason or None), overtakes=overtakes))

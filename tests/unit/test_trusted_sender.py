@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from drive import G, Net, delivered, form
 
+from notify.core import Limits
 from notify.core.events import AcceptFrom, Ack, Hello, Join, Leave, Order, Publish
 
 API = "api:app"
@@ -163,3 +164,47 @@ def test_trust_refuses_a_client_connection_and_a_non_api_name() -> None:
     net.driver.opened(net._conns)
     with pytest.raises(ValueError):
         net.hub.trust(net._conns, "app")
+
+
+def test_each_atomic_outcome_goes_to_the_connection_that_published_it() -> None:
+    """One key publishes through every node of a cluster: at the owner, each edge is its own
+    connection of the same trusted sender. Each outcome goes back to the one that asked (it
+    went to whichever published last)."""
+    net = Net()
+    (a,) = form(net, "a")
+    one, two = trusted(net), trusted(net)
+    publish(net, one, "x", atomic=True)
+    publish(net, two, "y", atomic=True)
+    net.take(one), net.take(two)
+    net.send(a, Ack(G, (1, 2)))
+    assert [(f["type"], f["id"]) for f in net.take(one)] == [("outcome", "x")]
+    assert [(f["type"], f["id"]) for f in net.take(two)] == [("outcome", "y")]
+
+
+def test_a_retry_of_an_undecided_atomic_hears_its_outcome() -> None:
+    net = Net()
+    (a,) = form(net, "a")
+    one, two = trusted(net), trusted(net)
+    publish(net, one, "x", atomic=True)
+    publish(net, two, "x", atomic=True)  # a retry through another node, still undecided
+    assert [(f["type"], f["offset"]) for f in net.take(two)] == [("published", 1)]
+    net.take(one)
+    net.send(a, Ack(G, (1,)))
+    assert [(f["type"], f["committed"]) for f in net.take(two)] == [("outcome", True)]
+
+
+def test_a_retry_of_an_atomic_decided_long_ago_is_answered_with_its_outcome() -> None:
+    """The server API has no resume point to name the atomics it holds: a retry of one that
+    left the in-memory window is answered with its outcome too (the log decided it)."""
+    net = Net(Limits(window_messages=2))
+    (a,) = form(net, "a")
+    api = trusted(net)
+    publish(net, api, "x", atomic=True)
+    net.send(a, Ack(G, (1,)))
+    for i in range(5):  # the window moves on
+        publish(net, api, f"p{i}")
+    net.take(api)
+    assert net.hub.groups[G].topic.outcome(1) is None  # not in the window any more
+    publish(net, api, "x", atomic=True)
+    assert [(f["type"], f.get("committed")) for f in net.take(api)] == [
+        ("published", None), ("outcome", True)]

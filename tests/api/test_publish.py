@@ -19,7 +19,9 @@ import pytest
 
 from client_sdk import Message, NotifyError, ServerAPI, ServerAPIError, ViewInstalled, connect
 from client_sdk.group import Group
-from tests.api.conftest import KEY, SECRET, Serve
+from notify.api import publish as publish_module
+from notify.server.app import NotifyServer
+from tests.api.conftest import KEY, SECRET, Serve, cli
 from tests.integration.conftest import TIMEOUT, Raw
 
 V1 = "/api/v1"
@@ -242,12 +244,7 @@ async def test_cli_pub_through_the_api(serve: Serve) -> None:
         g = await a.join("doc")
 
         async def run(*args: str) -> tuple[int, str]:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "notify.cli", "pub", *args,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-            out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT * 3)
-            assert proc.returncode is not None
-            return proc.returncode, out.decode()
+            return await cli("pub", *args)
 
         code, out = await run("doc", '{"x": 1}', "--api", s.api, "--key", SECRET,
                               "--idempotency-key", "cli-1")
@@ -309,3 +306,13 @@ async def test_publishes_in_flight_at_a_graceful_stop_are_answered_and_kept(
         stored = {m.offset: m for m in [m async for m in api.messages("doc")]}
     for key, offset in answered.items():
         assert stored[offset].payload == {"i": int(key[1:])}
+
+
+async def test_the_409_memory_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request digests kept for the 409 check (G14): past `RECENT` the oldest go (a retry
+    with an older key is checked against the log instead)."""
+    monkeypatch.setattr(publish_module, "RECENT", 3)
+    p = publish_module.Publisher(NotifyServer(), read_back=None)  # type: ignore[arg-type]
+    for i in range(5):
+        p._remember(("app", "g", f"k{i}"), b"d")
+    assert list(p._recent) == [("app", "g", f"k{i}") for i in (2, 3, 4)]

@@ -4,6 +4,9 @@ ends at once: closed 4007, removed from its groups by the normal path, never res
 
 from __future__ import annotations
 
+import pytest
+
+from notify.core import group as group_module
 from notify.core.errors import CloseCode
 from notify.core.events import Hello, Join, ResumePoint
 from tests.unit.drive import G, Net, form, view
@@ -167,3 +170,42 @@ def test_a_member_removed_while_away_is_refused_its_resuming_join_but_may_join_a
     assert view(net) == (4, ("ana", "bob"))
     # and the memory of the removal went with that join (a later resume is not refused)
     assert net.hub.groups[G]._expelled == {}
+
+
+def _removed_while_away(net: Net, ana: int, name: str) -> str:
+    """`name` joins, drops, and is removed while away: its session token."""
+    c = net.connect(name)
+    net.send(c, Join(f"j-{name}", G))
+    net.flush(ana)
+    token = net.sessions[c]
+    net.drop(c)
+    _apply(net, net.hub.remove(G, name, net.now))
+    net.flush(ana)
+    return token
+
+
+def _resume_refused(net: Net, name: str, token: str) -> bool:
+    back = net.connect(name, session=token)
+    net.send(back, Join("r", G, resume=ResumePoint(1, 0, 2, {})))
+    return [e["code"] for e in net.take(back, "error")] == ["removed"]
+
+
+def test_the_memory_of_removals_is_bounded_and_forgets_the_oldest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_module, "MAX_EXPELLED", 2)
+    net = Net(suspect_timeout=60.0)
+    (ana,) = form(net, "ana")
+    tokens = {n: _removed_while_away(net, ana, n) for n in ("b1", "b2", "b3")}
+    assert list(net.hub.groups[G]._expelled) == ["b2", "b3"]  # (G14) b1 went first
+    assert not _resume_refused(net, "b1", tokens["b1"])  # forgotten: let back in
+    assert _resume_refused(net, "b3", tokens["b3"])
+
+
+def test_the_memory_of_a_removal_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_module, "EXPELLED_MEMORY", 5.0)
+    net = Net(suspect_timeout=60.0)
+    (ana,) = form(net, "ana")
+    token = _removed_while_away(net, ana, "bob")
+    net.advance(6.0)
+    assert not _resume_refused(net, "bob", token)  # past its memory: a resume is let in
+    assert "bob" not in net.hub.groups[G]._expelled

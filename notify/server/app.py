@@ -586,8 +586,8 @@ class NotifyServer:
         outbox = self._outboxes.get(conn)
         if outbox is not None:
             outbox.push(data, bounded=bounded, frames=frames)
-        elif conn in self._sinks:
-            self._sinks[conn].frames(data)
+        elif (sink := self._sinks.get(conn)) is not None:
+            sink.frames(data)
         else:  # a connection another node's edge holds, or one that is gone
             self.placement.push(conn, data, bounded=bounded, frames=frames)
 

@@ -127,3 +127,13 @@ async def get(http: aiohttp.ClientSession, url: str, key: str | None = SECRET,
     async with http.get(url, headers=headers, **kw) as r:
         assert r.content_type == "application/json", (r.status, await r.text())
         return r.status, await r.json()
+
+
+async def cli(*args: str) -> tuple[int, str]:
+    """`notify ARGS...` as a user runs it: (exit code, stdout and stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "notify.cli", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT * 3)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()

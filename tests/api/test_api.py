@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from client_sdk import ServerAPI, ServerAPIError, connect
-from tests.api.conftest import KEY, SECRET, Serve, Served, get
+from tests.api.conftest import KEY, SECRET, Serve, Served, cli, get
 from tests.integration.conftest import TIMEOUT, Raw
 
 V1 = "/api/v1"
@@ -279,12 +279,7 @@ async def test_cli_presence_and_history(serve: Serve) -> None:
             await g.publish({"i": i})
 
         async def run(*args: str) -> tuple[int, str]:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "notify.cli", *args, "--api", s.api, "--key", SECRET,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-            out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT * 3)
-            assert proc.returncode is not None
-            return proc.returncode, out.decode()
+            return await cli(*args, "--api", s.api, "--key", SECRET)
 
         code, out = await run("presence", "doc")
         assert code == 0 and out.splitlines()[0] == "view 2: 1 users, 2 instances"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from client_sdk import (
     connect,
 )
 from client_sdk.group import Group
-from tests.api.conftest import KEY, SECRET, Serve
+from tests.api.conftest import KEY, SECRET, Serve, cli
 from tests.integration.conftest import TIMEOUT
 
 V1 = "/api/v1"
@@ -291,12 +290,7 @@ async def test_cli_remove(serve: Serve) -> None:
         await bob.join("doc")
 
         async def run(*args: str) -> tuple[int, str]:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "notify.cli", *args, "--api", s.api, "--key", SECRET,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-            out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT * 3)
-            assert proc.returncode is not None
-            return proc.returncode, out.decode()
+            return await cli(*args, "--api", s.api, "--key", SECRET)
 
         code, out = await run("remove", "doc", "alice")
         assert code == 0, out

@@ -83,6 +83,21 @@ class GroupList(_Model):
     next: str | None = Field(description="pass it as `cursor` for the next page; null: no more")
 
 
+I64_MIN, U64_MAX = -(2**63), 2**64 - 1
+#: a payload the edge carries, as far as JSON Schema can say it: integers within 64 bits at
+#: any depth (what it cannot say: nesting within `max_payload_depth`, the written size)
+JSON_VALUE: dict[str, Any] = {
+    "description": "a JSON value the edge can carry (integers within 64 bits)",
+    "anyOf": [
+        {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+        {"type": "integer", "minimum": I64_MIN, "maximum": U64_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+    ],
+}
+
+
 class PublishRequest(_Model):
     """A message to publish (the request body; a field not listed here is refused)."""
 

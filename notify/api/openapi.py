@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from pydantic.json_schema import models_json_schema
 
-from notify.api.models import I64_MAX, MODELS
+from notify.api.models import I64_MAX, JSON_VALUE, MODELS
 from notify.core.config import Limits
 from notify.core.hub import GROUP_NAME
 from notify.core.users import INSTANCE, SEPARATOR
@@ -239,12 +239,21 @@ def document() -> dict[str, Any]:
                                           "schema": {"type": "object"}}}}}}},
         },
         "components": {
-            "schemas": schemas["$defs"],
+            "schemas": {**_with_json_values(schemas["$defs"]), "JsonValue": JSON_VALUE},
             "securitySchemes": {"bearer": {
                 "type": "http", "scheme": "bearer",
                 "description": "an API key's secret (`--api-key NAME=SECRET`, `[[api.keys]]`)"}},
         },
     }
+
+
+def _with_json_values(defs: dict[str, Any]) -> dict[str, Any]:
+    """The models' schemas, with a publish's `payload` as a `JsonValue` (pydantic says `{}`:
+    any value, which would promise integers the edge refuses, G12)."""
+    payload = defs["PublishRequest"]["properties"]["payload"]
+    defs["PublishRequest"]["properties"]["payload"] = {
+        "$ref": "#/components/schemas/JsonValue", "description": payload["description"]}
+    return defs
 
 
 def render_json(doc: dict[str, Any] | None = None) -> str:

@@ -391,26 +391,36 @@ class Pub:
             if r.status != 200:
                 raise RuntimeError(f"GET {base}: {r.status} {await r.text()}")
         json_type = {"Content-Type": "application/json"}
+
+        async def one(p: dict[str, Any]) -> None:
+            async with session.post(url, data=dumps({"payload": p}), headers=json_type) as r:
+                body = await r.read()
+                if r.status != 200:
+                    self.errors.append(f"publish {p['n']}: {r.status} {body[:200]!r}")
+                else:
+                    self.answered.append(clock() - p["t"])
+
+        self.send, self.settle = self._windowed(one, window)
+
+    def _windowed(self, one: Callable[[dict[str, Any]], Awaitable[None]], window: int
+                  ) -> tuple[Callable[[dict[str, Any]], Awaitable[None]],
+                             Callable[[], Awaitable[None]]]:
+        """(send, settle) for a publisher with at most `window` calls of `one` awaiting their
+        answer; a call that raises is recorded in `errors`."""
         sem = asyncio.Semaphore(window)
         inflight: set[asyncio.Task[Any]] = set()
 
-        async def one(p: dict[str, Any]) -> None:
+        async def guarded(p: dict[str, Any]) -> None:
             try:
-                async with session.post(url, data=dumps({"payload": p}),
-                                        headers=json_type) as r:
-                    body = await r.read()
-                    if r.status != 200:
-                        self.errors.append(f"publish {p['n']}: {r.status} {body[:200]!r}")
-                    else:
-                        self.answered.append(clock() - p["t"])
+                await one(p)
             except Exception as e:
                 self.errors.append(f"publish {p['n']}: {type(e).__name__}: {e}")
             finally:
                 sem.release()
 
-        async def send_api(p: dict[str, Any]) -> None:
-            await sem.acquire()  # at most `window` calls awaiting their answer
-            t = asyncio.create_task(one(p))
+        async def send(p: dict[str, Any]) -> None:
+            await sem.acquire()
+            t = asyncio.create_task(guarded(p))
             inflight.add(t)
             t.add_done_callback(inflight.discard)
 
@@ -418,7 +428,7 @@ class Pub:
             while inflight:
                 await asyncio.gather(*list(inflight))
 
-        self.send, self.settle = send_api, settle
+        return send, settle
 
     async def _setup_notify(self) -> None:
         from client_sdk import ClientOptions, ViewInstalled, connect
@@ -443,28 +453,13 @@ class Pub:
 
         self.tasks.append(asyncio.create_task(drain()))
         await asyncio.wait_for(full.wait(), 60)
-        sem = asyncio.Semaphore(window)
-        inflight: set[asyncio.Task[Any]] = set()
 
         async def one(p: dict[str, Any]) -> None:
-            try:
-                r = await group.publish(p, order=order, atomic=atomic)
-                if atomic and not r.committed:
-                    self.errors.append(f"atomic {p['n']} aborted: {r.reason}")
-            except Exception as e:
-                self.errors.append(f"publish {p['n']}: {type(e).__name__}: {e}")
-            finally:
-                sem.release()
+            r = await group.publish(p, order=order, atomic=atomic)
+            if atomic and not r.committed:
+                self.errors.append(f"atomic {p['n']} aborted: {r.reason}")
 
-        async def send_notify(p: dict[str, Any]) -> None:
-            await sem.acquire()  # at most `window` publishes awaiting their reply
-            t = asyncio.create_task(one(p))
-            inflight.add(t)
-            t.add_done_callback(inflight.discard)
-
-        async def settle() -> None:
-            if inflight:
-                await asyncio.gather(*list(inflight))
+        send_notify, settle = self._windowed(one, window)
 
         if self.a.publish == "nowait":
             futures: deque[tuple[int, asyncio.Future[Any]]] = deque()

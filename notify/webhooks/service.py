@@ -54,8 +54,8 @@ log = structlog.get_logger("notify.webhooks")
 MAX_PENDING = 100_000
 #: seconds `stop` waits for the writer to empty `_pending`
 STOP_GRACE = 5.0
-#: the longest wait before a dead task is started again
-MAX_RESTART_DELAY = 30.0
+#: the wait before a dead task is started again: this, doubling with each death, up to the next
+RESTART_DELAY, MAX_RESTART_DELAY = 1.0, 30.0
 
 
 class Webhooks:
@@ -191,7 +191,7 @@ class Webhooks:
             return
         error = task.exception()
         n = self._failures[name] = self._failures.get(name, 0) + 1
-        wait = min(2.0 ** (n - 1), MAX_RESTART_DELAY)
+        wait = delay(n, RESTART_DELAY, MAX_RESTART_DELAY, jitter=0.0)
         log.error("webhook_task_died", task=name, error=repr(error), restart_in=wait)
         self.restarts += 1
 

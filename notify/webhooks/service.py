@@ -187,9 +187,11 @@ class Webhooks:
 
     def _ended(self, name: str, run: Callable[[], Awaitable[None]],
                task: asyncio.Task[None]) -> None:
-        if self._stopping or task.cancelled():
+        if self._stopping:
             return
-        error = task.exception()
+        # (cancelled by anything but `stop` is a death too: a sender nobody restarts would
+        # leave its endpoint's rows undelivered, silently)
+        error = asyncio.CancelledError() if task.cancelled() else task.exception()
         n = self._failures[name] = self._failures.get(name, 0) + 1
         wait = delay(n, RESTART_DELAY, MAX_RESTART_DELAY, jitter=0.0)
         log.error("webhook_task_died", task=name, error=repr(error), restart_in=wait)

@@ -121,9 +121,13 @@ class Outbox:
     def _add(self, rows: list[tuple[str, Event]], cursors: list[Cursor],
              offsets: dict[str, int], now: float) -> list[str]:
         got: dict[str, None] = {}
+        #: each event serialised once, however many endpoints want it
+        bodies: dict[str, bytes] = {}
         with self._tx():
             for endpoint, e in rows:
-                body = e.body()
+                body = bodies.get(e.id)
+                if body is None:
+                    body = bodies[e.id] = e.body()
                 self._db.execute("INSERT INTO events (endpoint, id, type, body, size, created) "
                                  "VALUES (?,?,?,?,?,?)",
                                  (endpoint, e.id, e.type, body, len(body), now))

@@ -163,8 +163,17 @@ class Webhooks:
         what the hook takes from now on, by the same ids)."""
         assert self.outbox is not None
         self._behind = False
-        derived = await asyncio.to_thread(self.source.catch_up, self.server.store, self.outbox,
-                                          time.time(), self._wake_senders)
+        try:
+            derived = await asyncio.to_thread(self.source.catch_up, self.server.store,
+                                              self.outbox, time.time(), self._wake_senders)
+        except BaseException:
+            # behind again, and what the hook took meanwhile is read back with the rest:
+            # written first, its cursors would pass what is still set aside (the writer dies
+            # of this and its restart tries again)
+            for key, _ in self._pending.rows:
+                self.overflowed[key] = self.overflowed.get(key, 0) + 1
+            self._pending, self._behind = Batch(), True
+            raise
         log.warning("webhooks_caught_up_after_overflow", events=derived)
 
     def _wake_senders(self, keys: list[str]) -> None:

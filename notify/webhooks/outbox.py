@@ -141,8 +141,13 @@ class Outbox:
                 'INSERT INTO cursors (grp, epoch, view, "offset", members) '
                 "VALUES (?, 0, 0, ?, '[]') ON CONFLICT (grp) DO UPDATE SET "
                 '"offset" = MAX("offset", excluded."offset")', list(offsets.items()))
-            for endpoint in got:
-                self._cap(endpoint)
+            capped = {endpoint: self._cap(endpoint) for endpoint in got}
+        # (after the commit: a sender gives up the rows up to `dropped_through` without
+        # deleting them, so it must not name rows a rolled-back transaction kept)
+        for endpoint, (last, n) in capped.items():
+            if n:
+                self.dropped_through[endpoint] = last
+                self.dropped[endpoint] = self.dropped.get(endpoint, 0) + n
         return list(got)
 
     def _recount(self) -> None:
@@ -152,9 +157,10 @@ class Outbox:
                 "GROUP BY endpoint"):
             self.count[endpoint], self.bytes[endpoint] = n, size
 
-    def _cap(self, endpoint: str) -> None:
+    def _cap(self, endpoint: str) -> tuple[int, int]:
+        """Delete the endpoint's oldest rows past its caps: (the last seq deleted, how many)."""
         rows_max, bytes_max = self.caps.get(endpoint, (1 << 62, 1 << 62))
-        dropped = 0
+        dropped, last = 0, 0
         while self.count.get(endpoint, 0) > rows_max or self.bytes.get(endpoint, 0) > bytes_max:
             excess = max(self.count[endpoint] - rows_max, 1)
             oldest = self._db.execute(
@@ -168,10 +174,8 @@ class Outbox:
             self._db.execute("DELETE FROM events WHERE endpoint=? AND seq<=?", (endpoint, last))
             self.count[endpoint] -= len(oldest)
             self.bytes[endpoint] -= sum(size for _, size in oldest)
-            self.dropped_through[endpoint] = last
             dropped += len(oldest)
-        if dropped:
-            self.dropped[endpoint] = self.dropped.get(endpoint, 0) + dropped
+        return last, dropped
 
     def _put_cursors(self, cursors: list[Cursor]) -> None:
         self._db.executemany(

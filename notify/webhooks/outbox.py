@@ -20,8 +20,10 @@ process, as that log does.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -217,21 +219,19 @@ class Outbox:
         with self._lock:
             self._db.close()
 
-    def _tx(self) -> _Tx:
-        return _Tx(self._db)
-
-
-class _Tx:
-    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on an exception (the caller holds the lock)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT, and ROLLBACK when anything fails, the COMMIT too, as the
+        log's transactions do (notify/storage/sqlite.py): a transaction left open would take
+        every later statement into it, never committed (the caller holds the lock)."""
         self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
 
 __all__ = ["Cursor", "Outbox", "Row"]

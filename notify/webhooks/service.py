@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 import structlog
@@ -183,15 +183,12 @@ class Webhooks:
         for key in keys:
             loop.call_soon_threadsafe(self.senders[key].wake)
 
-    def _supervise(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
-        async def main() -> None:
-            await run()
-
-        task = asyncio.get_running_loop().create_task(main(), name=f"webhooks-{name}")
+    def _supervise(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        task = asyncio.get_running_loop().create_task(run(), name=f"webhooks-{name}")
         self._tasks[name] = task
         task.add_done_callback(lambda t: self._ended(name, run, t))
 
-    def _ended(self, name: str, run: Callable[[], Awaitable[None]],
+    def _ended(self, name: str, run: Callable[[], Coroutine[Any, Any, None]],
                task: asyncio.Task[None]) -> None:
         if self._stopping:
             return
@@ -231,12 +228,6 @@ class Webhooks:
             await self._session.close()
         if self.outbox is not None:
             await asyncio.to_thread(self.outbox.close)
-
-    # -- what tests and metrics read -------------------------------------------------------------
-
-    @property
-    def backlog(self) -> Mapping[str, int]:
-        return dict(self.outbox.count) if self.outbox is not None else {}
 
 
 __all__ = ["MAX_PENDING", "Webhooks"]

@@ -66,11 +66,15 @@ class Webhooks:
         self.source = Source(hooks)
         self.outbox: Outbox | None = None
         self.senders: dict[str, Sender] = {}
+        #: per endpoint key, events set aside by an overflow (keys: the configured endpoints
+        #: only, so bounded by the configuration; a counter, as the metric it feeds)
         self.overflowed: dict[str, int] = {}
         self.restarts = 0
         self._pending = Batch()
         self._wake_writer = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        #: per task name ("writer", "sender:KEY": fixed by the configuration), its deaths,
+        #: which set its next restart delay
         self._failures: dict[str, int] = {}
         self._session: aiohttp.ClientSession | None = None
         self._stopping = False

@@ -256,7 +256,12 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                          ":memory:" if srv.store == "memory"
                          else Path(srv.data_dir) / "webhooks.db", durability=srv.durability)
         await hooks.start()
-    await server.start()
+    try:
+        await server.start()
+    except BaseException:  # (its port taken...): the webhooks' tasks, session and outbox end
+        if hooks is not None:
+            await hooks.stop()
+        raise
     api = None
     if keys is not None:
         from notify.api.app import ApiServer

@@ -20,8 +20,10 @@ process, as that log does.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -121,9 +123,13 @@ class Outbox:
     def _add(self, rows: list[tuple[str, Event]], cursors: list[Cursor],
              offsets: dict[str, int], now: float) -> list[str]:
         got: dict[str, None] = {}
+        #: each event serialised once, however many endpoints want it
+        bodies: dict[str, bytes] = {}
         with self._tx():
             for endpoint, e in rows:
-                body = e.body()
+                body = bodies.get(e.id)
+                if body is None:
+                    body = bodies[e.id] = e.body()
                 self._db.execute("INSERT INTO events (endpoint, id, type, body, size, created) "
                                  "VALUES (?,?,?,?,?,?)",
                                  (endpoint, e.id, e.type, body, len(body), now))
@@ -137,8 +143,13 @@ class Outbox:
                 'INSERT INTO cursors (grp, epoch, view, "offset", members) '
                 "VALUES (?, 0, 0, ?, '[]') ON CONFLICT (grp) DO UPDATE SET "
                 '"offset" = MAX("offset", excluded."offset")', list(offsets.items()))
-            for endpoint in got:
-                self._cap(endpoint)
+            capped = {endpoint: self._cap(endpoint) for endpoint in got}
+        # (after the commit: a sender gives up the rows up to `dropped_through` without
+        # deleting them, so it must not name rows a rolled-back transaction kept)
+        for endpoint, (last, n) in capped.items():
+            if n:
+                self.dropped_through[endpoint] = last
+                self.dropped[endpoint] = self.dropped.get(endpoint, 0) + n
         return list(got)
 
     def _recount(self) -> None:
@@ -148,9 +159,10 @@ class Outbox:
                 "GROUP BY endpoint"):
             self.count[endpoint], self.bytes[endpoint] = n, size
 
-    def _cap(self, endpoint: str) -> None:
+    def _cap(self, endpoint: str) -> tuple[int, int]:
+        """Delete the endpoint's oldest rows past its caps: (the last seq deleted, how many)."""
         rows_max, bytes_max = self.caps.get(endpoint, (1 << 62, 1 << 62))
-        dropped = 0
+        dropped, last = 0, 0
         while self.count.get(endpoint, 0) > rows_max or self.bytes.get(endpoint, 0) > bytes_max:
             excess = max(self.count[endpoint] - rows_max, 1)
             oldest = self._db.execute(
@@ -164,10 +176,8 @@ class Outbox:
             self._db.execute("DELETE FROM events WHERE endpoint=? AND seq<=?", (endpoint, last))
             self.count[endpoint] -= len(oldest)
             self.bytes[endpoint] -= sum(size for _, size in oldest)
-            self.dropped_through[endpoint] = last
             dropped += len(oldest)
-        if dropped:
-            self.dropped[endpoint] = self.dropped.get(endpoint, 0) + dropped
+        return last, dropped
 
     def _put_cursors(self, cursors: list[Cursor]) -> None:
         self._db.executemany(
@@ -209,21 +219,19 @@ class Outbox:
         with self._lock:
             self._db.close()
 
-    def _tx(self) -> _Tx:
-        return _Tx(self._db)
-
-
-class _Tx:
-    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on an exception (the caller holds the lock)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        """BEGIN IMMEDIATE … COMMIT, and ROLLBACK when anything fails, the COMMIT too, as the
+        log's transactions do (notify/storage/sqlite.py): a transaction left open would take
+        every later statement into it, never committed (the caller holds the lock)."""
         self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: object, *_: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
 
 __all__ = ["Cursor", "Outbox", "Row"]

@@ -63,9 +63,11 @@ class Source:
     def __init__(self, hooks: list[WebhookSettings]) -> None:
         self.hooks = list(hooks)
         self._views = any(e != "message" for h in hooks for e in h.events)
+        #: the endpoints that want some group's messages (none: an `Append` costs no glob)
+        self._messages = [h for h in hooks if "message" in h.events]
 
     def wants_messages(self, group: str) -> bool:
-        return any(h.wants_messages(group) for h in self.hooks)
+        return any(h.wants_messages(group) for h in self._messages)
 
     def route(self, out: Batch, events: list[Event]) -> None:
         for e in events:
@@ -82,12 +84,18 @@ class Source:
                 self.route(out, view_events(i, now))
             out.cursors[i.group] = _cursor(i)
             return out
-        if isinstance(write, Append) and write.messages and self.wants_messages(write.group):
-            out = Batch()
-            self.route(out, [message_event(m) for m in write.messages])
-            out.offsets[write.group] = write.messages[-1].offset
-            return out
-        return None
+        if not self._messages or not isinstance(write, Append) or not write.messages:
+            return None
+        # every message of an append is of one group: its endpoints are matched once
+        keys = [h.key for h in self._messages if h.wants_messages(write.group)]
+        if not keys:
+            return None
+        out = Batch()
+        for m in write.messages:
+            e = message_event(m)
+            out.rows.extend((key, e) for key in keys)
+        out.offsets[write.group] = write.messages[-1].offset
+        return out
 
     # -- after a crash ---------------------------------------------------------------------------
 

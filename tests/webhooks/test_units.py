@@ -157,16 +157,36 @@ def test_catch_up_derives_what_a_crash_left_out() -> None:
 
 # -- falling behind: the outbox does not keep up --------------------------------------------------
 
-async def test_an_overflow_delays_events_and_loses_none(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("read_back_fails", [False, True])
+async def test_an_overflow_delays_events_and_loses_none(monkeypatch: pytest.MonkeyPatch,
+                                                        read_back_fails: bool) -> None:
     """More events than `MAX_PENDING` arrive in one turn of the loop: the service sets the rest
     aside, and once the outbox has what it held, reads them back from the log. Every event of
-    every stored write ends up in the outbox, once (without the read-back, most are lost)."""
+    every stored write ends up in the outbox, once (without the read-back, most are lost).
+    `read_back_fails`: the first read-back raises (the writer dies and is restarted), after
+    the hook took a write again: the next read-back still derives what was set aside."""
     monkeypatch.setattr(service, "MAX_PENDING", 4)
+    monkeypatch.setattr(service, "RESTART_DELAY", 0.05)
     server = NotifyServer()
     hook = WebhookSettings(url="http://127.0.0.1:9", secret=SECRET, events=EVERYTHING,  # type: ignore[arg-type]
                            groups=["*"], backoff=60.0, backoff_max=60.0)
     hooks = service.Webhooks(server, [hook], ":memory:")
     await hooks.start()
+    if read_back_fails:
+        real_catch_up = hooks.source.catch_up
+        late = StoreView(11, ViewInstall("g", 11, ("m11",), ("m11",), ("m10",), 7, 0))
+
+        def catch_up(*args: object) -> int:  # (in the writer's thread)
+            monkeypatch.setattr(hooks.source, "catch_up", real_catch_up)
+            asyncio.run_coroutine_threadsafe(store_late(), loop).result()
+            raise OSError("the read-back fails once")
+
+        async def store_late() -> None:  # a write stored while the read-back runs
+            server.store.write(late, lambda e: None)
+            hooks._stored(late)
+
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(hooks.source, "catch_up", catch_up)
     try:
         writes = [StoreView(v, ViewInstall("g", v, (f"m{v}",), (f"m{v}",),
                                            (f"m{v - 1}",) if v > 1 else (), 7, 0))
@@ -179,6 +199,10 @@ async def test_an_overflow_delays_events_and_loses_none(monkeypatch: pytest.Monk
             assert batch is not None
             expected |= {e.id for _, e in batch.rows}
         assert hooks.overflowed  # it fell behind
+        if read_back_fails:
+            batch = Source([hook]).of_write(late, 0.0)
+            assert batch is not None
+            expected |= {e.id for _, e in batch.rows}
 
         async def all_in() -> None:
             while True:

@@ -125,3 +125,20 @@ async def test_a_connection_whose_transport_is_closing_is_forgotten() -> None:
     ws.transport.abort()  # (its connection_lost, which closes the protocol, comes later)
     beats.tick(5.0)
     assert ws.protocol.pings == [] and len(beats) == 0
+
+
+async def test_an_answered_ping_is_followed_by_the_next_one_an_interval_later() -> None:
+    # a timeout shorter than the interval (heartbeat_timeout under twice heartbeat_interval):
+    # the pong is checked at the timeout, the next ping still waits for the interval, as
+    # websockets' keepalive() (not every `timeout` seconds)
+    beats = Heartbeats(interval=10.0, timeout=5.0)
+    ws = _Connection()
+    beats.add(ws, 0.0)  # type: ignore[arg-type]
+    beats.tick(10.0)
+    ws.pong()
+    beats.tick(15.0)
+    assert len(ws.protocol.pings) == 1
+    beats.tick(19.9)
+    assert len(ws.protocol.pings) == 1
+    beats.tick(20.0)
+    assert len(ws.protocol.pings) == 2 and ws.protocol.failed is None and len(beats) == 1

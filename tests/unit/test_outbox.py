@@ -109,6 +109,7 @@ class _Transport:
         self.written: list[bytes] = []
         #: bytes waiting in the transport (a socket that backed up)
         self.backlog = 0
+        self.aborted = False
 
     def get_write_buffer_size(self) -> int:
         return self.backlog
@@ -117,7 +118,7 @@ class _Transport:
         self.written.append(data)
 
     def abort(self) -> None:
-        pass
+        self.aborted = True
 
 
 class _Protocol:
@@ -184,3 +185,27 @@ async def test_a_draining_close_with_nothing_queued_closes_at_once() -> None:
     box.close(4000, "bye", drain=True)
     await asyncio.sleep(0.01)
     assert ws.sent == [] and ws.closed == (4000, "bye") and box._task is None
+
+
+async def test_G13_a_sender_task_that_fails_drops_its_own_connection() -> None:
+    # the task exists only while the socket is backed up, and nobody awaits it: its failure
+    # must still reach the server, as a dropped connection (the hub hears a lost member,
+    # which resumes; `_handle` forgets the outbox), and nothing more is queued for it
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+
+    async def raises(data: bytes, text: bool = False) -> None:
+        raise RuntimeError("injected")
+
+    ws.send = raises  # type: ignore[method-assign]
+    ws.transport.backlog = 1 << 20
+    box.push(_pong(1))
+    await asyncio.sleep(0)  # the flusher's turn: it leaves the writing to a task
+    task = box._task
+    assert task is not None
+    await asyncio.sleep(0.01)
+    assert task.done() and not task.cancelled() and task.exception() is None  # it reported
+    assert ws.transport.aborted and box.closing
+    box.push(_pong(2))
+    assert box._queue is None and len(box) == 0
+    await box.stop()

@@ -209,3 +209,19 @@ async def test_G13_a_sender_task_that_fails_drops_its_own_connection() -> None:
     box.push(_pong(2))
     assert box._queue is None and len(box) == 0
     await box.stop()
+
+
+async def test_members_that_queued_the_same_frames_get_the_same_bytes_packed_once() -> None:
+    # the flush is the hot path: a run queued alike by many members (two fan-outs in one turn
+    # of the loop) is packed into a `batch` and serialised once, not once per member
+    flusher = Flusher()
+    first, second = _Connection(), _Connection()
+    boxes = [Outbox(ws, 100, flusher=flusher) for ws in (first, second)]  # type: ignore[arg-type]
+    one, two = _pong(1), _pong(2)
+    for box in boxes:
+        box.push(one)
+        box.push(two)
+    await asyncio.sleep(0.01)
+    assert len(first.transport.written) == len(second.transport.written) == 1
+    assert first.transport.written[0] is second.transport.written[0]
+    assert _reqs([first.transport.written[0][2:]]) == [1, 2]

@@ -33,13 +33,13 @@ import asyncio
 import contextlib
 import json
 import resource
-import subprocess
 import sys
 import time
 from typing import Any
 
 from bench.catchup import metric, serve
 from bench.idle_memory import cpu_seconds, loadavg, status, wait_idle
+from bench.workers import Workers, say, shares
 
 #: the issue's figures (issue 34, measured 2026-11-26)
 ISSUE = {"kib": 21.0, "kib_at": 9000, "accepted": 9000, "accept_s": 11.3, "shown": 10000,
@@ -113,54 +113,13 @@ async def worker(a: argparse.Namespace) -> None:
             t.abort()
 
 
-def say(d: dict[str, Any]) -> None:
-    print(json.dumps(d), flush=True)
-
-
 # -- the bench ----------------------------------------------------------------------------------
 
-class Load:
-    def __init__(self, url: str, a: argparse.Namespace) -> None:
-        self.procs: list[subprocess.Popen[str]] = []
-        share = -(-a.connections // a.procs)
-        for k in range(a.procs):
-            first, count = k * share, min(share, a.connections - k * share)
-            if count <= 0:
-                break
-            cmd = [sys.executable, "-m", "bench.idle_conns", "worker", "--url", url,
-                   "--first", str(first), "--count", str(count),
-                   "--concurrency", str(a.concurrency)]
-            self.procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE,
-                                               stdout=subprocess.PIPE, text=True))
-
-    def answers(self, key: str) -> list[dict[str, Any]]:
-        out = []
-        for p in self.procs:
-            assert p.stdout is not None
-            line = p.stdout.readline()
-            if not line:
-                raise RuntimeError(f"a load process exited ({p.wait()}) before {key!r}")
-            d = json.loads(line)
-            if key not in d:
-                raise RuntimeError(f"a load process said {d}, not {key!r}")
-            out.append(d)
-        return out
-
-    def tell(self, what: str) -> None:
-        for p in self.procs:
-            assert p.stdin is not None
-            p.stdin.write(what + "\n")
-            p.stdin.flush()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.tell("exit")
-        for p in self.procs:
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+def load(url: str, a: argparse.Namespace) -> Workers:
+    return Workers([[sys.executable, "-m", "bench.idle_conns", "worker", "--url", url,
+                     "--first", str(first), "--count", str(count),
+                     "--concurrency", str(a.concurrency)]
+                    for first, count in shares(a.connections, a.procs)])
 
 
 def run(a: argparse.Namespace) -> dict[str, Any]:
@@ -177,17 +136,17 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         r["baseline"] = status(pid, "VmRSS")
         print(f"empty server (--store memory): RSS {r['baseline'] / kib / kib:.1f} MiB "
               f"(load {loadavg()})", flush=True)
-        load = Load(url, a)
+        workers = load(url, a)
         try:
-            load.answers("ready")
+            workers.answers("ready")
             r["load_open"] = loadavg()
-            cpu0 = cpu_seconds(pid), sum(cpu_seconds(p.pid) for p in load.procs)
+            cpu0 = cpu_seconds(pid), sum(cpu_seconds(p.pid) for p in workers.procs)
             t0 = time.monotonic()
-            load.tell("go")
-            done = load.answers("opened")
+            workers.tell("go")
+            done = workers.answers("opened")
             r["open_s"] = time.monotonic() - t0
             r["server_cpu_s"] = cpu_seconds(pid) - cpu0[0]
-            r["load_cpu_s"] = sum(cpu_seconds(p.pid) for p in load.procs) - cpu0[1]
+            r["load_cpu_s"] = sum(cpu_seconds(p.pid) for p in workers.procs) - cpu0[1]
             r["opened"] = sum(d["opened"] for d in done)
             r["failed"] = sum(d["failed"] for d in done)
             r["rate"] = r["opened"] / r["open_s"]
@@ -225,8 +184,8 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
             r["shown_end"] = metric(url, "notify_connections")
             r["peak"] = status(pid, "VmHWM")
         finally:
-            load.close()
-        lost = sum(d.get("lost", 0) for d in _last(load))
+            workers.close()
+        lost = sum(d.get("lost", 0) for d in workers.rest())
         r["lost"] = lost
     per = r.get("kib_trimmed", r["kib_settled"])
     print(f"\nvs issue 34: {per:.2f} KiB per connection (issue: {ISSUE['kib']} at "
@@ -236,18 +195,6 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
           f"{ISSUE['shown']:,}; target {ISSUE['target_shown']:,}); connections lost while idle: "
           f"{lost}; peak RSS {r['peak'] / kib / kib:.1f} MiB", flush=True)
     return r
-
-
-def _last(load: Load) -> list[dict[str, Any]]:
-    out = []
-    for p in load.procs:
-        if p.stdout is None:
-            continue
-        with contextlib.suppress(ValueError):
-            for line in p.stdout:
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +40,7 @@ from typing import Any
 import orjson
 
 from bench.catchup import metric, serve
+from bench.workers import Workers, say, shares
 from client_sdk import ClientOptions, GroupEvent, Message, connect
 
 
@@ -135,55 +134,16 @@ async def worker(a: argparse.Namespace) -> None:
                 break
 
 
-def say(d: dict[str, Any]) -> None:
-    print(json.dumps(d), flush=True)
-
-
 # -- the bench ----------------------------------------------------------------------------------
 
-class Workers:
+def publishers(url: str, a: argparse.Namespace) -> Workers:
     """The publisher processes, each told what to do by a line on stdin and answering one."""
-
-    def __init__(self, url: str, a: argparse.Namespace) -> None:
-        self.procs: list[subprocess.Popen[str]] = []
-        share = -(-a.groups // a.procs)
-        for k in range(a.procs):
-            first, count = k * share, min(share, a.groups - k * share)
-            if count <= 0:
-                break
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bench.idle_memory", "worker", "--url", url,
-                 "--member", f"w{k}", "--first", str(first), "--count", str(count),
-                 "--mb", str(a.mb), "--payload", str(a.payload), "--inflight", str(a.inflight)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
-
-    def answers(self, key: str) -> list[dict[str, Any]]:
-        out = []
-        for p in self.procs:
-            assert p.stdout is not None
-            line = p.stdout.readline()
-            if not line:
-                raise RuntimeError(f"a publisher exited ({p.wait()}) before {key!r}")
-            d = json.loads(line)
-            assert key in d, d
-            out.append(d)
-        return out
-
-    def tell(self, what: str) -> None:
-        for p in self.procs:
-            assert p.stdin is not None
-            p.stdin.write(what + "\n")
-            p.stdin.flush()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self.tell("exit")
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    return Workers([[sys.executable, "-m", "bench.idle_memory", "worker", "--url", url,
+                     "--member", f"w{k}", "--first", str(first), "--count", str(count),
+                     "--mb", str(a.mb), "--payload", str(a.payload),
+                     "--inflight", str(a.inflight)]
+                    for k, (first, count) in enumerate(shares(a.groups, a.procs))],
+                   name="a publisher")
 
 
 def wait_groups(url: str, want: int, limit: float) -> float:
@@ -208,7 +168,7 @@ def run(a: argparse.Namespace) -> dict[str, Any]:
         wait_idle(pid)
         r["baseline"] = status(pid, "VmRSS")
         print(f"empty server: RSS {r['baseline'] / mib:.1f} MiB (load {loadavg()})", flush=True)
-        workers = Workers(url, a)
+        workers = publishers(url, a)
         try:
             workers.answers("joined")
             assert metric(url, "notify_groups") == a.groups

@@ -4,7 +4,8 @@
 sleep's timer handle and a `wait_for` per ping, about 2 KiB of every idle connection's memory
 and a task wake-up per connection per interval. `Heartbeats` keeps the same schedule for all of
 them in one heap that the server's timer task walks (`tick`): a connection is pinged `interval`
-after its previous ping was answered (or after it opened), and failed as `keepalive()` fails it
+after its previous ping (or after it opened), or when a pong later than that is seen, and
+failed as `keepalive()` fails it
 (close 1011 "keepalive ping timeout", the TCP connection dropped after `close_timeout` if the
 peer does not close) when a ping is not answered within `timeout`. The hub hears a lost
 connection, as before.
@@ -62,12 +63,19 @@ class Heartbeats:
             if ws.protocol.state is not OPEN or ws.transport.is_closing():
                 continue  # closing or closed: forgotten
             try:
-                if ping is not None and ping in ws.pending_pings:  # not answered yet
-                    if now - sent >= self.timeout:
-                        self._fail(ws)
+                if ping is not None:
+                    if ping in ws.pending_pings:  # not answered yet
+                        if now - sent >= self.timeout:
+                            self._fail(ws)
+                            continue
+                        heapq.heappush(due, (sent + self.timeout, next(self._seq), ws, ping,
+                                             sent))
                         continue
-                    heapq.heappush(due, (sent + self.timeout, next(self._seq), ws, ping, sent))
-                    continue
+                    if now < sent + self.interval:  # answered (checked at a timeout shorter
+                        # than the interval): the next ping an interval after this one
+                        heapq.heappush(due, (sent + self.interval, next(self._seq), ws, None,
+                                             0.0))
+                        continue
                 ping = self._ping(ws, now)
             except Exception:  # a bug of ours: drop this link, the others go on (G13)
                 log.exception("heartbeat_failed")

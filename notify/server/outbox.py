@@ -64,7 +64,7 @@ class Flusher:
     def _flush(self) -> None:
         self._scheduled = False
         marked, self._marked = self._marked, []
-        framed: dict[int, tuple[bytes, bytes]] = {}
+        framed: dict[int | tuple[int, ...], tuple[list[bytes], bytes]] = {}
         for box in marked:
             box._flush(framed)
 
@@ -204,11 +204,13 @@ class Outbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _flush(self, framed: dict[int, tuple[bytes, bytes]]) -> None:
+    def _flush(self, framed: dict[int | tuple[int, ...], tuple[list[bytes], bytes]]) -> None:
         """The flusher's turn: write what is queued straight to the transport if the socket
         keeps up and no task is writing; otherwise leave it to the task (started if need be).
-        `framed` holds the frames serialised during this flush, by the id of their data (see
-        `text_frame`)."""
+        `framed` holds the runs packed and serialised during this flush (see `text_frame`), by
+        the ids of their items: members that queued the same items (a fan-out, then a view
+        change...) get the same bytes, packed once, as the driver's `_push_each` does. It keeps
+        the items, so no id is reused during the flush."""
         self._marked = False
         queue = self._queue
         if self._closing or not queue:
@@ -222,17 +224,18 @@ class Outbox:
                 self._start().set()  # the task writes, with websockets' flow control
                 return
             self._queue = None
-            outs = self._frames_out(queue)
             if protocol.extensions or protocol.expect_continuation_frame or protocol.debug:
-                for out in outs:  # not the plain case `text_frame` is for
+                for out in self._frames_out(queue):  # not the plain case `text_frame` is for
                     protocol.send_text(out)
                 for data in protocol.data_to_send():
                     transport.write(data)
                 return
-            for out in outs:
-                known = framed.get(id(out))
-                if known is None or known[0] is not out:
-                    known = framed[id(out)] = (out, text_frame(out))
+            self._taken(queue)
+            for run in _runs(queue):
+                key = id(run[0]) if len(run) == 1 else tuple(map(id, run))
+                known = framed.get(key)
+                if known is None:
+                    known = framed[key] = (run, text_frame(packed(run)))
                 transport.write(known[1])
         except Exception:  # a bug of ours: drop this member's link, the others go on (G13)
             log.exception("outbox_failed")
@@ -283,6 +286,11 @@ class Outbox:
     def _frames_out(self, items: list[tuple[bytes, int]]) -> list[bytes]:
         """Take `items` off the counts and pack them into as few WebSocket messages as the
         batch limits allow (a lone item goes as it is)."""
+        self._taken(items)
+        return [packed(run) for run in _runs(items)]
+
+    def _taken(self, items: list[tuple[bytes, int]]) -> None:
+        """`items` off the counts: they are being written."""
         count = size = 0
         for data, n in items:
             count += n
@@ -292,6 +300,11 @@ class Outbox:
         self._exempt = max(self._exempt - count, 0)
         self._exempt_bytes = max(self._exempt_bytes - size, 0)
         self._sent[0] += size
-        if len(items) == 1:
-            return [items[0][0]]
-        return [packed(run) for run, _ in runs(items)]
+
+
+def _runs(items: list[tuple[bytes, int]]) -> list[list[bytes]]:
+    """`items` cut into runs that each go as one WebSocket message (`runs`; a lone item
+    without that work)."""
+    if len(items) == 1:
+        return [[items[0][0]]]
+    return [run for run, _ in runs(items)]

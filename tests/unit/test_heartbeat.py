@@ -125,3 +125,46 @@ async def test_a_connection_whose_transport_is_closing_is_forgotten() -> None:
     ws.transport.abort()  # (its connection_lost, which closes the protocol, comes later)
     beats.tick(5.0)
     assert ws.protocol.pings == [] and len(beats) == 0
+
+
+async def test_an_answered_ping_is_followed_by_the_next_one_an_interval_later() -> None:
+    # a timeout shorter than the interval (heartbeat_timeout under twice heartbeat_interval):
+    # the pong is checked at the timeout, the next ping still waits for the interval, as
+    # websockets' keepalive() (not every `timeout` seconds)
+    beats = Heartbeats(interval=10.0, timeout=5.0)
+    ws = _Connection()
+    beats.add(ws, 0.0)  # type: ignore[arg-type]
+    beats.tick(10.0)
+    ws.pong()
+    beats.tick(15.0)
+    assert len(ws.protocol.pings) == 1
+    beats.tick(19.9)
+    assert len(ws.protocol.pings) == 1
+    beats.tick(20.0)
+    assert len(ws.protocol.pings) == 2 and ws.protocol.failed is None and len(beats) == 1
+
+
+async def test_G14_a_closed_connection_leaves_the_heap_within_the_longer_of_its_periods() -> None:
+    # closed connections are not removed when they close but at their next due time: that
+    # bounds the heap by the open connections plus those closed in the last
+    # max(interval, timeout) seconds, whatever the phase a connection closed in
+    for interval, timeout in ((5.0, 10.0), (10.0, 5.0)):
+        beats = Heartbeats(interval, timeout)
+        conns = [_Connection() for _ in range(40)]
+        for ws in conns:
+            beats.add(ws, 0.0)  # type: ignore[arg-type]
+        closed_at: dict[int, float] = {}
+        for step in range(161):  # 0 to 40 s
+            now = step * 0.25
+            beats.tick(now)
+            for k, ws in enumerate(conns):
+                if k % 2 == 0 and ws.pending_pings and now % 1 == 0:
+                    ws.pong()  # half answer (once a second), half never do
+                if k not in closed_at and now == k * 0.5:  # each closes at its own phase
+                    ws.protocol.state = CLOSING
+                    closed_at[k] = now
+            held = {id(entry[2]) for entry in beats._due}
+            bound = max(interval, timeout)
+            assert not [k for k, t in closed_at.items()
+                        if now - t >= bound and id(conns[k]) in held], (interval, timeout, now)
+        assert len(beats) == 0

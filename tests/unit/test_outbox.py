@@ -109,6 +109,7 @@ class _Transport:
         self.written: list[bytes] = []
         #: bytes waiting in the transport (a socket that backed up)
         self.backlog = 0
+        self.aborted = False
 
     def get_write_buffer_size(self) -> int:
         return self.backlog
@@ -117,7 +118,7 @@ class _Transport:
         self.written.append(data)
 
     def abort(self) -> None:
-        pass
+        self.aborted = True
 
 
 class _Protocol:
@@ -184,3 +185,43 @@ async def test_a_draining_close_with_nothing_queued_closes_at_once() -> None:
     box.close(4000, "bye", drain=True)
     await asyncio.sleep(0.01)
     assert ws.sent == [] and ws.closed == (4000, "bye") and box._task is None
+
+
+async def test_G13_a_sender_task_that_fails_drops_its_own_connection() -> None:
+    # the task exists only while the socket is backed up, and nobody awaits it: its failure
+    # must still reach the server, as a dropped connection (the hub hears a lost member,
+    # which resumes; `_handle` forgets the outbox), and nothing more is queued for it
+    ws = _Connection()
+    box = Outbox(ws, 100, flusher=Flusher())  # type: ignore[arg-type]
+
+    async def raises(data: bytes, text: bool = False) -> None:
+        raise RuntimeError("injected")
+
+    ws.send = raises  # type: ignore[method-assign]
+    ws.transport.backlog = 1 << 20
+    box.push(_pong(1))
+    await asyncio.sleep(0)  # the flusher's turn: it leaves the writing to a task
+    task = box._task
+    assert task is not None
+    await asyncio.sleep(0.01)
+    assert task.done() and not task.cancelled() and task.exception() is None  # it reported
+    assert ws.transport.aborted and box.closing
+    box.push(_pong(2))
+    assert box._queue is None and len(box) == 0
+    await box.stop()
+
+
+async def test_members_that_queued_the_same_frames_get_the_same_bytes_packed_once() -> None:
+    # the flush is the hot path: a run queued alike by many members (two fan-outs in one turn
+    # of the loop) is packed into a `batch` and serialised once, not once per member
+    flusher = Flusher()
+    first, second = _Connection(), _Connection()
+    boxes = [Outbox(ws, 100, flusher=flusher) for ws in (first, second)]  # type: ignore[arg-type]
+    one, two = _pong(1), _pong(2)
+    for box in boxes:
+        box.push(one)
+        box.push(two)
+    await asyncio.sleep(0.01)
+    assert len(first.transport.written) == len(second.transport.written) == 1
+    assert first.transport.written[0] is second.transport.written[0]
+    assert _reqs([first.transport.written[0][2:]]) == [1, 2]

@@ -46,7 +46,7 @@ from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from notify_chaos.procs import _stop, free_port
+from notify_chaos.procs import free_port, stop_process
 from notify_chaos.scenario import Probe
 
 #: the SLIs of notify/probe/metrics.py (`notify_probe_<sli>_total`, `_good_total`)
@@ -115,7 +115,7 @@ class ProbeProc:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc, 5)
+            stop_process(self.proc, 5)
         if self._err is not None:
             self._err.close()
             self._err = None

@@ -6,7 +6,6 @@ can fail)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from notify_chaos.probe import parse, ratio, sli_phases
 from notify_chaos.scenario import Probe, ScenarioError, loads
+from tests.chaos.conftest import assert_all_stopped
 
 SHIPPED = Path(__file__).parents[2] / "notify_chaos" / "scenarios" / "probe-pause-node.yaml"
 CMD = [sys.executable, "-m", "notify_chaos.cli"]
@@ -109,15 +109,6 @@ def test_bad_events_are_read_a_deadline_late_so_a_fault_shows_in_its_own_window(
 # -- end to end ---------------------------------------------------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
 def _run(scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     started = time.monotonic()
     r = subprocess.run([*CMD, "run", str(scenario), "--out", str(out)], capture_output=True,
@@ -126,7 +117,7 @@ def _run(scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], d
     run = json.loads((out / "run.json").read_text())
     probe_pid = run["probe"]["pid"]
     assert probe_pid in run["pids"]
-    assert [p for p in run["pids"] if _alive(p)] == []  # the prober stopped with the run
+    assert_all_stopped(out)  # the prober stopped with the run
     assert r.returncode == 0, r.stdout + r.stderr
     assert elapsed < 60, elapsed
     return r, json.loads((out / "report.json").read_text())

@@ -46,6 +46,7 @@ from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from notify.probe.cli import SLI_SETTINGS, flag
 from notify_chaos.procs import free_port, stop_process
 from notify_chaos.scenario import Probe
 
@@ -70,15 +71,9 @@ class ProbeProc:
 
     def command(self) -> list[str]:
         s = self.spec
-        return [sys.executable, "-m", "notify.cli", "probe", *self.urls,
-                "--group", s.group, "--rate", f"{s.rate:g}",
-                "--publish-deadline", f"{s.publish_deadline:g}",
-                "--latency-threshold", f"{s.latency_threshold:g}",
-                "--reconnect-every", f"{s.reconnect_every:g}",
-                "--resume-deadline", f"{s.resume_deadline:g}",
-                "--view-change-every", f"{s.view_change_every:g}",
-                "--view-change-threshold", f"{s.view_change_threshold:g}",
-                "--metrics-port", str(self.port), "--log-level", "warning"]
+        settings = [x for name in SLI_SETTINGS for x in (flag(name), f"{getattr(s, name):g}")]
+        return [sys.executable, "-m", "notify.cli", "probe", *self.urls, "--group", s.group,
+                *settings, "--metrics-port", str(self.port), "--log-level", "warning"]
 
     def start(self) -> None:
         self._err = open(self.dir / "probe.err", "wb")  # noqa: SIM115

@@ -47,11 +47,12 @@ from typing import IO, Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from notify.probe.cli import SLI_SETTINGS, flag
+from notify.probe.metrics import SLIS as PROBE_SLIS
 from notify_chaos.procs import free_port, stop_process
 from notify_chaos.scenario import Probe
 
 #: the SLIs of notify/probe/metrics.py (`notify_probe_<sli>_total`, `_good_total`)
-SLIS = ("publish", "delivery", "resume", "view_change")
+SLIS = tuple(PROBE_SLIS)
 
 #: SLI -> the `Probe` field whose value is the longest an event of it takes to settle
 LAG = {"publish": "publish_deadline", "delivery": "latency_threshold",

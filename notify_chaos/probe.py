@@ -196,9 +196,8 @@ def _at(rows: list[tuple[float, dict[str, list[float]]]], sli: str,
         t: float) -> tuple[float, float] | None:
     """The (total, good) counters of `sli` at time t, interpolated between the scrapes around
     it; None outside the scraped span."""
-    ts = [x for x, _ in rows]
-    i = bisect.bisect_right(ts, t)
-    if i == 0 or (i == len(rows) and t > ts[-1]):
+    i = bisect.bisect_right(rows, t, key=lambda r: r[0])
+    if i == 0 or t > rows[-1][0]:
         return None
     a_t, row = rows[i - 1]
     a = row.get(sli, [0.0, 0.0])  # (an SLI not in a scrape has counted nothing yet)

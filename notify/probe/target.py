@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import secrets
 from collections.abc import Callable
@@ -62,7 +61,7 @@ class TargetProbe:
         #: tags this prober's messages: others in the group (another prober) are not ours
         self.run_id = run or secrets.token_hex(6)
         self.session: Session | None = None
-        self._seq = itertools.count(1)
+        #: the last probe message's number (they are numbered 1, 2, ...)
         self._highest = 0
         c = config
         self.publishes = Ledger(c.publish_deadline, c.max_outstanding)
@@ -184,9 +183,8 @@ class TargetProbe:
     # -- publishing --------------------------------------------------------------------------
 
     def _next(self) -> int:
-        seq = next(self._seq)
-        self._highest = seq
-        return seq
+        self._highest += 1
+        return self._highest
 
     def _publish_one(self) -> None:
         s = self.session

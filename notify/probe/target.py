@@ -80,7 +80,6 @@ class TargetProbe:
 
     async def run(self) -> None:
         """Probe until cancelled; an unexpected error escapes (the `Prober` restarts us)."""
-        failed = True
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._keep_session(), name=f"probe-session-{self.target}")
@@ -89,18 +88,12 @@ class TargetProbe:
                 tg.create_task(self._disrupt_loop(), name=f"probe-disrupt-{self.target}")
                 if self.config.api_url is not None:
                     tg.create_task(self._api_loop(), name=f"probe-api-{self.target}")
-            failed = False
-        except asyncio.CancelledError:
-            failed = False
+        except Exception:  # what was outstanding will never be answered to us: bad, not lost
+            self._count_bad("publish", self.publishes.clear())
+            self._count_bad("delivery", self.deliveries.clear())
+            self._count_bad("view_change", self.view_changes.clear())
             raise
-        finally:
-            if failed:  # what was outstanding will never be answered to us: bad, not lost
-                self._count_bad("publish", self.publishes.clear())
-                self._count_bad("delivery", self.deliveries.clear())
-                self._count_bad("view_change", self.view_changes.clear())
-            s, self.session = self.session, None
-            if s is not None:
-                await asyncio.shield(s.close(self.config.connect_timeout))
+        finally:  # (the session is closed by `_keep_session`, which ended with the group)
             self._gauge()
 
     async def _keep_session(self) -> None:

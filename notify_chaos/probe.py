@@ -90,13 +90,16 @@ class ProbeProc:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
     async def ready(self, timeout: float = 30.0) -> None:
         """Until its `/metrics` answers (the endpoint is up before the first session opens)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
-                code = self.proc.returncode if self.proc is not None else None
-                raise RuntimeError(f"notify probe exited with {code} at start; see "
+                raise RuntimeError(f"notify probe exited with {self.returncode} at start; see "
                                    f"{self.dir / 'probe.err'}")
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self.scrape, 1.0)
@@ -163,8 +166,7 @@ class Sampler:
                 f.write(json.dumps(line) + "\n")
                 f.flush()
                 if not self.proc.running():
-                    code = self.proc.proc.returncode if self.proc.proc is not None else None
-                    self.note("probe.exit", code=code)
+                    self.note("probe.exit", code=self.proc.returncode)
                     return
                 due += self.every
                 await asyncio.sleep(max(0.0, due - loop.time()))

@@ -5,6 +5,7 @@ can fail)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from notify_chaos.probe import parse, ratio, sli_phases
+from notify_chaos.probe import Sampler, parse, ratio, sli_phases
 from notify_chaos.scenario import Probe, ScenarioError, loads
 from tests.chaos.conftest import assert_all_stopped
 
@@ -104,6 +105,40 @@ def test_bad_events_are_read_a_deadline_late_so_a_fault_shows_in_its_own_window(
     d = sli_phases(ok, spec, {"before": (5, 10), "during": (10, 20), "after": (20, 25)})
     assert d["delivery"]["dropped"] is False and d["delivery"]["recovered"] is True
     assert d["resume"]["dropped"] is None  # (no such events: neither)
+
+
+class _Prober:
+    """A `ProbeProc` stand-in: each scrape answers `answers`' next item (raised if an
+    exception); it runs until they are used up, then has exited with code 3."""
+
+    def __init__(self, d: Path, answers: list[str | Exception]) -> None:
+        self.dir, self.answers = d, answers
+
+    def scrape(self, timeout: float) -> str:
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    def running(self) -> bool:
+        return bool(self.answers)
+
+    returncode = 3
+
+
+async def test_the_sampler_writes_a_line_per_scrape_and_stops_when_the_prober_exits(
+        tmp_path: Path) -> None:
+    notes: list[tuple[str, dict[str, Any]]] = []
+    proc = _Prober(tmp_path, [EXPOSITION, ConnectionRefusedError("refused")])
+    sampler = Sampler(proc, 0.1, lambda what, **kw: notes.append((what, kw)))  # type: ignore[arg-type]
+    async with asyncio.timeout(5):
+        await sampler.run()
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(x) for x in lines] == [["by_target", "slis", "ts"], ["error", "ts"]]
+    assert lines[0]["slis"]["publish"] == [15.0, 14.0]
+    assert lines[1]["error"] == "ConnectionRefusedError: refused"
+    assert (sampler.samples, sampler.errors) == (1, 1)
+    assert notes == [("probe.exit", {"code": 3})]
 
 
 # -- end to end ---------------------------------------------------------------------------

@@ -149,6 +149,16 @@ class Sampler:
         self._last: str | None = None
 
     async def run(self) -> None:
+        """Scrape until cancelled, or until the prober exits (noted `probe.exit`). An error the
+        loop does not expect is noted (`probe.sampler_failed`: the report's later windows have
+        no scrapes) before it escapes to the runner, which only gathers this task."""
+        try:
+            await self._scrape()
+        except Exception as e:
+            self.note("probe.sampler_failed", error=f"{type(e).__name__}: {e}")
+            raise
+
+    async def _scrape(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time()
         with open(self.path, "a") as f:

@@ -141,6 +141,16 @@ async def test_the_sampler_writes_a_line_per_scrape_and_stops_when_the_prober_ex
     assert notes == [("probe.exit", {"code": 3})]
 
 
+async def test_a_sampler_that_fails_says_so_before_the_error_escapes(tmp_path: Path) -> None:
+    notes: list[tuple[str, dict[str, Any]]] = []
+    proc = _Prober(tmp_path, [EXPOSITION, RuntimeError("a sampler bug"), EXPOSITION])
+    sampler = Sampler(proc, 0.1, lambda what, **kw: notes.append((what, kw)))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        async with asyncio.timeout(5):
+            await sampler.run()
+    assert notes == [("probe.sampler_failed", {"error": "RuntimeError: a sampler bug"})]
+
+
 # -- end to end ---------------------------------------------------------------------------
 
 

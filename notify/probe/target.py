@@ -155,23 +155,20 @@ class TargetProbe:
         """The deliberate faults, one at a time (a drop never overlaps a view change we made,
         which would make a good resume look bad)."""
         c = self.config
-        every = [e for e in (c.reconnect_every, c.view_change_every) if e > 0]
-        if not every:
+        faults = [(every, fault) for every, fault in ((c.reconnect_every, self.check_resume),
+                                                      (c.view_change_every, self.change_view))
+                  if every > 0]
+        if not faults:
             await asyncio.Event().wait()  # nothing to do: wait to be cancelled
         loop = asyncio.get_running_loop()
-        next_drop = loop.time() + c.reconnect_every
-        next_change = loop.time() + c.view_change_every
+        due = [loop.time() + every for every, _ in faults]
         while True:
-            due = [t for t, e in ((next_drop, c.reconnect_every),
-                                  (next_change, c.view_change_every)) if e > 0]
             await asyncio.sleep(max(0.0, min(due) - loop.time()))
             now = loop.time()
-            if c.reconnect_every > 0 and now >= next_drop:
-                await self.check_resume()
-                next_drop = loop.time() + c.reconnect_every
-            if c.view_change_every > 0 and now >= next_change:
-                await self.change_view()
-                next_change = loop.time() + c.view_change_every
+            for i, (every, fault) in enumerate(faults):
+                if now >= due[i]:
+                    await fault()
+                    due[i] = loop.time() + every
 
     # -- publishing --------------------------------------------------------------------------
 

@@ -237,7 +237,7 @@ class TargetProbe:
             return
         s = self.session
         if s is not None:
-            s.receiver_removed(e)
+            s.watch(e)
         if isinstance(e, ViewChanging):
             if e.proposed not in self.view_changes:
                 self._count_bad("view_change", self.view_changes.open(e.proposed, "", now))

@@ -46,11 +46,13 @@ from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from notify_chaos.procs import _stop, free_port
+from notify.probe.cli import SLI_SETTINGS, flag
+from notify.probe.metrics import SLIS as PROBE_SLIS
+from notify_chaos.procs import free_port, stop_process
 from notify_chaos.scenario import Probe
 
 #: the SLIs of notify/probe/metrics.py (`notify_probe_<sli>_total`, `_good_total`)
-SLIS = ("publish", "delivery", "resume", "view_change")
+SLIS = tuple(PROBE_SLIS)
 
 #: SLI -> the `Probe` field whose value is the longest an event of it takes to settle
 LAG = {"publish": "publish_deadline", "delivery": "latency_threshold",
@@ -70,15 +72,9 @@ class ProbeProc:
 
     def command(self) -> list[str]:
         s = self.spec
-        return [sys.executable, "-m", "notify.cli", "probe", *self.urls,
-                "--group", s.group, "--rate", f"{s.rate:g}",
-                "--publish-deadline", f"{s.publish_deadline:g}",
-                "--latency-threshold", f"{s.latency_threshold:g}",
-                "--reconnect-every", f"{s.reconnect_every:g}",
-                "--resume-deadline", f"{s.resume_deadline:g}",
-                "--view-change-every", f"{s.view_change_every:g}",
-                "--view-change-threshold", f"{s.view_change_threshold:g}",
-                "--metrics-port", str(self.port), "--log-level", "warning"]
+        settings = [x for name in SLI_SETTINGS for x in (flag(name), f"{getattr(s, name):g}")]
+        return [sys.executable, "-m", "notify.cli", "probe", *self.urls, "--group", s.group,
+                *settings, "--metrics-port", str(self.port), "--log-level", "warning"]
 
     def start(self) -> None:
         self._err = open(self.dir / "probe.err", "wb")  # noqa: SIM115
@@ -94,13 +90,16 @@ class ProbeProc:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode if self.proc is not None else None
+
     async def ready(self, timeout: float = 30.0) -> None:
         """Until its `/metrics` answers (the endpoint is up before the first session opens)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
-                code = self.proc.returncode if self.proc is not None else None
-                raise RuntimeError(f"notify probe exited with {code} at start; see "
+                raise RuntimeError(f"notify probe exited with {self.returncode} at start; see "
                                    f"{self.dir / 'probe.err'}")
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(self.scrape, 1.0)
@@ -115,7 +114,7 @@ class ProbeProc:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc, 5)
+            stop_process(self.proc, 5)
         if self._err is not None:
             self._err.close()
             self._err = None
@@ -150,6 +149,16 @@ class Sampler:
         self._last: str | None = None
 
     async def run(self) -> None:
+        """Scrape until cancelled, or until the prober exits (noted `probe.exit`). An error the
+        loop does not expect is noted (`probe.sampler_failed`: the report's later windows have
+        no scrapes) before it escapes to the runner, which only gathers this task."""
+        try:
+            await self._scrape()
+        except Exception as e:
+            self.note("probe.sampler_failed", error=f"{type(e).__name__}: {e}")
+            raise
+
+    async def _scrape(self) -> None:
         loop = asyncio.get_running_loop()
         due = loop.time()
         with open(self.path, "a") as f:
@@ -167,8 +176,7 @@ class Sampler:
                 f.write(json.dumps(line) + "\n")
                 f.flush()
                 if not self.proc.running():
-                    code = self.proc.proc.returncode if self.proc.proc is not None else None
-                    self.note("probe.exit", code=code)
+                    self.note("probe.exit", code=self.proc.returncode)
                     return
                 due += self.every
                 await asyncio.sleep(max(0.0, due - loop.time()))
@@ -200,9 +208,8 @@ def _at(rows: list[tuple[float, dict[str, list[float]]]], sli: str,
         t: float) -> tuple[float, float] | None:
     """The (total, good) counters of `sli` at time t, interpolated between the scrapes around
     it; None outside the scraped span."""
-    ts = [x for x, _ in rows]
-    i = bisect.bisect_right(ts, t)
-    if i == 0 or (i == len(rows) and t > ts[-1]):
+    i = bisect.bisect_right(rows, t, key=lambda r: r[0])
+    if i == 0 or t > rows[-1][0]:
         return None
     a_t, row = rows[i - 1]
     a = row.get(sli, [0.0, 0.0])  # (an SLI not in a scrape has counted nothing yet)

@@ -26,7 +26,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _stop(proc: subprocess.Popen[bytes], grace: float) -> int | None:
+def stop_process(proc: subprocess.Popen[bytes], grace: float) -> int | None:
     """SIGTERM, then SIGKILL after `grace` seconds; SIGCONT first in case it is paused."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -147,7 +147,7 @@ class Node:
 
     def stop(self) -> None:
         if self.proc is not None:
-            _stop(self.proc, 10)
+            stop_process(self.proc, 10)
         self._close_out()
 
     def _close_out(self) -> None:
@@ -229,7 +229,7 @@ class ClientProc:
             return None
 
     def stop(self) -> None:
-        _stop(self.proc, 5)
+        stop_process(self.proc, 5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._out.close()

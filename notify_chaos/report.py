@@ -41,7 +41,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from notify_chaos.probe import read_samples, sli_lines, sli_phases
+from notify_chaos.probe import SLIS, read_samples, sli_lines, sli_phases
 from notify_chaos.scenario import Scenario
 from notify_chaos.verdict import RULES, log_files, read_jsonl, view_change_lines
 
@@ -224,7 +224,7 @@ def probe_summary(actions: list[dict[str, Any]], run: dict[str, Any],
                   scrapes: int) -> dict[str, Any]:
     """The SLIs that dropped during every fault and recovered after it (`moved`)."""
     moved = []
-    for sli in ("publish", "delivery", "resume", "view_change"):
+    for sli in SLIS:
         if actions and all(a["slis"][sli]["dropped"] and a["slis"][sli]["recovered"]
                            for a in actions):
             moved.append(sli)

@@ -220,6 +220,7 @@ class Runner:
                     if st.get("name") == "NOTIFY" and leader in names:
                         return names.index(leader)
         return None
+
     async def start_probe(self) -> None:
         """`notify probe` against the probed nodes, each through a proxy of its own, and its
         sampler; ready once its /metrics answers (bounded)."""

@@ -472,18 +472,14 @@ class Scenario(_Model):
         pubs, subs = self.clients.publishers.count, self.clients.subscribers.count
         if self.probe is not None:
             for t in self.probe.targets:
-                if int(t.removeprefix("node-")) > self.system.nodes:
-                    raise ValueError(f"probe.targets: {t} does not exist "
-                                     f"({self.system.nodes} nodes)")
+                self._node_exists("probe.targets", t)
             c = self.clients
             if self.probe.group in {*c.publishers.groups, *c.subscribers.groups,
                                     *c.churners.groups}:
                 raise ValueError(f"probe.group: {self.probe.group!r} is a group of the "
                                  "scenario's clients; the prober needs one of its own")
         for name, node in self.clients.edges.items():
-            if int(node.removeprefix("node-")) > self.system.nodes:
-                raise ValueError(f"clients.edges.{name}: {node} does not exist "
-                                 f"({self.system.nodes} nodes)")
+            self._node_exists(f"clients.edges.{name}", node)
         for i, a in enumerate(self.actions):
             if a.mode in CLUSTER_MODES:
                 if not self.system.cluster:
@@ -511,6 +507,11 @@ class Scenario(_Model):
                         raise ValueError(f"actions[{i}]: {a.target} does not exist "
                                          f"({n} {kind}s)")
         return self
+
+    def _node_exists(self, where: str, node: str) -> None:
+        """`node` (`node-N`, checked by the field) is one of the system's nodes."""
+        if int(node.removeprefix("node-")) > self.system.nodes:
+            raise ValueError(f"{where}: {node} does not exist ({self.system.nodes} nodes)")
 
 
 class ScenarioError(ValueError):

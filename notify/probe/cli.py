@@ -10,34 +10,38 @@ import sys
 
 from notify.probe.config import ProbeConfig
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["SLI_SETTINGS", "add_arguments", "flag", "run"]
 
 _D = ProbeConfig()
+
+#: the `ProbeConfig` fields that define the SLIs and the deliberate faults, each an option
+#: (`flag(name)`, seconds or a rate), with what it means (`--help` adds the default)
+SLI_SETTINGS = {
+    "rate": "SDK publishes per second per target",
+    "publish_deadline": "seconds a publish may take to be answered and count good",
+    "latency_threshold": "seconds from publish to receipt for a delivery to count good",
+    "reconnect_every": "seconds between deliberate drops of the receiver's socket; 0: never",
+    "resume_deadline": "seconds a resume may take",
+    "view_change_every": "seconds between deliberate view changes (a member joins and leaves); "
+                         "0: never",
+    "view_change_threshold": "seconds from view_change to view_install for a view change to "
+                             "count good",
+}
+
+
+def flag(name: str) -> str:
+    """The option of `ProbeConfig` field `name`: `--publish-deadline`."""
+    return "--" + name.replace("_", "-")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("urls", nargs="+", metavar="URL",
                    help="the targets (ws://HOST:PORT): one server, or every node of a cluster")
     p.add_argument("--group", default=_D.group, help=f"the probe group (default {_D.group})")
-    p.add_argument("--rate", type=float, default=_D.rate,
-                   help=f"SDK publishes per second per target (default {_D.rate})")
-    p.add_argument("--publish-deadline", type=float, default=_D.publish_deadline,
-                   help="seconds a publish may take to be answered and count good "
-                        f"(default {_D.publish_deadline})")
-    p.add_argument("--latency-threshold", type=float, default=_D.latency_threshold,
-                   help="seconds from publish to receipt for a delivery to count good "
-                        f"(default {_D.latency_threshold})")
-    p.add_argument("--reconnect-every", type=float, default=_D.reconnect_every,
-                   help="seconds between deliberate drops of the receiver's socket; 0: never "
-                        f"(default {_D.reconnect_every})")
-    p.add_argument("--resume-deadline", type=float, default=_D.resume_deadline,
-                   help=f"seconds a resume may take (default {_D.resume_deadline})")
-    p.add_argument("--view-change-every", type=float, default=_D.view_change_every,
-                   help="seconds between deliberate view changes (a member joins and leaves); "
-                        f"0: never (default {_D.view_change_every})")
-    p.add_argument("--view-change-threshold", type=float, default=_D.view_change_threshold,
-                   help="seconds from view_change to view_install for a view change to count "
-                        f"good (default {_D.view_change_threshold})")
+    for name, text in SLI_SETTINGS.items():
+        default = getattr(_D, name)
+        p.add_argument(flag(name), type=float, default=default,
+                       help=f"{text} (default {default})")
     p.add_argument("--api", default=None, metavar="URL",
                    help="also publish through the server API at this URL (http://HOST:PORT)")
     p.add_argument("--key", default=os.environ.get("NOTIFY_API_KEY"),
@@ -64,10 +68,7 @@ def run(a: argparse.Namespace) -> int:
         return 2
     try:
         config = ProbeConfig(
-            group=a.group, rate=a.rate, publish_deadline=a.publish_deadline,
-            latency_threshold=a.latency_threshold, reconnect_every=a.reconnect_every,
-            resume_deadline=a.resume_deadline, view_change_every=a.view_change_every,
-            view_change_threshold=a.view_change_threshold, api_url=a.api,
+            group=a.group, **{name: getattr(a, name) for name in SLI_SETTINGS}, api_url=a.api,
             api_key=a.key if a.api is not None else None, api_rate=a.api_rate, token=a.token)
         prober = Prober(a.urls, config)
     except ValueError as e:

@@ -75,19 +75,16 @@ class Session:
                 await close_client(c, timeout)
             raise
         session = cls(sender, receiver, send_group, recv_group)
-        send_group.on_event(session._sender_event)
+        send_group.on_event(session.watch)
         return session
 
     def _state_changed(self, _old: ConnectionState, new: ConnectionState) -> None:
         if new is ConnectionState.CLOSED:
             self.lost.set()
 
-    def _sender_event(self, e: GroupEvent) -> None:
-        if isinstance(e, Removed) and e.reason is not None:
-            self.lost.set()
-
-    def receiver_removed(self, e: GroupEvent) -> None:
-        """Called by the owner with each receiver event: a refusal to let it back in ends it."""
+    def watch(self, e: GroupEvent) -> None:
+        """Each event of either client's group (the sender's as its handler, the receiver's
+        from the owner's): a refusal to let it back in ends the session."""
         if isinstance(e, Removed) and e.reason is not None:
             self.lost.set()
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import secrets
 from collections.abc import Callable
@@ -62,7 +61,7 @@ class TargetProbe:
         #: tags this prober's messages: others in the group (another prober) are not ours
         self.run_id = run or secrets.token_hex(6)
         self.session: Session | None = None
-        self._seq = itertools.count(1)
+        #: the last probe message's number (they are numbered 1, 2, ...)
         self._highest = 0
         c = config
         self.publishes = Ledger(c.publish_deadline, c.max_outstanding)
@@ -81,7 +80,6 @@ class TargetProbe:
 
     async def run(self) -> None:
         """Probe until cancelled; an unexpected error escapes (the `Prober` restarts us)."""
-        failed = True
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._keep_session(), name=f"probe-session-{self.target}")
@@ -90,18 +88,12 @@ class TargetProbe:
                 tg.create_task(self._disrupt_loop(), name=f"probe-disrupt-{self.target}")
                 if self.config.api_url is not None:
                     tg.create_task(self._api_loop(), name=f"probe-api-{self.target}")
-            failed = False
-        except asyncio.CancelledError:
-            failed = False
+        except Exception:  # what was outstanding will never be answered to us: bad, not lost
+            self._count_bad("publish", self.publishes.clear())
+            self._count_bad("delivery", self.deliveries.clear())
+            self._count_bad("view_change", self.view_changes.clear())
             raise
-        finally:
-            if failed:  # what was outstanding will never be answered to us: bad, not lost
-                self._count_bad("publish", self.publishes.clear())
-                self._count_bad("delivery", self.deliveries.clear())
-                self._count_bad("view_change", self.view_changes.clear())
-            s, self.session = self.session, None
-            if s is not None:
-                await asyncio.shield(s.close(self.config.connect_timeout))
+        finally:  # (the session is closed by `_keep_session`, which ended with the group)
             self._gauge()
 
     async def _keep_session(self) -> None:
@@ -163,30 +155,26 @@ class TargetProbe:
         """The deliberate faults, one at a time (a drop never overlaps a view change we made,
         which would make a good resume look bad)."""
         c = self.config
-        every = [e for e in (c.reconnect_every, c.view_change_every) if e > 0]
-        if not every:
+        faults = [(every, fault) for every, fault in ((c.reconnect_every, self.check_resume),
+                                                      (c.view_change_every, self.change_view))
+                  if every > 0]
+        if not faults:
             await asyncio.Event().wait()  # nothing to do: wait to be cancelled
         loop = asyncio.get_running_loop()
-        next_drop = loop.time() + c.reconnect_every
-        next_change = loop.time() + c.view_change_every
+        due = [loop.time() + every for every, _ in faults]
         while True:
-            due = [t for t, e in ((next_drop, c.reconnect_every),
-                                  (next_change, c.view_change_every)) if e > 0]
             await asyncio.sleep(max(0.0, min(due) - loop.time()))
             now = loop.time()
-            if c.reconnect_every > 0 and now >= next_drop:
-                await self.check_resume()
-                next_drop = loop.time() + c.reconnect_every
-            if c.view_change_every > 0 and now >= next_change:
-                await self.change_view()
-                next_change = loop.time() + c.view_change_every
+            for i, (every, fault) in enumerate(faults):
+                if now >= due[i]:
+                    await fault()
+                    due[i] = loop.time() + every
 
     # -- publishing --------------------------------------------------------------------------
 
     def _next(self) -> int:
-        seq = next(self._seq)
-        self._highest = seq
-        return seq
+        self._highest += 1
+        return self._highest
 
     def _publish_one(self) -> None:
         s = self.session
@@ -249,7 +237,7 @@ class TargetProbe:
             return
         s = self.session
         if s is not None:
-            s.receiver_removed(e)
+            s.watch(e)
         if isinstance(e, ViewChanging):
             if e.proposed not in self.view_changes:
                 self._count_bad("view_change", self.view_changes.open(e.proposed, "", now))

@@ -5,7 +5,6 @@ restarted) must pass on SQLite (G10) and fail on the memory store (the negative 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.chaos.conftest import assert_all_stopped
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -23,22 +24,6 @@ CMD = [sys.executable, "-m", "notify_chaos.cli"]
 def _run(scenario: Path, out: Path, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CMD, "run", str(scenario), "--out", str(out)], capture_output=True,
                           text=True, timeout=timeout)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead too (reaped by nobody yet)
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
-def _assert_all_stopped(out: Path) -> None:
-    pids = json.loads((out / "run.json").read_text())["pids"]
-    assert pids
-    assert [p for p in pids if _alive(p)] == []
 
 
 def test_sigkill_on_sqlite_passes_with_three_windows_per_action(tmp_path: Path) -> None:
@@ -71,7 +56,7 @@ def test_sigkill_on_sqlite_passes_with_three_windows_per_action(tmp_path: Path) 
     assert rep["nodes"]["node-1"]["starts"] == 2
     html = (out / "report.html").read_text()
     assert "<svg" in html and "recovery s" in html and "OK" in html
-    _assert_all_stopped(out)
+    assert_all_stopped(out)
     # the verdict can be computed again from the files alone
     again = subprocess.run([*CMD, "check", str(out)], capture_output=True, text=True,
                            timeout=60)
@@ -88,7 +73,7 @@ def test_negative_control_memory_store_loses_acked_messages(tmp_path: Path) -> N
     assert rep["verdict"]["acked_lost"]["count"] > 0
     assert "never delivered" in rep["verdict"]["acked_lost"]["examples"][0]
     assert "VIOLATIONS" in r.stdout
-    _assert_all_stopped(tmp_path / "out")
+    assert_all_stopped(tmp_path / "out")
 
 
 def test_a_bad_scenario_exits_2_naming_the_line(tmp_path: Path) -> None:
@@ -116,7 +101,7 @@ def test_ctrl_c_stops_every_process_and_exits_2(tmp_path: Path) -> None:
             p.wait(10)
     assert p.returncode == 2, err
     assert "interrupted" in err
-    _assert_all_stopped(out)
+    assert_all_stopped(out)
 
 
 CLUSTER_SCENARIO = Path(__file__).parent / "ci_cluster_owner_kill.yaml"
@@ -146,7 +131,7 @@ def test_cluster_owner_kill_end_to_end(tmp_path: Path) -> None:
         assert run["nodes"][victim["node"]]["starts"] == 2
         assert len(run["pids"]) >= 3 + 3 + 1 + 3  # nats, nodes, the restart, clients
     finally:
-        _assert_all_stopped(out)
+        assert_all_stopped(out)
 
 
 def test_a_users_two_devices_flapping_cost_only_their_own_view_changes(tmp_path: Path) -> None:
@@ -171,4 +156,4 @@ def test_a_users_two_devices_flapping_cost_only_their_own_view_changes(tmp_path:
     assert vc["changes"]["joins"] == 4
     assert vc["installs"] <= 4 + alice["removals"] + alice["rejoins"]
     assert "user alice (2 instances)" in r.stdout
-    _assert_all_stopped(out)
+    assert_all_stopped(out)

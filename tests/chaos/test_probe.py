@@ -5,8 +5,8 @@ can fail)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from notify_chaos.probe import parse, ratio, sli_phases
+from notify_chaos.probe import Sampler, parse, ratio, sli_phases
 from notify_chaos.scenario import Probe, ScenarioError, loads
+from tests.chaos.conftest import assert_all_stopped
 
 SHIPPED = Path(__file__).parents[2] / "notify_chaos" / "scenarios" / "probe-pause-node.yaml"
 CMD = [sys.executable, "-m", "notify_chaos.cli"]
@@ -106,16 +107,51 @@ def test_bad_events_are_read_a_deadline_late_so_a_fault_shows_in_its_own_window(
     assert d["resume"]["dropped"] is None  # (no such events: neither)
 
 
+class _Prober:
+    """A `ProbeProc` stand-in: each scrape answers `answers`' next item (raised if an
+    exception); it runs until they are used up, then has exited with code 3."""
+
+    def __init__(self, d: Path, answers: list[str | Exception]) -> None:
+        self.dir, self.answers = d, answers
+
+    def scrape(self, timeout: float) -> str:
+        a = self.answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    def running(self) -> bool:
+        return bool(self.answers)
+
+    returncode = 3
+
+
+async def test_the_sampler_writes_a_line_per_scrape_and_stops_when_the_prober_exits(
+        tmp_path: Path) -> None:
+    notes: list[tuple[str, dict[str, Any]]] = []
+    proc = _Prober(tmp_path, [EXPOSITION, ConnectionRefusedError("refused")])
+    sampler = Sampler(proc, 0.1, lambda what, **kw: notes.append((what, kw)))  # type: ignore[arg-type]
+    async with asyncio.timeout(5):
+        await sampler.run()
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(x) for x in lines] == [["by_target", "slis", "ts"], ["error", "ts"]]
+    assert lines[0]["slis"]["publish"] == [15.0, 14.0]
+    assert lines[1]["error"] == "ConnectionRefusedError: refused"
+    assert (sampler.samples, sampler.errors) == (1, 1)
+    assert notes == [("probe.exit", {"code": 3})]
+
+
+async def test_a_sampler_that_fails_says_so_before_the_error_escapes(tmp_path: Path) -> None:
+    notes: list[tuple[str, dict[str, Any]]] = []
+    proc = _Prober(tmp_path, [EXPOSITION, RuntimeError("a sampler bug"), EXPOSITION])
+    sampler = Sampler(proc, 0.1, lambda what, **kw: notes.append((what, kw)))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        async with asyncio.timeout(5):
+            await sampler.run()
+    assert notes == [("probe.sampler_failed", {"error": "RuntimeError: a sampler bug"})]
+
+
 # -- end to end ---------------------------------------------------------------------------
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
 
 
 def _run(scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -126,7 +162,7 @@ def _run(scenario: Path, out: Path) -> tuple[subprocess.CompletedProcess[str], d
     run = json.loads((out / "run.json").read_text())
     probe_pid = run["probe"]["pid"]
     assert probe_pid in run["pids"]
-    assert [p for p in run["pids"] if _alive(p)] == []  # the prober stopped with the run
+    assert_all_stopped(out)  # the prober stopped with the run
     assert r.returncode == 0, r.stdout + r.stderr
     assert elapsed < 60, elapsed
     return r, json.loads((out / "report.json").read_text())

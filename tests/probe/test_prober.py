@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from notify.probe import SLIS, Prober, TargetProbe
 from notify_chaos.natsrun import free_ports
@@ -98,6 +99,37 @@ async def test_a_reconnect_the_server_does_not_resume_is_counted_bad(tmp_path: P
         assert counts(p, s.ws)["resume"] == (0, 1)
     finally:
         await asyncio.to_thread(s.stop)
+
+
+async def test_a_failed_target_probe_counts_what_it_held_bad_and_is_restarted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Supervision (prober.py, G13): a target probe whose loop raises (a prober bug) is counted
+    in notify_probe_restarts_total, the events it held are counted bad (never lost), and a new
+    probe of the target runs after the backoff while the prober goes on."""
+    (port,) = free_ports(1)
+    target = f"ws://127.0.0.1:{port}"  # (nobody listens: no session, and none is needed)
+    p = prober(target, rate=1.0)
+    failed: list[TargetProbe] = []
+    expire = TargetProbe._expire_loop
+
+    async def fails_once(self: TargetProbe) -> None:
+        if not failed:
+            failed.append(self)
+            self.publishes.open(10**6, "held", asyncio.get_running_loop().time())
+            raise RuntimeError("a prober bug")
+        await expire(self)
+
+    monkeypatch.setattr(TargetProbe, "_expire_loop", fails_once)
+    async with running(p):
+        await until("a new probe", lambda: p.probes.get(target) not in (None, *failed))
+        m = p.metrics
+        assert m.count("restarts", target) == 1
+        assert (m.count("publish", target, path="held"),
+                m.count("publish", target, good=True, path="held")) == (1, 0)
+        assert len(failed[0].publishes) == 0
+        await asyncio.sleep(3 * p.config.backoff)
+        assert m.count("restarts", target) == 1  # the new probe runs on
+        assert p.probes[target] is not failed[0]
 
 
 async def _bad_moves_then_recovers(p: Prober, server: Served, fault: object) -> None:

@@ -81,6 +81,7 @@ from notify.core.hub import valid_group_name
 from notify.core.topic import TOTAL_STREAM
 from notify.core.users import user_of
 from notify.runtime.frames import exact
+from notify.runtime.placement import NoOwner
 from notify.server.app import NotifyServer, StoreError
 from notify.server.listener import stop_accepting
 from notify.storage.base import GroupInfo, LogPage
@@ -188,6 +189,8 @@ class ApiServer:
                    name="disconnectUser")
         r.add_get(f"{PREFIX}/openapi.json", self._openapi, name="getOpenAPI")
         self._document = orjson.dumps(document())
+        # what other nodes of a cluster ask of this one as a group's owner (`_answer_call`)
+        server.answers = self._answer_call
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
 
@@ -489,17 +492,21 @@ class ApiServer:
         return text
 
     async def _remove(self, request: web.Request) -> web.Response:
-        """The core decides who goes (`Hub.remove`, through the driver); this waits for the
-        view without them to be installed and stored, or answers 503 at the deadline."""
         self._key(request, Scope.ADMIN)
         name = self._group_name(request)
         self._key(request, Scope.ADMIN, name)
         member = self._name(request, "member", _MEMBER, MAX_MEMBER)
         _query(request, "removeMember")
         self._serving()
-        if self.server.config.shared_log and not self.server.placement.owns(name):
-            raise unavailable("cluster mode: a removal is not routed to the group's owner yet; "
-                              "ask the node that owns it (GET /cluster)")
+        if self.server.placement.owns(name):
+            removal = await self._remove_here(name, member)
+        else:
+            removal = await self._remove_at_owner(name, member)
+        return _json(removal)
+
+    async def _remove_here(self, name: str, member: str) -> Removal:
+        """The core decides who goes (`Hub.remove`, through the driver); this waits for the
+        view without them to be installed and stored, or answers 503 at the deadline."""
         if name not in self.server.hub.groups:
             stored = await self._stored(name)
             if name not in self.server.hub.groups:  # (not loaded meanwhile)
@@ -521,12 +528,52 @@ class ApiServer:
         if not removal.members:
             raise unknown_member(name, member)
         await self._installed(name, removal.version)
-        return _json(Removal(group=name, removed=list(removal.members),
-                             version=removal.version))
+        return Removal(group=name, removed=list(removal.members), version=removal.version)
+
+    async def _remove_at_owner(self, name: str, member: str) -> Removal:
+        """Cluster mode, a group another node owns: the removal runs there, where its members
+        are (`Placement.ask_owner`, answered by that node's `_answer_call`), with the same
+        answers as here; 503 when no node owns the group now or its owner does not answer."""
+        request = orjson.dumps({"op": "remove", "group": name, "member": member})
+        try:
+            raw = await self.server.placement.ask_owner(name, request, self._install_wait() + 2)
+        except NoOwner as e:
+            raise unavailable(f"{e}; try again") from None
+        reply = orjson.loads(raw)
+        if "error" in reply:
+            raise ApiError(ApiErrorCode(reply["error"]["code"]), reply["error"]["message"],
+                           {"Retry-After": "1"} if reply["error"]["code"] == "unavailable"
+                           else None)
+        if "busy" in reply:
+            raise unavailable(f"{reply['busy']}; try again")
+        return Removal.model_validate(reply["ok"])
+
+    async def _answer_call(self, request: bytes) -> bytes:
+        """What another node of the cluster asks of this one as a group's owner (its server
+        API's `_remove_at_owner`). A group this node does not own (any more) is answered 503,
+        never done here: its members are elsewhere."""
+        try:
+            op = orjson.loads(request)
+            if op.get("op") != "remove":
+                raise ApiError(ApiErrorCode.BAD_REQUEST, f"no such operation {op.get('op')!r}")
+            name, member = str(op["group"]), str(op["member"])
+            self._serving()
+            if not self.server.placement.owns(name):
+                raise unavailable(f"{name!r} moved to another node while the removal crossed")
+            removal = await self._remove_here(name, member)
+        except ApiError as e:
+            return orjson.dumps({"error": {"code": e.code.value, "message": e.message}})
+        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError):
+            return orjson.dumps({"error": {"code": "bad_request",
+                                           "message": "an unreadable operation"}})
+        return orjson.dumps({"ok": removal.model_dump()})
+
+    def _install_wait(self) -> float:
+        t = self.server.config.timeouts
+        return 2 * t.flush_timeout + t.write_timeout  # a flush, a restart of it, the store
 
     async def _installed(self, name: str, version: int) -> None:
-        t = self.server.config.timeouts
-        wait = 2 * t.flush_timeout + t.write_timeout  # a flush, a restart of it, the store
+        wait = self._install_wait()
         try:
             async with asyncio.timeout(wait):
                 while True:

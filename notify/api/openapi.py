@@ -50,7 +50,8 @@ DESCRIPTION = (
     "SECRET` (an API key: docs/api.md); each operation names the scope it needs, and a key "
     "reaches only the groups its globs match. Errors are `{\"error\": {\"code\", "
     "\"message\"}}` with a stable `code`. Group names in paths are percent-encoded (`/` as "
-    "`%2F`). In cluster mode every node serves it: a publish goes to the group's owner.")
+    "`%2F`). In cluster mode every node serves all of it: a publish and a removal go to the "
+    "group's owner, a disconnect reaches every node.")
 
 
 def _param(name: str, where: str, schema: dict[str, Any], description: str,
@@ -214,8 +215,9 @@ def document() -> dict[str, Any]:
                 [GROUP_PARAM, MEMBER_PARAM], group_errors),
                 "unknown_group: the log has no view of the group; unknown_member: nobody in "
                 "its view is that member, or an instance of that user",
-                "unavailable: shutting down, cluster mode, or the view change was not "
-                "installed in time (it goes on: read the group's view)")},
+                "unavailable: shutting down, no node owns the group now (a cluster's "
+                "failover), or the view change was not installed in time (it goes on: read "
+                "the group's view)")},
             f"{PREFIX}/users/{{user}}/disconnect": {"post": _admin_errors(_operation(
                 "disconnectUser", "Disconnect a user and revoke its tokens (scope: admin, "
                 "every group)",
@@ -229,8 +231,8 @@ def document() -> dict[str, Any]:
                 "tokens are revoked all the same).",
                 _ok("Disconnection", "its connections are closed, its tokens revoked"),
                 [USER_PARAM], ("400", "401", "403", "429", "503")),
-                None, "unavailable: shutting down, cluster mode, or the revocation could not "
-                      "be stored (nothing was closed; try again)")},
+                None, "unavailable: shutting down, or the revocation could not be stored "
+                      "(nothing was closed; try again)")},
             f"{PREFIX}/openapi.json": {"get": {
                 "operationId": "getOpenAPI", "summary": "This document (no key needed)",
                 "security": [],

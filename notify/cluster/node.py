@@ -26,6 +26,12 @@ three questions for the server.
   An edge that died (`NodeDown`): its remote connections are closed in the hub at once, so its
   members are suspected now and not after heartbeats.
 
+Two things cross between nodes besides frames. An operation that must run where a group's
+members are (the server API's removal) is asked of the group's owner by a NATS request
+(`ask_owner`, answered by that node's server: `PlacementHost.answer`); and every disconnect of
+a user, stored by whichever node was asked, reaches every node through a watch of the log's
+revocations bucket (revocations.py), each ending the user's sessions it holds.
+
 The fence is the log's, not ours: the log on JetStream (`JetStreamLog(owner=)`) appends a fence
 record when it loads a group, so an owner that lost its lease without noticing (paused, cut
 off) is refused its next append; the driver drops the group on such a refusal (`Fenced`).
@@ -47,6 +53,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats
+import nats.errors
 import orjson
 import structlog
 from nats.aio.client import Client
@@ -75,6 +82,7 @@ from notify.cluster.linkwire import (
     identity_of,
 )
 from notify.cluster.ownership import Acquired, Lost, NodeDown, OwnerChanged
+from notify.cluster.revocations import RevocationWatch
 from notify.cluster.routing import (
     FULL,
     CloseConns,
@@ -90,7 +98,8 @@ from notify.core.errors import CloseCode
 from notify.core.events import Hello
 from notify.core.users import split_member
 from notify.runtime.driver import MOVED
-from notify.runtime.placement import PlacementHost, Sample
+from notify.runtime.placement import NoOwner, PlacementHost, Sample
+from notify.storage.jetstream import revocations_bucket
 
 log = structlog.get_logger("notify.cluster")
 
@@ -99,6 +108,15 @@ TICK = 0.25
 
 #: DATA entries that must not count against the member's outbound bound (a resume's replay)
 DATA_REPLAY = 3
+
+#: operations other nodes asked of this one that may run at once (`ask_owner`); more are
+#: answered "busy" at once rather than queued without bound
+CALLS = 16
+
+
+def call_subject(prefix: str, node: str) -> str:
+    """Where a node hears operations asked of it as a group's owner (`ask_owner`)."""
+    return f"{prefix}.call.{node}"
 
 
 @dataclass(frozen=True)
@@ -156,6 +174,9 @@ class ClusterNode:
         #: our number -> (edge, edge incarnation, edge conn)
         self._remote: dict[int, tuple[str, str, int]] = {}
         self._tick: asyncio.Task[None] | None = None
+        self._revocations: RevocationWatch | None = None
+        #: operations other nodes asked of this one, under way (at most `CALLS`)
+        self._calls: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -171,6 +192,12 @@ class ClusterNode:
         # (unsubscribed by the connection's drain at `stop`)
         await self._nc.subscribe(in_subject(c.prefix, self.node), cb=self._on_in)
         await self._nc.subscribe(out_subject(c.prefix, self.node), cb=self._on_out)
+        await self._nc.subscribe(call_subject(c.prefix, self.node), cb=self._on_call)
+        self._revocations = RevocationWatch(
+            self._nc, revocations_bucket(c.stream), replicas=c.replicas,
+            on_revoked=server.revoked, on_failure=self._fail,
+            idle_heartbeat=max(0.1, min(1.0, c.node_ttl / 4)))
+        await self._revocations.start(c.connect_timeout)
         self.leases = ClusterLeases(
             self._nc, self.node, info={"url": server.url, "inc": self.inc},
             on_actions=self._on_lease_actions, on_failure=self._fail,
@@ -203,6 +230,10 @@ class ClusterNode:
                 await self._tick
         for up in list(self._uplinks.values()):
             await up.close()
+        if self._revocations is not None:
+            await self._revocations.stop()
+        for task in list(self._calls):
+            task.cancel()
         if self._nc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._nc.drain(), 5)
@@ -326,6 +357,43 @@ class ClusterNode:
             if isinstance(a, CloseConns):
                 self._close_edge_conns(
                     a.conns, "the node serving a group does not answer; reconnect")
+
+    # -- operations asked of a group's owner ----------------------------------------------------
+
+    async def ask_owner(self, group: str, request: bytes, timeout: float) -> bytes:
+        lease = self.router.owner(shard_of(group))
+        if lease is None or self._nc is None:
+            raise NoOwner(f"no node owns {group!r} now (a failover is under way)")
+        try:
+            reply = await self._nc.request(call_subject(self.config.prefix, lease.node),
+                                           request, timeout=timeout)
+        except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+                nats.errors.ConnectionClosedError) as e:
+            raise NoOwner(f"node {lease.node} (the owner of {group!r}) did not answer: "
+                          f"{type(e).__name__}") from None
+        return reply.data
+
+    async def _on_call(self, msg: Msg) -> None:
+        """An operation another node asks of this one as a group's owner: answered by the
+        server (which says so if the group is not ours any more), off the subscription's
+        callback so that one slow operation does not hold the others."""
+        if len(self._calls) >= CALLS:
+            await msg.respond(orjson.dumps({"busy": f"node {self.node} is answering {CALLS} "
+                                                    "operations already"}))
+            return
+        task = asyncio.get_running_loop().create_task(self._answer(msg))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer(self, msg: Msg) -> None:
+        assert self._server is not None
+        try:
+            reply = await self._server.answer(msg.data)
+        except Exception as e:  # (the asker waits for nothing then: its timeout answers)
+            log.error("call_failed", error=repr(e), exc_info=e)
+            return
+        with contextlib.suppress(nats.errors.Error):
+            await msg.respond(reply)
 
     # -- edge side: frames from owners ------------------------------------------------------------
 
@@ -565,7 +633,10 @@ class ClusterNode:
             ("counter", "cluster_groups_dropped", "groups dropped (shard lost or fenced)",
              driver.groups_dropped if driver is not None else 0),
             ("counter", "cluster_conns_moved", "client connections told to reconnect because "
-             "their group moved", cs.conns_moved)]
+             "their group moved", cs.conns_moved),
+            ("counter", "cluster_revocations_heard", "users' disconnects heard by the watch "
+             "(each ends the user's sessions here once)",
+             self._revocations.heard if self._revocations is not None else 0)]
         return out
 
     def shards_owned(self) -> int:

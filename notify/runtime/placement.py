@@ -72,6 +72,18 @@ class PlacementHost(Protocol):
     def halt(self, reason: str) -> None:
         """Fail-stop (G13)."""
 
+    async def answer(self, request: bytes) -> bytes:
+        """An operation another node asked of this one as a group's owner (`ask_owner`)."""
+
+    def revoked(self, user: str, at: float) -> None:
+        """A disconnect of `user` at `at`, stored by any node: refuse the user's tokens issued
+        until then and end its sessions here (once per revocation: a repeat is a no-op)."""
+
+
+class NoOwner(Exception):
+    """`ask_owner` found no node to answer: the group has no owner now (a failover), or its
+    owner did not answer in time. The caller may try again."""
+
 
 class Placement(Protocol):
     @property
@@ -117,6 +129,12 @@ class Placement(Protocol):
     def samples(self) -> Sequence[Sample]:
         """Its metrics, read at scrape time."""
 
+    async def ask_owner(self, group: str, request: bytes, timeout: float) -> bytes:
+        """An operation for the node that owns `group` (the server API's removal, which must
+        run where the group's members are), answered by that node's `PlacementHost.answer`;
+        `NoOwner` when no node answers within `timeout`. Only for a group `owns` says is not
+        this node's."""
+
 
 class LocalPlacement:
     """Every group lives in this process: nothing is routed, every connection is local, and
@@ -160,5 +178,8 @@ class LocalPlacement:
     def samples(self) -> Sequence[Sample]:
         return ()
 
+    async def ask_owner(self, group: str, request: bytes, timeout: float) -> bytes:
+        raise NoOwner("every group is this process's")  # (never asked: `owns` is always True)
 
-__all__ = ["EdgeSession", "LocalPlacement", "Placement", "PlacementHost", "Sample"]
+
+__all__ = ["EdgeSession", "LocalPlacement", "NoOwner", "Placement", "PlacementHost", "Sample"]

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import secrets
 import ssl as ssl_module
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -160,6 +161,14 @@ class NotifyServer:
         #: called with each write the log made durable, before the frames held behind it
         #: leave (the webhooks' source, notify/webhooks/source.py); a hook must not raise
         self.stored: list[Callable[[Write], None]] = []
+        #: answers what another node asks of this one as a group's owner (`answer`): the server
+        #: API's, which sets it; None: nothing to answer
+        self.answers: Callable[[bytes], Awaitable[bytes]] | None = None
+        #: user -> its latest disconnect this node acted on (`revoked`), from the log's
+        #: revocations at start (one entry per user ever disconnected, as the log keeps them)
+        self._revoked: dict[str, float] = {}
+        #: this node's disconnects whose revocation is being stored (`disconnect_user`)
+        self._storing: set[tuple[str, float]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -238,15 +247,36 @@ class NotifyServer:
         return await answered
 
     async def disconnect_user(self, user: str) -> tuple[tuple[str, ...], float | None]:
-        """The server API's disconnect: with auth, revoke `user`'s tokens issued until now
-        (stored beside the log first, so that a restart keeps refusing them; `StoreError` if
-        it cannot be), then end every session of the user (`Hub.disconnect`: closed 4007,
-        removed from its groups at once). Returns the members whose sessions ended and the
-        revocation time (None in development mode: there are no tokens to revoke)."""
-        at: float | None = None
-        if self.verifier is not None:
-            at = self._clock()
+        """The server API's disconnect: store the user's revocation beside the log first (so
+        that a restart, and every other node of a cluster, keeps refusing its tokens issued
+        until now; `StoreError` if it cannot be), then end every session of the user here
+        (`Hub.disconnect`: closed 4007, removed from its groups at once). The other nodes of a
+        cluster end theirs when their placement hears of the revocation (`revoked`). Returns
+        the members whose sessions ended here and the revocation time (None in development
+        mode: there are no tokens to revoke, only sessions to end)."""
+        at = self._clock()
+        # (the placement may hear of it before the store answers: this call acts on it)
+        self._storing.add((user, at))
+        try:
             await self.off_loop(self.store.revoke, user, at)
+        finally:
+            self._storing.discard((user, at))
+        ended = self._revoke_here(user, at)
+        return ended, at if self.verifier is not None else None
+
+    def revoked(self, user: str, at: float) -> None:
+        if (user, at) not in self._storing:
+            self._revoke_here(user, at)
+
+    def _revoke_here(self, user: str, at: float) -> tuple[str, ...]:
+        """A revocation of `user`'s tokens at `at` (this node's disconnect, or another node's
+        heard by the placement): its tokens issued until then are refused from now on, and its
+        sessions here end. A revocation already acted on (or an older one) changes nothing, so
+        hearing one again never ends the sessions of a later login."""
+        if self._revoked.get(user, -math.inf) >= at:
+            return ()
+        self._revoked[user] = at
+        if self.verifier is not None:
             self.verifier.revoked[user] = max(at, self.verifier.revoked.get(user, at))
         ended: list[str] = []
 
@@ -256,7 +286,12 @@ class NotifyServer:
             return removal.actions
 
         self.driver.call(call, what="Disconnect")
-        return tuple(ended), at
+        return tuple(ended)
+
+    async def answer(self, request: bytes) -> bytes:
+        if self.answers is None:
+            raise RuntimeError("this node serves no operations for other nodes (no server API)")
+        return await self.answers(request)
 
     def _pulse(self) -> None:
         moved, self._loads_moved = self._loads_moved, asyncio.Event()
@@ -274,8 +309,10 @@ class NotifyServer:
         self.store.forget(group)
 
     async def start(self) -> None:
-        if self.verifier is not None:  # before the first hello: revoked tokens stay refused
-            self.verifier.revoked.update(await self.off_loop(self.store.revocations))
+        # before the first hello: revoked tokens stay refused
+        self._revoked.update(await self.off_loop(self.store.revocations))
+        if self.verifier is not None:
+            self.verifier.revoked.update(self._revoked)
         self._server = await serve(
             self._handle, self.host, self.port,
             max_size=self.config.limits.max_frame_bytes,

@@ -191,6 +191,12 @@ T = TypeVar("T")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-")
 
 
+def revocations_bucket(stream: str) -> str:
+    """The KV bucket of the disconnects of a log's users (key: the user, escaped like a group;
+    value: `{"user", "at"}`), beside the log's stream."""
+    return f"{stream}_revocations"
+
+
 def escape_group(group: str) -> str:
     """The group name as one subject token, reversibly (`unescape_group`)."""
     if not group:
@@ -752,12 +758,55 @@ class JetStreamLog:
         raise RuntimeError(f"could not fence {group!r}: its owner keeps appending")
 
     def revoke(self, user: str, at: float) -> None:
-        """Not on JetStream yet: the server API answers 503 in cluster mode before it gets
-        here (docs/api.md)."""
-        raise NotImplementedError("token revocation is not stored on JetStream yet")
+        """A KV put in the log's revocations bucket (`revocations_bucket`: R`replicas`, one
+        value per user, kept until deleted by hand), returned once a quorum stored it. Every
+        node of a cluster watches the bucket (notify/cluster/revocations.py). A later
+        revocation replaces an earlier one; one older than what is stored (nodes' clocks
+        differ) changes nothing."""
+        self._call(self._revoke(user, at), self.timeout * 4 + 1)
+
+    async def _revoke(self, user: str, at: float) -> None:
+        kv = await self._again(self._revocations_kv, self.timeout * 2)
+        key = escape_group(user)
+        try:
+            entry = await self._again(lambda: kv.get(key), self.timeout)
+        except KeyNotFoundError:
+            entry = None
+        if entry is not None and entry.value and orjson.loads(entry.value)["at"] >= at:
+            return
+        # (the same value put twice is the same revocation: it may be asked again)
+        await self._again(lambda: kv.put(key, orjson.dumps({"user": user, "at": at})),
+                          self.timeout * 2)
 
     def revocations(self) -> dict[str, float]:
-        return {}
+        """Every revocation stored (read at start-up: one pass over the bucket)."""
+        return self._call(self._revocations(), self.timeout * 4 + 1)
+
+    async def _revocations(self) -> dict[str, float]:
+        kv = await self._again(self._revocations_kv, self.timeout * 2)
+        watcher = await kv.watchall(ignore_deletes=True)
+        out: dict[str, float] = {}
+        try:
+            while (entry := await watcher.updates(self.timeout)) is not None:  # type: ignore[no-untyped-call]
+                if entry.value:
+                    record = orjson.loads(entry.value)
+                    out[record["user"]] = float(record["at"])
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return out
+
+    async def _revocations_kv(self) -> KeyValue:
+        js = self._nc.jetstream(timeout=self.timeout)
+        name = revocations_bucket(self.stream)
+        try:
+            kv = await js.key_value(name)
+        except (NotFoundError, nats.errors.Error):
+            kv = await js.create_key_value(KeyValueConfig(bucket=name, history=1,
+                                                          replicas=self.replicas))
+        info = (await kv.status()).stream_info
+        if info.cluster is not None and not info.cluster.leader:
+            raise TimeoutError(f"bucket {name} has no leader yet")
+        return kv
 
     def forget(self, group: str) -> None:
         """This node no longer owns `group` (cluster mode): its next load fences it again, and

@@ -1075,3 +1075,22 @@ async def test_a_deposed_owners_checkpoint_never_takes_the_pointer_back(
     finally:
         await new.close()
         await old.close()
+
+
+@pytest.mark.timeout(60)
+async def test_revocations_are_kept_on_jetstream_and_only_a_later_one_replaces(
+        nats_cluster: NatsCluster) -> None:
+    a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="REVOKE")
+    b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="REVOKE")
+    try:
+        assert await asyncio.to_thread(a.revocations) == {}
+        await asyncio.to_thread(a.revoke, "alice", 100.0)
+        await asyncio.to_thread(a.revoke, "bob.smith@example.com", 50.0)  # (escaped as a key)
+        await asyncio.to_thread(b.revoke, "alice", 90.0)  # older (a clock behind): no change
+        assert await asyncio.to_thread(b.revocations) == {
+            "alice": 100.0, "bob.smith@example.com": 50.0}
+        await asyncio.to_thread(b.revoke, "alice", 120.0)
+        assert (await asyncio.to_thread(a.revocations))["alice"] == 120.0
+    finally:
+        await a.close()
+        await b.close()

@@ -544,8 +544,8 @@ class ApiServer:
             raise ApiError(ApiErrorCode(reply["error"]["code"]), reply["error"]["message"],
                            {"Retry-After": "1"} if reply["error"]["code"] == "unavailable"
                            else None)
-        if "busy" in reply:
-            raise unavailable(f"{reply['busy']}; try again")
+        if "busy" in reply or "failed" in reply:  # (notify/cluster/node.py `_on_call`)
+            raise unavailable(f"{reply.get('busy') or reply['failed']}; try again")
         return Removal.model_validate(reply["ok"])
 
     async def _answer_call(self, request: bytes) -> bytes:

@@ -389,9 +389,9 @@ class ClusterNode:
         assert self._server is not None
         try:
             reply = await self._server.answer(msg.data)
-        except Exception as e:  # (the asker waits for nothing then: its timeout answers)
+        except Exception as e:  # (this node has no server API, or it failed): the asker 503s
             log.error("call_failed", error=repr(e), exc_info=e)
-            return
+            reply = orjson.dumps({"failed": f"node {self.node} could not answer: {e}"})
         with contextlib.suppress(nats.errors.Error):
             await msg.respond(reply)
 

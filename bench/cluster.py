@@ -177,9 +177,12 @@ async def client_publish_until(url: str, group: str, duration: float) -> dict[st
 
 
 async def client_members(url: str, groups: list[str], members: int, start: float,
-                         duration: float, tag: str) -> dict[str, Any]:
-    """`members` SDK clients per group in `groups`; each publishes (one in flight) and counts
-    what it receives; deliveries counted between `start` and `start + duration`."""
+                         duration: float, tag: str, rate: float = 0.0) -> dict[str, Any]:
+    """`members` SDK clients per group in `groups`; each publishes (one in flight; at most
+    `rate` a second each when `rate` > 0) and counts what it receives; deliveries counted
+    between `start` and `start + duration`, and the process's CPU seconds in that window."""
+    import random
+
     import client_sdk
 
     received = 0
@@ -205,7 +208,7 @@ async def client_members(url: str, groups: list[str], members: int, start: float
             nonlocal received
             while now() < end:
                 try:
-                    await g.next_event(0.5)
+                    ev = await g.next_event(0.5)
                 except TimeoutError:
                     continue
                 except Exception as e:
@@ -213,16 +216,23 @@ async def client_members(url: str, groups: list[str], members: int, start: float
                         continue
                     errors.append(repr(e))
                     return
-                if start <= now() < end:
+                t = now()
+                if start <= t < end:
                     received += 1
+                    if isinstance(ev, client_sdk.Message) and received % 7 == 0:
+                        latencies.append(t - ev.payload["t"])  # (one clock: CLOCK_MONOTONIC)
 
         task = asyncio.create_task(consume())
         while now() < start:
             await asyncio.sleep(0.05)
         i = 0
+        due = now() + (random.random() / rate if rate > 0 else 0.0)  # (phases spread)
         while now() < end:
+            if rate > 0:
+                await asyncio.sleep(max(0.0, due - now()))
+                due += 1 / rate
             try:
-                await g.publish({"k": k, "i": i, "pad": "x" * 60})
+                await g.publish({"k": k, "i": i, "t": now(), "pad": "x" * 40})
             except Exception as e:
                 errors.append(repr(e))
                 break
@@ -231,17 +241,30 @@ async def client_members(url: str, groups: list[str], members: int, start: float
             i += 1
         await task
 
+    cpu: list[float] = []
+    latencies: list[float] = []
+
+    async def cpu_window() -> None:
+        await asyncio.sleep(max(0.0, start - now()))
+        cpu.append(time.process_time())
+        await asyncio.sleep(max(0.0, end - now()))
+        cpu.append(time.process_time())
+
+    window = asyncio.create_task(cpu_window())
     tasks = [asyncio.create_task(member(g, k)) for g in groups for k in range(members)]
     # bounded: a member whose publish or join hangs is counted, not waited for
     _, stuck = await asyncio.wait(tasks, timeout=max(0.0, end - now()) + 15)
     for t in stuck:
         t.cancel()
     counted = (received, published)
+    window.cancel()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(asyncio.gather(*(c.close() for c in clients),
                                               return_exceptions=True), 20)
     return {"received": counted[0], "published": counted[1], "errors": errors[:5],
-            "n_errors": len(errors), "stuck": len(stuck), "joined": len(clients)}
+            "n_errors": len(errors), "stuck": len(stuck), "joined": len(clients),
+            "cpu_s": round(cpu[1] - cpu[0], 3) if len(cpu) == 2 else None,
+            "latencies": [round(x, 5) for x in latencies]}
 
 
 def client_main(argv: list[str]) -> int:
@@ -255,7 +278,8 @@ def client_main(argv: list[str]) -> int:
     elif kind == "client-members":
         url, groups, members = rest[0], rest[1].split(","), int(rest[2])
         start, duration, tag = float(rest[3]), float(rest[4]), rest[5]
-        r = asyncio.run(client_members(url, groups, members, start, duration, tag))
+        rate = float(rest[6]) if len(rest) > 6 else 0.0
+        r = asyncio.run(client_members(url, groups, members, start, duration, tag, rate))
     else:
         print(f"unknown client {kind}", file=sys.stderr)
         return 2

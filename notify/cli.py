@@ -126,6 +126,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
                    help="cluster mode: replicas of the log and the leases (default 3)")
     p.add_argument("--lease-ttl", type=float, default=argparse.SUPPRESS,
                    help="cluster mode: seconds a shard lease lives unrenewed (default 10)")
+    p.add_argument("--standby", action="store_true", default=argparse.SUPPRESS,
+                   help="cluster mode: a hot standby, owning no group while an active node "
+                        "lives")
     p.add_argument("--event-log", nargs="?", const="", default=argparse.SUPPRESS, metavar="DIR",
                    help="write the delivery event log (JSON Lines); default DIR: DATA_DIR/events")
     p.add_argument("--origin", action="append", dest="origins", default=argparse.SUPPRESS,
@@ -170,7 +173,7 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
         except ValueError as e:
             raise SystemExit(f"notify serve: {e}") from None
     for name in ("store", "event_log", "origins", "nats", "nats_stream", "nats_replicas",
-                 "cluster", "node_id", "replicas", "lease_ttl"):
+                 "cluster", "node_id", "replicas", "lease_ttl", "standby"):
         if name in given:
             cli["server"][name] = given[name]
     if "auth_required" in given:
@@ -223,7 +226,8 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
         cluster = ClusterNode(ClusterConfig(srv.cluster, srv.node_id, replicas=srv.replicas,
                                             stream=srv.nats_stream, lease_ttl=srv.lease_ttl,
                                             node_ttl=min(3.0, srv.lease_ttl / 2),
-                                            heartbeat=min(1.0, srv.lease_ttl / 6)))
+                                            heartbeat=min(1.0, srv.lease_ttl / 6),
+                                            standby=srv.standby))
     elif srv.store == "jetstream":
         from notify.storage.jetstream import JetStreamLog
 

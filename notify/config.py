@@ -52,6 +52,9 @@ class ServerSettings(_Section):
     #: seconds a shard lease lives without renewal: about how long a dead owner's groups
     #: wait before another node takes them
     lease_ttl: float = Field(default=10.0, ge=0.5, le=300)
+    #: a hot standby: an edge that owns no group while a node that is not a standby lives,
+    #: and takes them all when the last one dies (docs/cluster.md, "Standby")
+    standby: bool = False
     durability: Literal["normal", "full"] = "full"
     #: delete stored messages older than this many seconds (None: keep them; the count bound
     #: `limits.retain_messages` applies in any case)
@@ -78,6 +81,9 @@ class ServerSettings(_Section):
             raise ValueError("cluster mode needs this node's name (node_id, --node-id)")
         if self.node_id and not self.cluster:
             raise ValueError("node_id is for cluster mode: give the NATS servers (cluster, "
+                             "--cluster)")
+        if self.standby and not self.cluster:
+            raise ValueError("standby is for cluster mode: give the NATS servers (cluster, "
                              "--cluster)")
         if self.cluster:
             if self.store == "memory":

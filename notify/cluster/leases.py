@@ -111,7 +111,7 @@ class ClusterLeases:
                  replicas: int = 3, shards: int = SHARDS, settle: float = 1.0,
                  nodes_bucket: str = "notify_nodes", shards_bucket: str = "notify_shards",
                  clock: Callable[[], float] = time.monotonic,
-                 op_timeout: float | None = None) -> None:
+                 op_timeout: float | None = None, standby: bool = False) -> None:
         if not _valid_key(node):
             raise ValueError(f"node id {node!r} is not a valid KV key")
         if not 0 < heartbeat < node_ttl:
@@ -123,7 +123,7 @@ class ClusterLeases:
         self.op_timeout = op_timeout if op_timeout is not None else lease_ttl / 4
         self._on_actions, self._on_failure, self._clock = on_actions, on_failure, clock
         self.machine = Ownership(node, shards=shards, lease_ttl=lease_ttl, node_ttl=node_ttl,
-                                 settle=settle)
+                                 settle=settle, standby=standby)
         #: set once synced, settled, and our first heartbeat is stored
         self.ready = asyncio.Event()
         #: names this process in the leases it creates (`_created`)
@@ -492,7 +492,8 @@ class ClusterLeases:
             return
         if node != self.node:
             self._node_info[node] = info
-        self._feed(self.machine.node_seen(node, now), wake=False)
+        self._feed(self.machine.node_seen(node, now, standby=info.get("standby") is True),
+                   wake=False)
 
     def _shard_update(self, key: str, msg: Msg, now: float) -> None:
         if not key.isdigit() or not 0 <= int(key) < self.shards:

@@ -138,6 +138,9 @@ class ClusterConfig:
     #: how long an edge retries a batch to an owner that does not answer
     give_up_after: float = 15.0
     connect_timeout: float = 15.0
+    #: a standby: an edge that owns no shard while a node that is not a standby lives
+    #: (notify/cluster/ownership.py rule 6a)
+    standby: bool = False
 
 
 @dataclass
@@ -199,10 +202,11 @@ class ClusterNode:
             idle_heartbeat=max(0.1, min(1.0, c.node_ttl / 4)))
         await self._revocations.start(c.connect_timeout)
         self.leases = ClusterLeases(
-            self._nc, self.node, info={"url": server.url, "inc": self.inc},
+            self._nc, self.node,
+            info={"url": server.url, "inc": self.inc, **({"standby": True} if c.standby else {})},
             on_actions=self._on_lease_actions, on_failure=self._fail,
             lease_ttl=c.lease_ttl, node_ttl=c.node_ttl, heartbeat=c.heartbeat,
-            replicas=c.replicas, settle=c.settle)
+            replicas=c.replicas, settle=c.settle, standby=c.standby)
         await self.leases.start(c.connect_timeout)
         self._tick = asyncio.get_running_loop().create_task(self._run_tick())
         self._tick.add_done_callback(self._tick_ended)

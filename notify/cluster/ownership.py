@@ -77,6 +77,13 @@ Rules, and why:
    node sees the delete and campaigns. Waiting `settle` avoids handing shards to a node that is
    flapping or has not yet finished starting.
 
+6a. Standby nodes (seed 000's active-standby, for comparison and for operators who want one
+   node to do all the work): a node started as a standby says so with its heartbeat. Rule 2's
+   rendezvous hash ranges over the live nodes that are not standbys, or over every live node
+   when all of them are: a standby is an edge and holds no shard while an active node lives,
+   takes every shard of the last active node that dies (after the lease TTL, as any
+   takeover), and hands them back by rule 6 once an active node has been live `settle` s.
+
 7. Stop. `stop` gives `Lost("stopping")` then `Release` for every held shard; afterwards the
    machine campaigns and renews nothing, and releases whatever a late answer hands it.
 
@@ -200,6 +207,7 @@ Action = Campaign | Renew | Release | Acquired | Lost | OwnerChanged | NodeUp | 
 class _Node:
     since: float  # start of the current live period (for `settle`)
     seen: float  # last heartbeat
+    standby: bool = False  # rule 6a
 
 
 @dataclass(slots=True)
@@ -218,13 +226,15 @@ class _Op:
 
 class Ownership:
     def __init__(self, node: str, *, shards: int = SHARDS, lease_ttl: float = 6.0,
-                 node_ttl: float = 3.0, settle: float = 1.0) -> None:
+                 node_ttl: float = 3.0, settle: float = 1.0, standby: bool = False) -> None:
         if not node:
             raise ValueError("node id must be non-empty")
         if shards < 1 or lease_ttl <= 0 or node_ttl <= 0 or settle < 0:
             raise ValueError("shards, lease_ttl and node_ttl must be positive, settle >= 0")
         self.node, self.shards = node, shards
         self.lease_ttl, self.node_ttl, self.settle = lease_ttl, node_ttl, settle
+        #: this node is a standby (rule 6a)
+        self.standby = standby
         self._renew_every = lease_ttl / 4
         self._own_expiry = 0.75 * lease_ttl
         self._retry = lease_ttl / 6
@@ -298,7 +308,8 @@ class Ownership:
             self._preferred = None
         return self._evaluate(now, out)
 
-    def node_seen(self, node: str, now: float) -> list[Action]:
+    def node_seen(self, node: str, now: float, *, standby: bool = False) -> list[Action]:
+        """A heartbeat of `node` (ours too); `standby`: it says it is a standby (rule 6a)."""
         out = self._expire_own(now)
         if node == self.node:
             if self._self_seen is None or now - self._self_seen > self.node_ttl:
@@ -307,11 +318,15 @@ class Ownership:
             return self._evaluate(now, out)
         entry = self._nodes.get(node)
         if entry is None:
-            self._nodes[node] = _Node(since=now, seen=now)
+            self._nodes[node] = _Node(since=now, seen=now, standby=standby)
             self._preferred = None
             out.append(NodeUp(node))
             return self._evaluate(now, out)  # who is preferred changed
         entry.seen = max(entry.seen, now)
+        if entry.standby != standby:  # (a node restarted with the other role)
+            entry.standby = standby
+            self._preferred = None
+            return self._evaluate(now, out)
         return out
 
     def node_gone(self, node: str, now: float) -> list[Action]:
@@ -489,7 +504,9 @@ class Ownership:
     def _preferred_of(self, shard: int) -> str | None:
         if self._preferred is None:
             live = self.live_nodes()
-            self._preferred = [preferred(s, live) for s in range(self.shards)]
+            active = frozenset(n for n in live if not (
+                self.standby if n == self.node else self._nodes[n].standby))
+            self._preferred = [preferred(s, active or live) for s in range(self.shards)]
         return self._preferred[shard]
 
     def _answer(self, shard: int, kind: Literal["campaign", "renew"]) -> _Op:

@@ -98,11 +98,14 @@ class KV:
 
 
 class Cluster:
-    def __init__(self, names: Iterable[str], *, shards: int = 16, settle: float = SETTLE) -> None:
+    def __init__(self, names: Iterable[str], *, shards: int = 16, settle: float = SETTLE,
+                 standby: Iterable[str] = ()) -> None:
         self.kv = KV()
         self.shards = shards
+        #: nodes started as standbys (rule 6a): their heartbeats say so
+        self.standby = set(standby)
         self.m = {n: Ownership(n, shards=shards, lease_ttl=TTL, node_ttl=NODE_TTL,
-                               settle=settle) for n in names}
+                               settle=settle, standby=n in self.standby) for n in names}
         self.cursor = dict.fromkeys(self.m, 0)
         self.up = set(self.m)  # processes running (heartbeating, ticking)
         self.log: list[tuple[str, Action]] = []
@@ -111,7 +114,7 @@ class Cluster:
 
     def add(self, name: str, settle: float = SETTLE) -> None:
         self.m[name] = Ownership(name, shards=self.shards, lease_ttl=TTL, node_ttl=NODE_TTL,
-                                 settle=settle)
+                                 settle=settle, standby=name in self.standby)
         self.cursor[name] = 0
         self.up.add(name)
 
@@ -147,7 +150,8 @@ class Cluster:
     def heartbeats(self) -> None:
         for seer in self.up:
             for node in self.up:
-                self.feed(seer, self.m[seer].node_seen(node, self.now))
+                self.feed(seer, self.m[seer].node_seen(node, self.now,
+                                                       standby=node in self.standby))
 
     def run(self, until: float, step: float = 0.25) -> None:
         """Heartbeats every second, watch delivery and ticks every `step`, for the up nodes."""
@@ -248,6 +252,32 @@ def test_owner_dies_survivor_campaigns_only_after_the_lease_looks_expired() -> N
     assert set(won) == set(a_held)
     assert all(won[s] > a_held[s] for s in a_held)
     assert set(c.m["b"].held()) == set(range(16))
+
+
+def test_a_standby_holds_nothing_takes_all_when_the_active_node_dies_and_hands_back() -> None:
+    c = Cluster(["a", "s"], standby=["s"])
+    c.heartbeats()
+    for n in ("a", "s"):
+        c.sync(n)
+    c.run(SETTLE + 1)
+    assert set(c.m["a"].held()) == set(range(16)) and not c.m["s"].held()
+    c.up.discard("a")  # the active node crashes
+    died = c.now
+    c.run(died + TTL + 2.0)
+    assert set(c.m["s"].held()) == set(range(16))  # the last live nodes are all standbys
+    c.add("a")  # a comes back: s hands every shard back once a has been live `settle` s
+    c.run(c.now + 1)
+    c.sync("a")
+    c.run(c.now + SETTLE + 2)
+    assert set(c.m["a"].held()) == set(range(16)) and not c.m["s"].held()
+    assert {a.why for a in c.actions("s", Lost)} == {"handoff"}
+    # two active nodes and a standby: the active ones split the shards as without it
+    c = Cluster(["a", "b", "s"], standby=["s"])
+    c.heartbeats()
+    for n in ("a", "b", "s"):
+        c.sync(n)
+    c.run(SETTLE + 1)
+    assert c.holders() == {sh: preferred(sh, ["a", "b"]) for sh in range(16)}
 
 
 def test_survivor_campaign_waits_for_local_lease_expiry() -> None:

@@ -20,8 +20,9 @@ node gets 1/n of it and batches less), every member an SDK client in one of `--p
 processes per node (process j connects to node j mod n, and holds the members of groups j,
 j+procs, ...: a group's members share one edge, which is its owner for 1/n of the groups).
 Every member publishes `--rate` messages a second (one in flight). Over the `--duration` s
-window: the CPU seconds (user + system, /proc/<pid>/stat) of every notify node and every nats-server, the
-client processes' own (reported apart), and the deliveries the members counted.
+window: the CPU seconds (user + system, /proc/<pid>/stat) of every notify node and every
+nats-server, the client processes' own (reported apart), and the deliveries the members
+counted.
 
 The model (seed 000's, in its spirit: a per-message cost plus what the sync between replicas
 adds). Per delivery, a node spends `a` (the owner's core, its fenced append per batch, the

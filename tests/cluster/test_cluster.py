@@ -32,6 +32,7 @@ from client_sdk import (
     ViewInstalled,
     connect,
 )
+from notify_chaos.natsrun import free_ports
 from tests.cluster.conftest import NatsCluster
 from tests.cluster.nodes import LEASE_TTL, NotifyCluster, NotifyNode, make_cluster, nodes_running
 from tests.integration.proxy import FaultyProxy
@@ -708,3 +709,39 @@ async def test_a_reset_of_an_edges_nats_connection_closes_nobody(
         cluster.stop()
         await proxy.close()
         print(cluster.logs())
+
+
+@pytest.fixture
+def standby_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    """n1 active, n2 a hot standby (`--standby`)."""
+    ports = free_ports(2)
+    nodes = [NotifyNode("n1", ports[0], nats_cluster.urls, tmp_path / "nodes"),
+             NotifyNode("n2", ports[1], nats_cluster.urls, tmp_path / "nodes", ("--standby",))]
+    yield from nodes_running(NotifyCluster(nodes))
+
+
+@pytest.mark.timeout(150)
+async def test_a_standby_owns_nothing_until_the_active_node_dies_then_everything(
+        standby_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """Both members connect to the standby, which relays every frame to n1 (it owns every
+    shard); n1 is SIGKILLed: the standby takes every shard (about one lease TTL) and the
+    members go on without a view change, every published message delivered once, in order."""
+    cluster = standby_cluster
+    active, standby = cluster.nodes
+    assert len(active.held()) == 256 and standby.held() == []
+    _g, ga, _gb, cols = await pair(cluster, clients, active, standby.url, standby.url)
+    try:
+        await asyncio.gather(*(c.wait_for(lambda s: s.views and s.views[-1][0] == 2)
+                               for c in cols))
+        sent = [(await ga.publish({"k": k})).offset for k in range(10)]
+        active.kill()
+        sent += [(await asyncio.wait_for(ga.publish({"k": k}), 60)).offset
+                 for k in range(10, 20)]
+        assert len(standby.held()) == 256
+        await cols[1].wait_for(lambda s: len(s.messages) >= 20, 60)
+        assert [m.payload["k"] for m in cols[1].messages] == list(range(20))
+        assert [m.offset for m in cols[1].messages] == sent
+        assert cols[1].views[-1] == (2, ("a", "b"))  # resumed: no view change
+    finally:
+        for c in cols:
+            await c.stop()

@@ -3,6 +3,7 @@
     ./dev cluster                          # 3 NATS nodes + 3 notify nodes, Ctrl-C stops all
     ./dev cluster --nats-only              # just the NATS cluster (run nodes by hand)
     ./dev cluster -- --suspect-timeout 5   # extra arguments for every `notify serve`
+    ./dev cluster --api-port 8780 -- --api-key backend=dev-secret-123   # the server API too
 
 What runs (all on 127.0.0.1, all data under `--data-dir`, default `./data`):
 
@@ -13,9 +14,11 @@ What runs (all on 127.0.0.1, all data under `--data-dir`, default `./data`):
   WebSocket (and `/readyz`, `/metrics`) on 8765-8767, data in `node-1..3/`; their output is
   streamed here, each line prefixed with the node's name.
 
-`--nats-port P` and `--port P` move the first port of each range (routes and monitor stay at
-+2000 and +4000 from the client port, as in NATS's own defaults). The stores persist, so a second
-run comes back with the groups of the first; delete `./data` for a clean start.
+`--api-port P` serves the server API (docs/api.md) on P, P+1, P+2 (it needs a key: give one
+after `--`, every node the same). `--nats-port P` and `--port P` move the first port of each
+range (routes and monitor stay at +2000 and +4000 from the client port, as in NATS's own
+defaults). The stores persist, so a second run comes back with the groups of the first; delete
+`./data` for a clean start.
 
 Theory of operation. The NATS cluster is started with `notify_chaos.natsrun` (the launcher
 the cluster tests use) and must be ready (a JetStream meta leader, every peer current) before
@@ -112,6 +115,7 @@ class Layout:
     data: Path
     nats_port: int
     port: int
+    api_port: int | None = None
 
     @property
     def nats_client(self) -> list[int]:
@@ -130,11 +134,15 @@ class Layout:
         return [self.port + i for i in range(SIZE)]
 
     @property
+    def api_ports(self) -> list[int]:
+        return [] if self.api_port is None else [self.api_port + i for i in range(SIZE)]
+
+    @property
     def nats_urls(self) -> list[str]:
         return [f"nats://127.0.0.1:{p}" for p in self.nats_client]
 
     def all_ports(self, nats_only: bool) -> list[int]:
-        nodes = [] if nats_only else self.node_ports
+        nodes = [] if nats_only else [*self.node_ports, *self.api_ports]
         return [*self.nats_client, *self.nats_routes, *self.nats_http, *nodes]
 
 
@@ -171,6 +179,8 @@ def node_command(layout: Layout, i: int, extra: Sequence[str], *, stub: bool) ->
         cmd += ["--cluster", ",".join(layout.nats_urls), "--node-id", name]
     cmd += ["--port", str(layout.node_ports[i]),
             "--data-dir", str(layout.data / f"node-{i + 1}"), *extra]
+    if layout.api_port is not None:
+        cmd += ["--api-port", str(layout.api_ports[i])]
     return cmd
 
 
@@ -285,6 +295,9 @@ class Supervisor:
                 await asyncio.sleep(0.2)
         urls = ", ".join(f"ws://127.0.0.1:{p}" for p in self.layout.node_ports)
         say(f"ready. clients: {urls}")
+        if self.layout.api_ports:
+            apis = ", ".join(f"http://127.0.0.1:{p}/api/v1" for p in self.layout.api_ports)
+            say(f"server API: {apis}")
         say("Ctrl-C stops everything")
 
     async def _stop_nodes(self) -> None:
@@ -342,6 +355,8 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
                    help="first NATS client port (4222: 4222-4224; routes +2000, monitor +4000)")
     p.add_argument("--port", type=int, default=8765,
                    help="first notify node port (8765: 8765-8767)")
+    p.add_argument("--api-port", type=int, default=None,
+                   help="first server API port (P: P..P+2; give an --api-key after --)")
     p.add_argument("--nats-only", action="store_true",
                    help="start the NATS cluster only, no notify nodes")
     args, rest = p.parse_known_args(argv)
@@ -354,7 +369,7 @@ def parse(argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parse(argv)
-    layout = Layout(args.data_dir.absolute(), args.nats_port, args.port)
+    layout = Layout(args.data_dir.absolute(), args.nats_port, args.port, args.api_port)
     binary = natsrun.nats_server_binary()
     if binary is None:
         shout("no nats-server binary next to this Python: install the cluster extra "

@@ -568,6 +568,11 @@ class ClusterNode:
              "their group moved", cs.conns_moved)]
         return out
 
+    def held(self) -> dict[int, int]:
+        """shard -> term of the shards this node holds ({} before it joined): what the
+        webhooks read (notify/webhooks/service.py, `Shards`)."""
+        return {} if self.leases is None else self.leases.held()
+
     def shards_owned(self) -> int:
         return 0 if self.leases is None else len(self.leases.held())
 

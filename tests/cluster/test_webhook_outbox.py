@@ -6,19 +6,29 @@ offset of the group's stored cursor."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed")
 
+from notify.cluster.shards import shard_of
+from notify.core.actions import Append, StoreView, ViewInstall, Write
+from notify.core.actions import Message as Accepted
+from notify.storage.jetstream import JetStreamLog
+from notify.webhooks.config import MEMBERSHIP, WebhookSettings
 from notify.webhooks.events import Event, event_id
 from notify.webhooks.jsoutbox import JetStreamOutbox
 from notify.webhooks.outbox import Cursor
+from notify.webhooks.source import Part, Source
 from tests.cluster.conftest import NatsCluster
+from tests.webhooks.conftest import SECRET
 
 pytestmark = pytest.mark.timeout(90)
 
+_tickets = itertools.count(1)
 CAPS = {"hook": (1000, 1 << 20), "small": (3, 1 << 20)}
 
 
@@ -143,3 +153,86 @@ def test_the_row_cap_drops_the_oldest(outboxes: tuple[JetStreamOutbox, JetStream
     assert a.dropped_through["small"] == b.peek("small", 1)[0].seq - 1
     assert b.forget_except({"hook"}) == {"small": 3}
     assert a.peek("small", 10) == []
+
+
+async def test_a_new_owner_derives_what_the_dead_one_stored_and_never_wrote(
+        nats_cluster: NatsCluster) -> None:
+    """The takeover path, with the real log and outbox on JetStream: owner A derives the events
+    of its first writes into the outbox (its hook), then stores more writes and dies before
+    their events are written. B's catch-up of the shard (`Source.catch_up` for a `Part`)
+    derives exactly those, after A's rows, with the ids A would have given them, and leaves the
+    cursor at the head; a group of a shard B did not acquire gets nothing from B (a node that
+    does not own a group never derives its events)."""
+    hook = WebhookSettings.model_validate({"url": "http://127.0.0.1:9/hook", "secret": SECRET,
+                                           "events": [*MEMBERSHIP, "message"]})
+    key = hook.key
+    g = "chat:1"
+    other = next(f"chat:{i}" for i in range(2, 1000) if shard_of(f"chat:{i}") != shard_of(g))
+    both = Part(shard_of, frozenset({shard_of(g), shard_of(other)}))
+
+    def writes(group: str) -> tuple[list[Write], list[Write]]:
+        """(what A's hook wrote to the outbox, what A stored and died before writing)."""
+        m = [Accepted(group, o, "fifo:a#1", o, "a#1", 1, False, {"n": o}, 1000.0 + o, f"p{o}")
+             for o in (1, 2)]
+        return ([StoreView(next(_tickets), ViewInstall(group, 1, ("a#1",), ("a#1",), (), 5, 0),
+                           ()),
+                 Append(group, next(_tickets), (m[0],))],
+                [StoreView(next(_tickets), ViewInstall(group, 2, ("a#1", "b#2"), ("b#2",), (),
+                                                       5, 1), ()),
+                 Append(group, next(_tickets), (m[1],)),
+                 StoreView(next(_tickets), ViewInstall(group, 3, ("b#2",), (), ("a#1",), 5, 2),
+                           ())])
+
+    def ids(source: Source, ws: list[Write]) -> list[str]:
+        out: list[str] = []
+        for w in ws:
+            b = source.of_write(w, 0.0)
+            out += [e.id for _, e in b.rows] if b is not None else []
+        return out
+
+    log_a = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="WT")
+    log_b = await asyncio.to_thread(JetStreamLog, nats_cluster.urls, stream="WT")
+    box_a = await asyncio.to_thread(JetStreamOutbox, nats_cluster.urls, {}, stream="WT_WEBHOOKS")
+    box_b = await asyncio.to_thread(JetStreamOutbox, nats_cluster.urls, {}, stream="WT_WEBHOOKS")
+    try:
+        a, b = Source([hook]), Source([hook])
+        assert await asyncio.to_thread(a.catch_up, log_a, box_a, 0.0, _none, both) == 0
+        assert box_a.baselined(shard_of(g)) and box_a.baselined(shard_of(other))
+        live, lost = {}, {}
+        for group in (g, other):
+            live[group], lost[group] = writes(group)
+            for w in live[group]:  # stored, then hooked: written to the outbox
+                assert await asyncio.wait_for(_write(log_a, w), 10) is None
+                batch = a.of_write(w, 0.0)
+                assert batch is not None
+                await asyncio.to_thread(box_a.add, batch.rows, list(batch.cursors.values()),
+                                        batch.offsets, 0.0)
+            for w in lost[group]:  # stored; A dies before its writer takes them
+                assert await asyncio.wait_for(_write(log_a, w), 10) is None
+        written = ids(a, live[g]) + ids(a, live[other])
+        assert [r.id for r in await asyncio.to_thread(box_b.peek, key, 100)] == written
+
+        mine = Part(shard_of, frozenset({shard_of(g)}))  # B acquires g's shard only
+        derived = await asyncio.to_thread(b.catch_up, log_b, box_b, 0.0, _none, mine)
+        missing = ids(a, lost[g])
+        assert derived == len(missing) > 0
+        assert [r.id for r in await asyncio.to_thread(box_b.peek, key, 100)] == \
+            written + missing
+        assert box_b.cursors([g])[g] == Cursor(g, 5, 3, 2, ("b#2",))
+        # caught up: once more derives nothing
+        assert await asyncio.to_thread(b.catch_up, log_b, box_b, 0.0, _none, mine) == 0
+    finally:
+        for box in (box_a, box_b):
+            await asyncio.to_thread(box.close)
+        for log in (log_a, log_b):
+            await log.close()
+
+
+def _none(_: list[str]) -> None:
+    pass
+
+
+def _write(log: JetStreamLog, w: Write) -> asyncio.Future[str | None]:
+    fut: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    log.write(w, fut.set_result)
+    return fut

@@ -273,7 +273,10 @@ class Webhooks:
             await asyncio.sleep(wait)
             return
         self._reconcile_failures = 0
+        held = dict(self.shards.held())
         for s, term in new.items():
+            if held.get(s) != term:
+                continue  # it moved meanwhile: the next look catches it up again (or not)
             self._caught[s] = term
             if s in self._waiting:
                 self._release(s, rows_only=False)

@@ -34,8 +34,9 @@ endpoint are read oldest first with `next_by_subj`.
 Bounds. The row cap per endpoint (`max_backlog`) is applied after an `add` that may have passed
 it: the count is read from the stream (`STREAM.INFO` of that subject) and the oldest rows are
 purged (`STREAM.PURGE` with `keep`), counted in `dropped`. The byte cap (`max_backlog_bytes`) is
-not applied in a cluster (the stream does not count bytes per subject); `count` and `bytes`
-are this process's estimate (rows it added, rows it deleted) except right after such a read.
+not applied in a cluster (the stream does not count bytes per subject). `count` is read from
+the stream every `RECOUNT` seconds when rows are added or read here (in between, this process
+adds and subtracts its own); `bytes` stays empty (the metric says 0).
 
 Blocking: every method is called off the event loop; the NATS connection lives on a private
 event loop in a thread of the outbox's own (as `JetStreamLog` does), each call bounded.
@@ -65,6 +66,8 @@ log = structlog.get_logger("notify.webhooks")
 
 T = TypeVar("T")
 
+#: seconds between two reads of the rows per endpoint from the stream (`count`)
+RECOUNT = 10.0
 #: the row headers: the event's id (`webhook-id`) and type
 _ID, _TYPE = "Webhook-Id", "Webhook-Type"
 
@@ -85,10 +88,12 @@ class JetStreamOutbox:
         self.bytes: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
         self.dropped_through: dict[str, int] = {}
+        #: (no bytes per endpoint: the module docstring, "Bounds")
         #: the cursors this process read or wrote (a message's cursor moves only its offset,
         #: on top of the group's cursor); refreshed by `cursors` (each catch-up)
         self._cursors: dict[str, Cursor] = {}
         self.batches = 0
+        self._counted = 0.0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="webhooks-outbox",
                                         daemon=True)
@@ -168,7 +173,20 @@ class JetStreamOutbox:
 
     async def _recount(self) -> None:
         counts = await self._subject_counts(f"{self.prefix}.e.*")
-        self.count = {unescape_group(s.split(".")[-1]): n for s, n in counts.items()}
+        self._counted = asyncio.get_running_loop().time()
+        for endpoint in self.count:
+            self.count[endpoint] = 0
+        self.count.update((unescape_group(s.split(".")[-1]), n) for s, n in counts.items())
+
+    async def _recount_now_and_then(self) -> None:
+        """The rows per endpoint from the stream, every `RECOUNT` seconds at most (what this
+        process adds and deletes is only part of it: other nodes add and deliver)."""
+        if asyncio.get_running_loop().time() - self._counted > RECOUNT:
+            try:
+                await self._recount()
+            except Exception as e:  # (a metric: never a reason to fail a write or a read)
+                self._counted = asyncio.get_running_loop().time()
+                log.warning("webhooks_recount_failed", error=repr(e))
 
     async def _batch(self, records: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """One atomic batch: all of `records`, or none (raises if not acknowledged)."""
@@ -265,19 +283,18 @@ class JetStreamOutbox:
         bodies: dict[str, bytes] = {}
         records: list[tuple[str, bytes, dict[str, str]]] = []
         added: dict[str, int] = {}
-        size: dict[str, int] = {}
         for endpoint, e in rows:
             body = bodies.get(e.id)
             if body is None:
                 body = bodies[e.id] = e.body()
             records.append((self._rows(endpoint), body, {_ID: e.id, _TYPE: e.type}))
             added[endpoint] = added.get(endpoint, 0) + 1
-            size[endpoint] = size.get(endpoint, 0) + len(body)
         await self._write(records, [self._cursor_record(c) for c in final.values()])
         self._cursors.update(final)
+        if added:
+            await self._recount_now_and_then()
         for endpoint, n in added.items():
             self.count[endpoint] = self.count.get(endpoint, 0) + n
-            self.bytes[endpoint] = self.bytes.get(endpoint, 0) + size[endpoint]
             rows_max = self.caps.get(endpoint, (1 << 62, 0))[0]
             if self.count[endpoint] > rows_max:
                 await self._cap(endpoint, rows_max)
@@ -320,6 +337,7 @@ class JetStreamOutbox:
         return self._call(self._peek(endpoint, limit), self.timeout * (2 + limit))
 
     async def _peek(self, endpoint: str, limit: int) -> list[Row]:
+        await self._recount_now_and_then()
         subject, seq = self._rows(endpoint), 1
         out: list[Row] = []
         while len(out) < limit:

@@ -19,12 +19,14 @@ Theory of operation. `add` writes the rows of some writes and the cursors they a
 JetStream atomic batch (`Nats-Batch-Id/-Sequence/-Commit`, as the log's own writes,
 notify/storage/jetstream.py), so a stored cursor always comes with the rows of every event up to
 it: after a crash, the next owner's catch-up (notify/webhooks/source.py) starts exactly where
-the cursor says, and loses nothing. A write larger than `max_batch` records is several batches:
-the rows first, the cursors in the last one, so a part that fails leaves rows without their
-cursor (sent again, same ids), never a cursor without its rows. Cursors are never written by a
-node for a group whose catch-up it has not done in its current holding of the shard (the
-service's rule, notify/webhooks/service.py); a cursor that goes backwards (a deposed owner's
-late write) only makes the next catch-up derive some events twice, with their ids.
+the cursor says, and loses nothing. A write larger than `max_batch` records is several batches,
+one after the other, the rows first and the cursors last, so a part that fails leaves rows
+without their cursor (sent again, same ids), never a cursor without its rows. A batch nobody
+answers for (a stream electing its leader) stored nothing, and is sent again, bounded.
+Cursors are never written by a node for a group whose catch-up it has not done in its current
+holding of the shard (the service's rule, notify/webhooks/service.py); a cursor that goes
+backwards (a deposed owner's late write) only makes the next catch-up derive some events
+twice, with their ids.
 
 Reads (`peek`, `cursors`, `baselined`) go to the stream leader (`STREAM.MSG.GET`): a direct get
 may be answered by a follower that is behind, which could hide the last cursor from a catch-up
@@ -208,15 +210,26 @@ class JetStreamOutbox:
     async def _write(self, rows: list[tuple[str, bytes, dict[str, str]]],
                      last: list[tuple[str, bytes, dict[str, str]]]) -> None:
         """`rows`, then `last` (the cursors, a baseline marker), in atomic batches of at most
-        `max_batch` records; `last` only in the final batch(es), after every row."""
+        `max_batch` records, in that order: a batch with some of `last` comes after every row
+        (each earlier batch is stored before the next is sent)."""
         records = rows + last
-        cut = len(rows) if len(records) > self.max_batch else 0  # rows alone first
-        chunks = [records[i:i + self.max_batch] for i in range(0, cut, self.max_batch)]
-        chunks += [records[i:i + self.max_batch] for i in range(cut, len(records),
-                                                                 self.max_batch)]
-        for chunk in chunks:
-            if chunk:
-                await self._batch(chunk)
+        for i in range(0, len(records), self.max_batch):
+            await self._again(records[i:i + self.max_batch])
+
+    async def _again(self, records: list[tuple[str, bytes, dict[str, str]]]) -> None:
+        """A batch, sent again (as a new batch) while nobody answers for the stream (a leader
+        being elected, a stream just made): then nothing of it was stored. Bounded: twice
+        `timeout`."""
+        loop = asyncio.get_running_loop()
+        deadline, wait = loop.time() + 2 * self.timeout, 0.05
+        while True:
+            try:
+                return await self._batch(records)
+            except nats.errors.NoRespondersError:
+                if loop.time() + wait > deadline:
+                    raise
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 1.0)
 
     @staticmethod
     def _encode(c: Cursor) -> bytes:

@@ -37,6 +37,12 @@ the same; what differs is *when* a group's events may be written, and *who* deli
   groups wait (`_waiting`), then follow the catch-up's rows in order. Without that wait a
   live write's cursor could pass events the previous owner stored and never wrote to the
   outbox (it was SIGKILLed in between): the catch-up would start after them.
+- **A group's first write in a holding waits for what the log holds before it**
+  (`Source.before`, bounded by that write): the shard's catch-up ran when the lease came, but
+  the group is fenced only when this node loads it, so an old owner paused past its lease may
+  have stored one more write in between, and died before its writer took it. This node's
+  first write comes after its own fence, so the log before it is complete. Usually the stored
+  cursor is already there and this costs one read (`_due`, `_known`).
 - **A cursor is written only by a node that caught the shard up in its current holding.** A
   batch whose shard this node no longer holds (lost between the write and the hook, or
   before its catch-up) is written as rows only: its events were derived from a write this node
@@ -84,6 +90,8 @@ RESTART_DELAY, MAX_RESTART_DELAY = 1.0, 30.0
 #: cluster mode: seconds between two looks at the shards held (the writer's), and a sender's
 #: look at the outbox when nothing woke it (rows are added by other nodes)
 RECONCILE, CLUSTER_IDLE = 0.5, 1.0
+#: cluster mode: groups remembered as caught up before their first write here, at most
+MAX_KNOWN = 100_000
 
 OutboxOpener = Callable[[dict[str, tuple[int, int]]], OutboxPort]
 
@@ -132,6 +140,11 @@ class Webhooks:
         self._caught: dict[int, int] = {}
         self._waiting: dict[int, Batch] = {}
         self._waiting_n = 0
+        #: group -> (its shard, its first write hooked in this holding), until `Source.before`
+        #: derived what the log holds before it; groups done, -> the term they were done in
+        #: (at most `MAX_KNOWN`, the oldest forgotten: it is done again at its next write)
+        self._due: dict[str, tuple[int, Write]] = {}
+        self._known: dict[str, int] = {}
         self._reconcile_failures = 0
 
     @property
@@ -189,8 +202,12 @@ class Webhooks:
             term = self.shards.held().get(shard)
             if term is None:  # not ours any more: rows only (module docstring)
                 batch, shard = Batch(rows=batch.rows), None
-            elif self._caught.get(shard) == term:
-                shard = None
+            else:
+                if self._known.get(group) != term and group not in self._due:
+                    self._due[group] = (shard, write)  # its first write in this holding
+                if self._caught.get(shard) == term and group not in self._due \
+                        and shard not in self._waiting:
+                    shard = None
         if self._behind or self.pending + len(batch) > MAX_PENDING:
             if not self._behind:
                 log.error("webhooks_behind", pending=len(self._pending),
@@ -200,7 +217,7 @@ class Webhooks:
             for key, _ in batch.rows:
                 self.overflowed[key] = self.overflowed.get(key, 0) + 1
             return  # (nor its cursors: the outbox's say where the read-back starts)
-        if shard is not None:  # held, not caught up yet: after its catch-up
+        if shard is not None:  # held, not caught up yet: after its catch-up(s)
             self._waiting.setdefault(shard, Batch()).extend(batch)
             self._waiting_n += len(batch)
         else:
@@ -258,29 +275,47 @@ class Webhooks:
             del self._caught[s]
         for s in [s for s in self._waiting if s not in held]:
             self._release(s, rows_only=True)
+        for g in [g for g, (s, _) in self._due.items() if s not in held]:
+            del self._due[g]
         new = {s: term for s, term in held.items() if self._caught.get(s) != term}
-        if not new:
-            return
         try:
-            derived = await asyncio.to_thread(
-                self.source.catch_up, self.server.store, self.outbox, time.time(),
-                self._wake_senders, Part(shard_of, frozenset(new)))
+            if new:
+                derived = await asyncio.to_thread(
+                    self.source.catch_up, self.server.store, self.outbox, time.time(),
+                    self._wake_senders, Part(shard_of, frozenset(new)))
+                held = dict(self.shards.held())
+                for s, term in new.items():
+                    if held.get(s) == term:  # (moved meanwhile: the next look, again)
+                        self._caught[s] = term
+                log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
+            # each group's first write here since its shard was acquired: what the log holds
+            # before it, from the stored cursor (Source.before)
+            for g, (s, write) in list(self._due.items()):
+                holding = held.get(s)
+                if holding is None or self._caught.get(s) != holding:
+                    continue
+                derived = await asyncio.to_thread(
+                    self.source.before, self.server.store, self.outbox, write, time.time(),
+                    self._wake_senders)
+                if derived:
+                    log.warning("webhooks_caught_up_before_first_write", group=g,
+                                events=derived)
+                del self._due[g]
+                self._known[g] = holding
+                if len(self._known) > MAX_KNOWN:
+                    del self._known[next(iter(self._known))]
         except Exception as e:
             self._reconcile_failures += 1
             wait = delay(self._reconcile_failures, 0.2, 5.0)
-            log.error("webhooks_shard_catch_up_failed", shards=len(new), error=repr(e),
-                      retry_in=round(wait, 3))
+            log.error("webhooks_catch_up_failed", shards=len(new), groups=len(self._due),
+                      error=repr(e), retry_in=round(wait, 3))
             await asyncio.sleep(wait)
             return
         self._reconcile_failures = 0
-        held = dict(self.shards.held())
-        for s, term in new.items():
-            if held.get(s) != term:
-                continue  # it moved meanwhile: the next look catches it up again (or not)
-            self._caught[s] = term
-            if s in self._waiting:
-                self._release(s, rows_only=False)
-        log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
+        due = {s for s, _ in self._due.values()}
+        for s in [s for s in self._waiting
+                  if self._caught.get(s) == held.get(s) and s not in due]:
+            self._release(s, rows_only=False)
 
     def _release(self, shard: int, *, rows_only: bool) -> None:
         batch = self._waiting.pop(shard)
@@ -299,6 +334,8 @@ class Webhooks:
             self._caught.clear()
             self._waiting.clear()
             self._waiting_n = 0
+            self._due.clear()
+            self._known.clear()
             log.warning("webhooks_catching_up_after_overflow")
             return
         try:
@@ -351,6 +388,7 @@ class Webhooks:
             self.server.stored.remove(self._stored)
         for s in list(self._waiting):  # (never caught up here: rows only)
             self._release(s, rows_only=True)
+        self._due.clear()
         writer = self._tasks.get("writer")
         if writer is not None and not writer.done():
             self._wake_writer.set()

@@ -148,10 +148,33 @@ class Source:
                                "from the log")
         return derived
 
+    def before(self, store: MessageLog, outbox: OutboxPort, write: Write, now: float,
+               added: Callable[[list[str]], None]) -> int:
+        """Cluster mode, at this node's first stored write to a group in its holding of the
+        shard (its load fenced the group before it): derive what the log holds between the
+        group's stored cursor and `write` (not `write` itself: the hook derived it), so that
+        a write the previous owner stored after this node's catch-up of the shard, and never
+        got into the outbox, is not passed by `write`'s cursor. Blocking."""
+        if isinstance(write, StoreView):
+            group, bound = write.group, (write.install.view, write.install.offset + 1)
+        elif isinstance(write, Append) and write.messages:
+            first = write.messages[0]
+            group, bound = write.group, (first.view + 1, first.offset)
+        else:
+            return 0
+        c = outbox.cursors([group]).get(group) or Cursor(group, 0, 0, 0, ())
+        return self._group(store, outbox, GroupInfo(group, 0, (), 0), c, now, added, bound)
+
     def _group(self, store: MessageLog, outbox: OutboxPort, info: GroupInfo, c: Cursor,
-               now: float, added: Callable[[list[str]], None]) -> int:
+               now: float, added: Callable[[list[str]], None],
+               bound: tuple[int, int] | None = None) -> int:
+        """`bound`: (view, offset): only installs below that view and messages below that
+        offset (`before`)."""
         msgs = self.wants_messages(info.group)
+        views, offsets = bound if bound is not None else (1 << 62, 1 << 62)
         derived, after = 0, c.offset
+        if after >= offsets - 1 and c.view >= views - 1:
+            return 0
         while True:
             page = store.read_page(info.group, after, PAGE, PAGE_BYTES)
             if page is None:
@@ -160,8 +183,9 @@ class Source:
                 log.error("webhooks_messages_pruned", group=info.group,
                           lost=page.first - after - 1)
             items: list[tuple[int, int, Message | ViewInstall]] = [
-                (m.offset, 0, m) for m in page.messages if msgs and m.offset > c.offset]
-            items += [(i.offset, 1, i) for i in page.installs if i.view > c.view]
+                (m.offset, 0, m) for m in page.messages
+                if msgs and c.offset < m.offset < offsets]
+            items += [(i.offset, 1, i) for i in page.installs if c.view < i.view < views]
             items.sort(key=lambda x: (x[0], x[1], x[2].view if isinstance(x[2], ViewInstall)
                                       else 0))
             out = Batch()
@@ -173,11 +197,12 @@ class Source:
                     gap = None if item.view == c.view + 1 else c.members
                     self.route(out, view_events(item, now, previous=gap))
                     c = _cursor(item)
-            c = Cursor(c.group, c.epoch, c.view, max(c.offset, page.end), c.members)
+            c = Cursor(c.group, c.epoch, c.view, max(c.offset, min(page.end, offsets - 1)),
+                       c.members)
             out.cursors[c.group] = c
             added(outbox.add(out.rows, list(out.cursors.values()), {}, now))
             derived += len(out)
-            if page.end >= page.head or page.end <= after:
+            if page.end >= page.head or page.end <= after or page.end >= offsets - 1:
                 break
             after = page.end
         if info.view > c.view:  # installs the pages did not hold (pruned): the latest one

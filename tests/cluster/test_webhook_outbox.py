@@ -109,11 +109,15 @@ def test_a_split_write_stores_the_rows_before_their_cursor(
     a, b = outboxes
     a.max_batch = 4
     batches: list[list[str]] = []
+    sent: list[list[tuple[str, bytes, dict[str, str]]]] = []
     real = a._batch
 
     async def recorded(records: list[tuple[str, bytes, dict[str, str]]]) -> None:
-        batches.append([s for s, _, _ in records])
-        if len(batches) == 3:
+        subjects = [s for s, _, _ in records]
+        if not sent or records != sent[-1]:  # (not a resend: no responders)
+            batches.append(subjects)
+            sent.append(records)
+        if any(s.startswith("nwh.c.") for s in subjects):
             raise RuntimeError("refused (injected)")
         await real(records)
 

@@ -162,8 +162,9 @@ async def test_every_event_reaches_the_endpoint_across_an_owner_sigkill(
     finally:
         await asyncio.to_thread(outbox.close)
     ids = [i for i, _, _ in receiver.got]
+    twice = [seen(k, d) for i, k, d in receiver.got if ids.count(i) > 1]
     caught = [line for line in b.tail().splitlines() if "webhooks_caught_up " in line]
     print(f"{len(ids)} POSTs, {len(set(ids))} events, "
           f"{len(ids) - len(set(ids))} duplicates (same webhook-id); B derived from the log: "
-          f"{caught or 'nothing (A had written every event)'}")
+          f"{caught or 'nothing (A had written every event)'}; sent twice: {twice}")
     assert "webhooks_shards_caught_up" in b.tail()

@@ -172,3 +172,34 @@ async def test_a_write_hooked_after_its_shard_left_is_written_without_its_cursor
         assert box.box.cursors([g1])[g1].view == 1  # its cursor is the next owner's to move
     finally:
         await hooks.stop()
+
+
+async def test_a_write_the_old_owner_stored_after_the_shards_catch_up_is_not_passed() -> None:
+    """The old owner, paused past its lease, wakes and stores one more write after this node
+    caught the shard up, but before this node loaded (fenced) the group, and dies before its
+    writer takes it. This node's first write to the group then waits for what the log holds
+    before it (`Source.before`): the old owner's write is announced, and this node's own is
+    not derived twice (without that step, its cursor passes the old write: lost)."""
+    shards = Shards()
+    server, hooks, box = await started(shards)
+    g1, _ = two_groups()
+    box.parts.add(shard_of(g1))
+    try:
+        shards.now = {shard_of(g1): 1}
+        await until_true(lambda: shard_of(g1) in hooks._caught, "the shard's catch-up")
+        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
+        server.store.write(v1, lambda e: None)  # the old owner's, never hooked here
+        v2 = StoreView(2, ViewInstall(g1, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
+        server.store.write(v2, lambda e: None)  # this node's first, after its fence
+        hooks._stored(v2)
+        await until_true(lambda: box.box.cursors([g1]).get(g1, Cursor(g1, 0, 0, 0, ())).view
+                         == 2, "view 2's cursor")
+        assert [r.id for r in box.peek(HOOK.key, 100)] == ids(v1, v2)  # in order, once
+        # the group's next write goes straight in
+        v3 = StoreView(3, ViewInstall(g1, 3, ("b#2",), (), ("a#1",), 7, 0))
+        server.store.write(v3, lambda e: None)
+        hooks._stored(v3)
+        await until_true(lambda: [r.id for r in box.peek(HOOK.key, 100)] == ids(v1, v2, v3),
+                         "view 3's events")
+    finally:
+        await hooks.stop()

@@ -254,11 +254,23 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     if settings.webhooks:
         from notify.webhooks.service import Webhooks
 
-        # the outbox beside the log (memory log: in memory too; docs/api.md "Webhooks"); it
-        # catches up on what a crash left out before the server listens
-        hooks = Webhooks(server, settings.webhooks,
-                         ":memory:" if srv.store == "memory"
-                         else Path(srv.data_dir) / "webhooks.db", durability=srv.durability)
+        if cluster is not None:
+            from notify.webhooks.jsoutbox import JetStreamOutbox
+
+            # the outbox beside the log on JetStream; each node catches up the shards it
+            # acquires, and delivers the endpoints whose shard it holds (docs/cluster.md)
+            servers, stream, replicas = srv.cluster, f"{srv.nats_stream}_WEBHOOKS", srv.replicas
+            hooks = Webhooks(server, settings.webhooks, f"jetstream:{stream}",
+                             opener=lambda caps: JetStreamOutbox(servers, caps, stream=stream,
+                                                                 replicas=replicas),
+                             shards=cluster)
+        else:
+            # the outbox beside the log (memory log: in memory too; docs/api.md "Webhooks");
+            # it catches up on what a crash left out before the server listens
+            hooks = Webhooks(server, settings.webhooks,
+                             ":memory:" if srv.store == "memory"
+                             else Path(srv.data_dir) / "webhooks.db",
+                             durability=srv.durability)
         await hooks.start()
     try:
         await server.start()

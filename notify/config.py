@@ -256,9 +256,6 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _webhooks(self) -> Settings:
         check_unique(self.webhooks)
-        if self.webhooks and self.server.cluster:
-            raise ValueError("webhooks are not supported in cluster mode yet (each node would "
-                             "announce only the groups it owns; docs/api.md \"Webhooks\")")
         return self
 
     @classmethod

@@ -643,6 +643,11 @@ class ClusterNode:
              self._revocations.heard if self._revocations is not None else 0)]
         return out
 
+    def held(self) -> dict[int, int]:
+        """shard -> term of the shards this node holds ({} before it joined): what the
+        webhooks read (notify/webhooks/service.py, `Shards`)."""
+        return {} if self.leases is None else self.leases.held()
+
     def shards_owned(self) -> int:
         return 0 if self.leases is None else len(self.leases.held())
 

@@ -10,7 +10,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from notify.webhooks.outbox import Outbox
+from notify.webhooks.outbox import OutboxPort
 from notify.webhooks.sender import Sender
 
 
@@ -18,7 +18,7 @@ class Reported(Protocol):
     """What the collector reads of the service (`notify.webhooks.service.Webhooks`)."""
 
     @property
-    def outbox(self) -> Outbox | None: ...
+    def outbox(self) -> OutboxPort | None: ...
 
     @property
     def senders(self) -> Mapping[str, Sender]: ...

@@ -1,4 +1,6 @@
-"""The webhooks' durable outbox: SQLite beside the log (`DATA_DIR/webhooks.db`).
+"""The webhooks' durable outbox: the port (`OutboxPort`) and its single-node adapter, SQLite
+beside the log (`DATA_DIR/webhooks.db`). The cluster's adapter, on JetStream, is
+notify/webhooks/jsoutbox.py; the source and the senders know only the port.
 
 Theory of operation. Two tables. `events` holds one row per (endpoint, event) not yet
 delivered, in `seq` order (an endpoint's delivery order); a row leaves when its endpoint answered
@@ -23,10 +25,10 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import orjson
 
@@ -66,7 +68,46 @@ class Row:
     body: bytes
 
 
+class OutboxPort(Protocol):
+    """What the source (notify/webhooks/source.py), the senders and the service ask of an
+    outbox. Blocking: every method is called off the event loop. The one rule every adapter
+    keeps: a cursor is stored only with (or after) the rows of every event up to it, so the
+    stored cursor of a group says "everything before me is in the outbox", and the catch-up
+    from it loses nothing (duplicates allowed: they carry their ids).
+
+    `part`: the unit a baseline is recorded for. None: the whole log (one node); in a cluster,
+    a shard (each is baselined by the first node that owns it with webhooks on)."""
+
+    #: per endpoint: rows and body bytes kept (as this process knows them), rows dropped by
+    #: the caps since start, and the highest row dropped (a sender gives such a row up)
+    count: dict[str, int]
+    bytes: dict[str, int]
+    dropped: dict[str, int]
+    dropped_through: dict[str, int]
+
+    def baselined(self, part: int | None = None) -> bool: ...
+
+    def set_baseline(self, cursors: list[Cursor], part: int | None = None) -> None: ...
+
+    def cursors(self, groups: Collection[str] | None = None) -> dict[str, Cursor]:
+        """The stored cursors (of `groups` only, when given)."""
+        ...
+
+    def add(self, rows: list[tuple[str, Event]], cursors: list[Cursor],
+            offsets: dict[str, int], now: float) -> list[str]: ...
+
+    def peek(self, endpoint: str, limit: int) -> list[Row]: ...
+
+    def delete(self, endpoint: str, seq: int) -> None: ...
+
+    def forget_except(self, endpoints: set[str]) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
 class Outbox:
+    """The SQLite outbox (one node; `OutboxPort`)."""
+
     def __init__(self, path: str | Path, caps: dict[str, tuple[int, int]], *,
                  durability: Literal["normal", "full"] = "full") -> None:
         """`caps`: per endpoint key, (max rows, max body bytes)."""
@@ -88,23 +129,28 @@ class Outbox:
 
     # -- baseline and cursors --------------------------------------------------------------------
 
-    def baselined(self) -> bool:
+    def baselined(self, part: int | None = None) -> bool:
+        assert part is None, "one node: the whole log is one part"
         with self._lock:
             return self._db.execute("SELECT 1 FROM meta WHERE key='baseline'").fetchone() \
                 is not None
 
-    def set_baseline(self, cursors: list[Cursor]) -> None:
+    def set_baseline(self, cursors: list[Cursor], part: int | None = None) -> None:
         """The first start with webhooks: what the log holds now is the starting point (no
         events for history), recorded once."""
+        assert part is None, "one node: the whole log is one part"
         with self._lock, self._tx():
             self._put_cursors(cursors)
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('baseline', '1')")
 
-    def cursors(self) -> dict[str, Cursor]:
+    def cursors(self, groups: Collection[str] | None = None) -> dict[str, Cursor]:
         with self._lock:
-            return {r[0]: Cursor(r[0], r[1], r[2], r[3], tuple(orjson.loads(r[4])))
-                    for r in self._db.execute(
-                        'SELECT grp, epoch, view, "offset", members FROM cursors')}
+            out = {r[0]: Cursor(r[0], r[1], r[2], r[3], tuple(orjson.loads(r[4])))
+                   for r in self._db.execute(
+                       'SELECT grp, epoch, view, "offset", members FROM cursors')}
+        if groups is None:
+            return out
+        return {g: out[g] for g in groups if g in out}
 
     # -- the writer ------------------------------------------------------------------------------
 
@@ -234,4 +280,4 @@ class Outbox:
             raise
 
 
-__all__ = ["Cursor", "Outbox", "Row"]
+__all__ = ["Cursor", "Outbox", "OutboxPort", "Row"]

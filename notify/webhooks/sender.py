@@ -12,6 +12,11 @@ first, so a row being retried is the first to go when the cap is reached; see
 notify/webhooks/outbox.py).
 Any other status (3xx included: redirects are not followed), a timeout or a connection error is
 a failed attempt, logged and counted. Every request has a deadline (`timeout`).
+
+In a cluster one node at a time delivers an endpoint (`may_send`: it holds the lease of the
+shard the endpoint's name hashes to; notify/webhooks/service.py). A sender that is not (or no
+longer) that node sends nothing, leaves its row in the outbox for the node that is, and looks
+again every `IDLE_ASIDE` seconds.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -27,7 +33,7 @@ from standardwebhooks.webhooks import Webhook
 
 from notify.webhooks.backoff import delay
 from notify.webhooks.config import WebhookSettings
-from notify.webhooks.outbox import Outbox, Row
+from notify.webhooks.outbox import OutboxPort, Row
 
 log = structlog.get_logger("notify.webhooks")
 
@@ -37,6 +43,8 @@ BATCH = 64
 IDLE = 5.0
 #: the most of a response body read (and thrown away) before the connection is reused
 MAX_RESPONSE = 64 * 1024
+#: seconds between two looks at whether this node delivers the endpoint (cluster mode)
+IDLE_ASIDE = 0.5
 
 
 @dataclass(slots=True)
@@ -49,10 +57,16 @@ class EndpointStats:
 
 
 class Sender:
-    def __init__(self, hook: WebhookSettings, outbox: Outbox,
-                 session: aiohttp.ClientSession) -> None:
+    def __init__(self, hook: WebhookSettings, outbox: OutboxPort,
+                 session: aiohttp.ClientSession,
+                 may_send: Callable[[], bool] | None = None, idle: float = IDLE) -> None:
+        """`may_send`: whether this node delivers the endpoint now (None: always). `idle`:
+        the look at the outbox when nothing woke the sender (in a cluster, rows are added by
+        other nodes, which cannot wake it: shorter)."""
+        self.idle = idle
         self.hook, self.key = hook, hook.key
         self._outbox, self._session = outbox, session
+        self._may_send = may_send or (lambda: True)
         self._signer = Webhook(hook.secret.get_secret_value())
         self._wake = asyncio.Event()
         self.stats = EndpointStats()
@@ -62,23 +76,31 @@ class Sender:
 
     async def run(self) -> None:
         while True:
+            if not self._may_send():
+                await asyncio.sleep(IDLE_ASIDE)
+                continue
             self._wake.clear()  # (before the read: a row added after it wakes the next wait)
             rows = await asyncio.to_thread(self._outbox.peek, self.key, BATCH)
             if not rows:
                 try:
-                    async with asyncio.timeout(IDLE):
+                    async with asyncio.timeout(self.idle):
                         await self._wake.wait()
                 except TimeoutError:
                     pass
                 continue
             for row in rows:
-                await self._deliver(row)
+                if not await self._deliver(row):
+                    break  # (no later row before this one: the order per endpoint)
 
-    async def _deliver(self, row: Row) -> None:
+    async def _deliver(self, row: Row) -> bool:
+        """True: delivered or dropped by the cap; False: left for the node that delivers
+        the endpoint now."""
         attempt = 0
         while True:
             if row.seq <= self._outbox.dropped_through.get(self.key, 0):
-                return  # the backlog cap dropped it meanwhile (counted there)
+                return True  # the backlog cap dropped it meanwhile (counted there)
+            if not self._may_send():
+                return False
             error = await self.post(row)
             if error is None:
                 await asyncio.to_thread(self._outbox.delete, self.key, row.seq)
@@ -86,7 +108,7 @@ class Sender:
                 if self.stats.failing:
                     log.info("webhook_recovered", endpoint=self.key, after=self.stats.failing)
                 self.stats.failing = 0
-                return
+                return True
             attempt += 1
             self.stats.failed += 1
             self.stats.failing = attempt

@@ -25,6 +25,36 @@ and counted (`notify_webhook_dropped{reason="overflow"}` counts the events set a
 Stop (after the server stopped, so its last writes were hooked): the writer empties
 `_pending` into the outbox (bounded by `STOP_GRACE`), the senders are cancelled (a request cut
 short is sent again after the restart, with the same id), the outbox closes.
+
+Cluster mode (`shards`: the node, which says which shards it holds and under which term; the
+outbox on JetStream, notify/webhooks/jsoutbox.py). The source, the senders and the writer are
+the same; what differs is *when* a group's events may be written, and *who* delivers:
+
+- **Derivation runs where the group is owned.** The hook sees only the writes this node's log
+  stored, which the log's fence allows only to the group's owner. A shard this node acquires
+  (or holds under a new term) is first caught up from the log (`Source.catch_up` for that
+  `Part`, from the cursors the previous owner left), and until then the hook's batches of its
+  groups wait (`_waiting`), then follow the catch-up's rows in order. Without that wait a
+  live write's cursor could pass events the previous owner stored and never wrote to the
+  outbox (it was SIGKILLed in between): the catch-up would start after them.
+- **A group's first write in a holding waits for what the log holds before it**
+  (`Source.before`, bounded by that write): the shard's catch-up ran when the lease came, but
+  the group is fenced only when this node loads it, so an old owner paused past its lease may
+  have stored one more write in between, and died before its writer took it. This node's
+  first write comes after its own fence, so the log before it is complete. Usually the stored
+  cursor is already there and this costs one read (`_due`, `_known`).
+- **A cursor is written only by a node that caught the shard up in its current holding.** A
+  batch whose shard this node no longer holds (lost between the write and the hook, or
+  before its catch-up) is written as rows only: its events were derived from a write this node
+  stored as the owner, and the next owner's catch-up may have read the log before that write
+  landed (the lease moves before the log's fence does), so dropping them could lose them;
+  their cursor, though, could pass what that owner has not written yet. Rows alone are always
+  safe (a duplicate at worst, with its id). That is the only way a node writes events of a
+  group it does not own: events of its own stored writes, never derived from the log.
+- **One node delivers an endpoint**: the holder of the shard `shard_of("webhook:" + key)`
+  (`Sender(may_send=)`), so each endpoint is delivered in outbox order by one sender at a
+  time; when that shard moves, the next holder's sender starts from the endpoint's oldest row
+  (a row under way at the old holder may arrive twice, with its id).
 """
 
 from __future__ import annotations
@@ -32,21 +62,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiohttp
 import structlog
 
+from notify.cluster.shards import shard_of
 from notify.core.actions import Write
 from notify.server.app import NotifyServer
 from notify.webhooks.backoff import delay
 from notify.webhooks.config import WebhookSettings
 from notify.webhooks.metrics import WebhookCollector
-from notify.webhooks.outbox import Outbox
+from notify.webhooks.outbox import Outbox, OutboxPort
 from notify.webhooks.sender import Sender
-from notify.webhooks.source import Batch, Source
+from notify.webhooks.source import Batch, Part, Source
 
 log = structlog.get_logger("notify.webhooks")
 
@@ -56,15 +87,38 @@ MAX_PENDING = 100_000
 STOP_GRACE = 5.0
 #: the wait before a dead task is started again: this, doubling with each death, up to the next
 RESTART_DELAY, MAX_RESTART_DELAY = 1.0, 30.0
+#: cluster mode: seconds between two looks at the shards held (the writer's), and a sender's
+#: look at the outbox when nothing woke it (rows are added by other nodes)
+RECONCILE, CLUSTER_IDLE = 0.5, 1.0
+#: cluster mode: groups remembered as caught up before their first write here, at most
+MAX_KNOWN = 100_000
+
+OutboxOpener = Callable[[dict[str, tuple[int, int]]], OutboxPort]
+
+
+class Shards(Protocol):
+    """The cluster node as the webhooks see it (`ClusterNode.held`)."""
+
+    def held(self) -> Mapping[int, int]:
+        """shard -> term, for the shards this node holds now."""
+        ...
+
+
+def endpoint_shard(key: str) -> int:
+    """The shard whose holder delivers endpoint `key` (cluster mode)."""
+    return shard_of(f"webhook:{key}")
 
 
 class Webhooks:
     def __init__(self, server: NotifyServer, hooks: list[WebhookSettings],
-                 path: str | Path, *, durability: Literal["normal", "full"] = "full") -> None:
-        """`path`: the outbox's SQLite file, or ":memory:"."""
+                 path: str | Path, *, durability: Literal["normal", "full"] = "full",
+                 opener: OutboxOpener | None = None, shards: Shards | None = None) -> None:
+        """`path`: the outbox's SQLite file, or ":memory:" (or what `opener`, given the caps,
+        opens: the cluster's outbox). `shards`: cluster mode (the module docstring)."""
         self.server, self.hooks, self.path, self.durability = server, hooks, path, durability
+        self.opener, self.shards = opener, shards
         self.source = Source(hooks)
-        self.outbox: Outbox | None = None
+        self.outbox: OutboxPort | None = None
         self.senders: dict[str, Sender] = {}
         #: per endpoint key, events set aside by an overflow (keys: the configured endpoints
         #: only, so bounded by the configuration; a counter, as the metric it feeds)
@@ -81,25 +135,41 @@ class Webhooks:
         #: the hook's writes are set aside until `_pending` is written (see the docstring)
         self._behind = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: cluster mode: shard -> the term under which it was caught up here; the hook's
+        #: batches of shards held but not caught up yet, and how many events they hold
+        self._caught: dict[int, int] = {}
+        self._waiting: dict[int, Batch] = {}
+        self._waiting_n = 0
+        #: group -> (its shard, its first write hooked in this holding), until `Source.before`
+        #: derived what the log holds before it; groups done, -> the term they were done in
+        #: (at most `MAX_KNOWN`, the oldest forgotten: it is done again at its next write)
+        self._due: dict[str, tuple[int, Write]] = {}
+        self._known: dict[str, int] = {}
+        self._reconcile_failures = 0
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + self._waiting_n
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         caps = {h.key: (h.max_backlog, h.max_backlog_bytes) for h in self.hooks}
-        self.outbox = outbox = await asyncio.to_thread(Outbox, self.path, caps,
-                                                       durability=self.durability)
+        if self.opener is not None:
+            self.outbox = outbox = await asyncio.to_thread(self.opener, caps)
+        else:
+            self.outbox = outbox = await asyncio.to_thread(Outbox, self.path, caps,
+                                                           durability=self.durability)
         gone = await asyncio.to_thread(outbox.forget_except, set(caps))
         if gone:
             log.warning("webhooks_unconfigured_dropped", events=gone,
                         detail="these endpoints are no longer configured")
-        derived = await asyncio.to_thread(self.source.catch_up, self.server.store, outbox,
-                                          time.time(), lambda _: None)
+        derived = 0
+        if self.shards is None:  # (a cluster catches each shard up as it acquires it)
+            derived = await asyncio.to_thread(self.source.catch_up, self.server.store, outbox,
+                                              time.time(), lambda _: None)
         self._session = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=max(h.timeout for h in self.hooks) + 1))
-        self.senders = {h.key: Sender(h, outbox, self._session) for h in self.hooks}
+        self.senders = {h.key: self._sender(h, outbox) for h in self.hooks}
         self.server.stored.append(self._stored)
         self.server.metrics.registry.register(WebhookCollector(self))
         self._supervise("writer", self._write_loop)
@@ -107,6 +177,15 @@ class Webhooks:
             self._supervise(f"sender:{key}", sender.run)
         log.info("webhooks", endpoints=[h.key for h in self.hooks], outbox=str(self.path),
                  backlog={k: outbox.count.get(k, 0) for k in caps}, caught_up=derived)
+
+    def _sender(self, hook: WebhookSettings, outbox: OutboxPort) -> Sender:
+        assert self._session is not None
+        shards = self.shards
+        if shards is None:
+            return Sender(hook, outbox, self._session)
+        mine = endpoint_shard(hook.key)
+        return Sender(hook, outbox, self._session, may_send=lambda: mine in shards.held(),
+                      idle=CLUSTER_IDLE)
 
     # -- the hook --------------------------------------------------------------------------------
 
@@ -116,7 +195,20 @@ class Webhooks:
         batch = self.source.of_write(write, time.time())
         if batch is None:
             return
-        if self._behind or len(self._pending) + len(batch) > MAX_PENDING:
+        shard: int | None = None
+        if self.shards is not None:
+            group = next(iter(batch.cursors or batch.offsets))  # (one write: one group)
+            shard = shard_of(group)
+            term = self.shards.held().get(shard)
+            if term is None:  # not ours any more: rows only (module docstring)
+                batch, shard = Batch(rows=batch.rows), None
+            else:
+                if self._known.get(group) != term and group not in self._due:
+                    self._due[group] = (shard, write)  # its first write in this holding
+                if self._caught.get(shard) == term and group not in self._due \
+                        and shard not in self._waiting:
+                    shard = None
+        if self._behind or self.pending + len(batch) > MAX_PENDING:
             if not self._behind:
                 log.error("webhooks_behind", pending=len(self._pending),
                           detail="the outbox does not keep up: what follows is read back "
@@ -125,7 +217,11 @@ class Webhooks:
             for key, _ in batch.rows:
                 self.overflowed[key] = self.overflowed.get(key, 0) + 1
             return  # (nor its cursors: the outbox's say where the read-back starts)
-        self._pending.extend(batch)
+        if shard is not None:  # held, not caught up yet: after its catch-up(s)
+            self._waiting.setdefault(shard, Batch()).extend(batch)
+            self._waiting_n += len(batch)
+        else:
+            self._pending.extend(batch)
         self._wake_writer.set()
 
     # -- tasks -----------------------------------------------------------------------------------
@@ -134,6 +230,8 @@ class Webhooks:
         assert self.outbox is not None
         failures = 0
         while True:
+            if self.shards is not None and not self._stopping:
+                await self._reconcile()
             if not self._pending.cursors and not self._pending.offsets \
                     and not self._pending.rows:
                 if self._behind:
@@ -142,7 +240,12 @@ class Webhooks:
                 if self._stopping:
                     return
                 self._wake_writer.clear()
-                await self._wake_writer.wait()
+                if self.shards is None:
+                    await self._wake_writer.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(RECONCILE):
+                            await self._wake_writer.wait()
                 continue
             batch, self._pending = self._pending, Batch()
             try:
@@ -161,12 +264,80 @@ class Webhooks:
             for key in got:
                 self.senders[key].wake()
 
+    async def _reconcile(self) -> None:
+        """Cluster mode: catch up the shards held under a term not caught up yet, then let
+        their waiting batches follow; a shard lost before its catch-up leaves its waiting
+        batches as rows only (module docstring). A catch-up that fails is logged and tried
+        again at the next look (its batches keep waiting)."""
+        assert self.shards is not None and self.outbox is not None
+        held = dict(self.shards.held())
+        for s in [s for s, term in self._caught.items() if held.get(s) != term]:
+            del self._caught[s]
+        for s in [s for s in self._waiting if s not in held]:
+            self._release(s, rows_only=True)
+        for g in [g for g, (s, _) in self._due.items() if s not in held]:
+            del self._due[g]
+        new = {s: term for s, term in held.items() if self._caught.get(s) != term}
+        try:
+            if new:
+                derived = await asyncio.to_thread(
+                    self.source.catch_up, self.server.store, self.outbox, time.time(),
+                    self._wake_senders, Part(shard_of, frozenset(new)))
+                held = dict(self.shards.held())
+                for s, term in new.items():
+                    if held.get(s) == term:  # (moved meanwhile: the next look, again)
+                        self._caught[s] = term
+                log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
+            # each group's first write here since its shard was acquired: what the log holds
+            # before it, from the stored cursor (Source.before)
+            for g, (s, write) in list(self._due.items()):
+                holding = held.get(s)
+                if holding is None or self._caught.get(s) != holding:
+                    continue
+                derived = await asyncio.to_thread(
+                    self.source.before, self.server.store, self.outbox, write, time.time(),
+                    self._wake_senders)
+                if derived:
+                    log.warning("webhooks_caught_up_before_first_write", group=g,
+                                events=derived)
+                del self._due[g]
+                self._known[g] = holding
+                if len(self._known) > MAX_KNOWN:
+                    del self._known[next(iter(self._known))]
+        except Exception as e:
+            self._reconcile_failures += 1
+            wait = delay(self._reconcile_failures, 0.2, 5.0)
+            log.error("webhooks_catch_up_failed", shards=len(new), groups=len(self._due),
+                      error=repr(e), retry_in=round(wait, 3))
+            await asyncio.sleep(wait)
+            return
+        self._reconcile_failures = 0
+        due = {s for s, _ in self._due.values()}
+        for s in [s for s in self._waiting
+                  if self._caught.get(s) == held.get(s) and s not in due]:
+            self._release(s, rows_only=False)
+
+    def _release(self, shard: int, *, rows_only: bool) -> None:
+        batch = self._waiting.pop(shard)
+        self._waiting_n -= len(batch)
+        self._pending.extend(Batch(rows=batch.rows) if rows_only else batch)
+
     async def _catch_up(self) -> None:
         """After falling behind: take the hook's writes again, and derive from the log what
         was set aside meanwhile (from the outbox's cursors to the log's head now: it overlaps
         what the hook takes from now on, by the same ids)."""
         assert self.outbox is not None
         self._behind = False
+        if self.shards is not None:
+            # every held shard is caught up again, from the cursors (what waited with them
+            # is derived again there)
+            self._caught.clear()
+            self._waiting.clear()
+            self._waiting_n = 0
+            self._due.clear()
+            self._known.clear()
+            log.warning("webhooks_catching_up_after_overflow")
+            return
         try:
             derived = await asyncio.to_thread(self.source.catch_up, self.server.store,
                                               self.outbox, time.time(), self._wake_senders)
@@ -215,6 +386,9 @@ class Webhooks:
         self._stopping = True
         with contextlib.suppress(ValueError):
             self.server.stored.remove(self._stored)
+        for s in list(self._waiting):  # (never caught up here: rows only)
+            self._release(s, rows_only=True)
+        self._due.clear()
         writer = self._tasks.get("writer")
         if writer is not None and not writer.done():
             self._wake_writer.set()
@@ -234,4 +408,4 @@ class Webhooks:
             await asyncio.to_thread(self.outbox.close)
 
 
-__all__ = ["MAX_PENDING", "Webhooks"]
+__all__ = ["MAX_PENDING", "OutboxOpener", "Shards", "Webhooks", "endpoint_shard"]

@@ -18,11 +18,15 @@ it pruned are gone (logged).
 The first start with webhooks on a log that has history records the log's state as the baseline
 (no events for the past). After that, a group without a cursor is a new group: its events
 start from the empty view.
+
+In a cluster (notify/webhooks/jsoutbox.py) a node derives only the groups it owns: the catch-up
+is asked for a `Part` (the shards this node just acquired), reads the cursors of those groups
+only, and records a baseline per shard.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import structlog
@@ -31,7 +35,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.storage.base import MAX_LIST, GroupInfo, MessageLog
 from notify.webhooks.config import WebhookSettings
 from notify.webhooks.events import Event, message_event, view_events
-from notify.webhooks.outbox import Cursor, Outbox
+from notify.webhooks.outbox import Cursor, OutboxPort
 
 log = structlog.get_logger("notify.webhooks")
 
@@ -55,6 +59,17 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Some shards of the log (cluster mode): the groups `of` maps into `shards`."""
+
+    of: Callable[[str], int]
+    shards: Collection[int]
+
+    def has(self, group: str) -> bool:
+        return self.of(group) in self.shards
 
 
 class Source:
@@ -99,31 +114,67 @@ class Source:
 
     # -- after a crash ---------------------------------------------------------------------------
 
-    def catch_up(self, store: MessageLog, outbox: Outbox, now: float,
-                 added: Callable[[list[str]], None]) -> int:
+    def catch_up(self, store: MessageLog, outbox: OutboxPort, now: float,
+                 added: Callable[[list[str]], None], part: Part | None = None) -> int:
         """Derive what the log holds beyond the cursors (blocking: run off the loop, before
-        the server listens). Returns the events derived; `added(endpoints)` after each
-        outbox transaction."""
-        if not outbox.baselined():
-            base = [Cursor(i.group, 0, i.view, i.head, i.members) for i in _all_groups(store)]
-            outbox.set_baseline(base)
-            log.info("webhooks_baseline", groups=len(base))
-            return 0
-        cursors = outbox.cursors()
+        the server listens; in a cluster, before the hook's writes of `part`'s groups are
+        written). Returns the events derived; `added(endpoints)` after each outbox
+        transaction."""
+        groups = _all_groups(store)
+        if part is None:
+            if not outbox.baselined():
+                base = [Cursor(i.group, 0, i.view, i.head, i.members) for i in groups]
+                outbox.set_baseline(base)
+                log.info("webhooks_baseline", groups=len(base))
+                return 0
+        else:
+            groups = [i for i in groups if part.has(i.group)]
+            fresh = {s for s in part.shards if not outbox.baselined(s)}
+            for s in sorted(fresh):
+                base = [Cursor(i.group, 0, i.view, i.head, i.members) for i in groups
+                        if part.of(i.group) == s]
+                outbox.set_baseline(base, s)
+                log.info("webhooks_baseline", shard=s, groups=len(base))
+            groups = [i for i in groups if part.of(i.group) not in fresh]
+        cursors = outbox.cursors([i.group for i in groups] if part is not None else None)
         derived = 0
-        for info in _all_groups(store):
+        for info in groups:
             c = cursors.get(info.group) or Cursor(info.group, 0, 0, 0, ())
             if info.view > c.view or (info.head > c.offset and self.wants_messages(info.group)):
                 derived += self._group(store, outbox, info, c, now, added)
         if derived:
             log.warning("webhooks_caught_up", events=derived,
-                        detail="events of writes stored just before a crash, from the log")
+                        detail="events of writes stored before a crash or a takeover, "
+                               "from the log")
         return derived
 
-    def _group(self, store: MessageLog, outbox: Outbox, info: GroupInfo, c: Cursor,
-               now: float, added: Callable[[list[str]], None]) -> int:
+    def before(self, store: MessageLog, outbox: OutboxPort, write: Write, now: float,
+               added: Callable[[list[str]], None]) -> int:
+        """Cluster mode, at this node's first stored write to a group in its holding of the
+        shard (its load fenced the group before it): derive what the log holds between the
+        group's stored cursor and `write` (not `write` itself: the hook derived it), so that
+        a write the previous owner stored after this node's catch-up of the shard, and never
+        got into the outbox, is not passed by `write`'s cursor. Blocking."""
+        if isinstance(write, StoreView):
+            group, bound = write.group, (write.install.view, write.install.offset + 1)
+        elif isinstance(write, Append) and write.messages:
+            first = write.messages[0]
+            group, bound = write.group, (first.view + 1, first.offset)
+        else:
+            return 0
+        c = outbox.cursors([group]).get(group) or Cursor(group, 0, 0, 0, ())
+        return self._group(store, outbox, GroupInfo(group, 0, (), 0), c, now, added, bound)
+
+    def _group(self, store: MessageLog, outbox: OutboxPort, info: GroupInfo, c: Cursor,
+               now: float, added: Callable[[list[str]], None],
+               bound: tuple[int, int] | None = None) -> int:
+        """`bound`: (view, offset): only installs below that view and messages below that
+        offset (`before`)."""
         msgs = self.wants_messages(info.group)
+        views, offsets = bound if bound is not None else (1 << 62, 1 << 62)
         derived, after = 0, c.offset
+        if after >= offsets - 1 and c.view >= views - 1:
+            return 0
         while True:
             page = store.read_page(info.group, after, PAGE, PAGE_BYTES)
             if page is None:
@@ -132,8 +183,9 @@ class Source:
                 log.error("webhooks_messages_pruned", group=info.group,
                           lost=page.first - after - 1)
             items: list[tuple[int, int, Message | ViewInstall]] = [
-                (m.offset, 0, m) for m in page.messages if msgs and m.offset > c.offset]
-            items += [(i.offset, 1, i) for i in page.installs if i.view > c.view]
+                (m.offset, 0, m) for m in page.messages
+                if msgs and c.offset < m.offset < offsets]
+            items += [(i.offset, 1, i) for i in page.installs if c.view < i.view < views]
             items.sort(key=lambda x: (x[0], x[1], x[2].view if isinstance(x[2], ViewInstall)
                                       else 0))
             out = Batch()
@@ -145,11 +197,12 @@ class Source:
                     gap = None if item.view == c.view + 1 else c.members
                     self.route(out, view_events(item, now, previous=gap))
                     c = _cursor(item)
-            c = Cursor(c.group, c.epoch, c.view, max(c.offset, page.end), c.members)
+            c = Cursor(c.group, c.epoch, c.view, max(c.offset, min(page.end, offsets - 1)),
+                       c.members)
             out.cursors[c.group] = c
             added(outbox.add(out.rows, list(out.cursors.values()), {}, now))
             derived += len(out)
-            if page.end >= page.head or page.end <= after:
+            if page.end >= page.head or page.end <= after or page.end >= offsets - 1:
                 break
             after = page.end
         if info.view > c.view:  # installs the pages did not hold (pruned): the latest one
@@ -177,4 +230,4 @@ def _all_groups(store: MessageLog) -> list[GroupInfo]:
         after = page[-1].group
 
 
-__all__ = ["Batch", "Source"]
+__all__ = ["Batch", "Part", "Source"]

@@ -95,6 +95,14 @@ def client_proc(*args: str) -> subprocess.Popen[bytes]:
                             start_new_session=True)
 
 
+def reap(ps: list[subprocess.Popen[bytes]]) -> None:
+    """Kill the client processes still running (a failed or hung run), and reap them."""
+    for p in ps:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def client_result(p: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
     try:
         out, _ = p.communicate(timeout=timeout)
@@ -437,10 +445,7 @@ def bench_groups(tmp: Path, groups: int, members: int, procs: int,
                             rs.append({"received": 0, "published": 0, "n_errors": 0,
                                        "errors": [], "stuck": -1, "joined": 0})
                 finally:
-                    for p_ in ps:
-                        if p_.poll() is None:
-                            p_.kill()
-                            p_.wait()
+                    reap(ps)
                 received = sum(r["received"] for r in rs)
                 out[f"{n_nodes} node(s)"] = {
                     "deliveries_per_s": round(received / duration),

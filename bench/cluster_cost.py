@@ -55,6 +55,7 @@ from bench.cluster import (
     nats_cluster,
     nodes_running,
     pct,
+    reap,
 )
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -110,10 +111,7 @@ def run(tmp: Path, n_nodes: int, names: list[str], members: int, procs: int, rat
                 load = os.getloadavg()[0]
                 rs = [client_result(p_, setup + duration + 90) for p_ in ps]
             finally:
-                for p_ in ps:
-                    if p_.poll() is None:
-                        p_.kill()
-                        p_.wait()
+                reap(ps)
     received = sum(r["received"] for r in rs)
     out = {"nodes": n_nodes, "standby": standby, "config": f"{n_nodes}{'s' if standby else ''}",
            "deliveries": received,
@@ -190,10 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="notify-bench-cost-") as d:
         for token in a.nodes.split(","):
             n = int(token.rstrip("s"))
-            active = n - 1 if token.endswith("s") else n
-            groups = names if a.scaling == "strong" else \
-                [f"g{i}" for i in range(a.groups * active)]
-            results["runs"].append(run(Path(d), n, groups, a.members, a.procs * active,
+            serving = n - 1 if token.endswith("s") else n  # (a standby owns nothing)
+            strong = a.scaling == "strong"
+            groups = names if strong else [f"g{i}" for i in range(a.groups * serving)]
+            results["runs"].append(run(Path(d), n, groups, a.members,
+                                       a.procs if strong else a.procs * serving,
                                        a.rate, a.duration, a.idle,
                                        standby=token.endswith("s")))
     active = [r for r in results["runs"] if not r["standby"]]

@@ -141,7 +141,6 @@ import asyncio
 import bisect
 import contextlib
 import itertools
-import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import (
@@ -183,6 +182,7 @@ from notify.storage.base import (
     installs_between,
     last_ids,
 )
+from notify.storage.natsloop import LoopThread, open_stream
 
 log = structlog.get_logger("notify.storage")
 
@@ -330,10 +330,8 @@ class JetStreamLog:
         #: (`_page_start`); used on the log's loop only
         self._page_starts: OrderedDict[tuple[str, int], int] = OrderedDict()
         self.batches = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="jetstream-log",
-                                        daemon=True)
-        self._thread.start()
+        self._runner = LoopThread("jetstream-log")
+        self._loop = self._runner.loop
         self._closed = False
         try:
             self._nc: Client = self._call(self._connect(connect_timeout),
@@ -353,47 +351,14 @@ class JetStreamLog:
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         """Run `coro` on the log's loop and wait for it (bounded), from any other thread."""
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            fut.cancel()
-            raise
+        return self._runner.call(coro, timeout)
 
     async def _connect(self, timeout: float) -> Client:
-        """Connect, and find or create the stream. A cluster that just started (or just lost
-        a node) can time out a stream request while its meta layer settles: asked again until
-        `timeout`."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        nc = await asyncio.wait_for(nats.connect(
-            servers=self.servers, connect_timeout=2, max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2, allow_reconnect=True), timeout)
-        try:
-            js = nc.jsm()
-            config = StreamConfig(
-                name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
-                allow_atomic=True, allow_direct=True, duplicate_window=120.0,
-                max_msgs_per_subject=self.max_msgs_per_subject or -1, max_age=self.max_age)
-            while True:
-                try:
-                    try:
-                        info = await js.stream_info(self.stream)
-                    except NotFoundError:
-                        info = await js.add_stream(config)
-                    # a new stream answers publishes only once its Raft group has a leader
-                    if info.cluster is None or info.cluster.leader:
-                        return nc
-                    raise TimeoutError(f"stream {self.stream} has no leader yet")
-                except (TimeoutError, nats.errors.Error) as e:
-                    if loop.time() + 0.2 > deadline:
-                        raise
-                    log.info("jetstream_stream_retry", stream=self.stream, error=_reason(e))
-                    await asyncio.sleep(0.2)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 5)
-            raise
+        return await open_stream(self.servers, StreamConfig(
+            name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
+            allow_atomic=True, allow_direct=True, duplicate_window=120.0,
+            max_msgs_per_subject=self.max_msgs_per_subject or -1, max_age=self.max_age),
+            timeout, "jetstream")
 
     def _subject(self, group: str, kind: str) -> str:
         return f"{self.prefix}.{escape_group(group)}.{kind}"
@@ -1456,10 +1421,7 @@ class JetStreamLog:
         await asyncio.to_thread(self._stop_loop)
 
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._runner.stop()
 
 
 def _encode_message(m: Message, total: int) -> tuple[bytes, int]:

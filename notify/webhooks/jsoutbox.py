@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import uuid
 from collections.abc import Collection, Coroutine, Sequence
 from typing import Any, TypeVar
@@ -61,6 +60,7 @@ from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
 from notify.storage.jetstream import escape_group, unescape_group
+from notify.storage.natsloop import LoopThread, open_stream
 from notify.webhooks.events import Event
 from notify.webhooks.outbox import Cursor, Row
 
@@ -96,10 +96,7 @@ class JetStreamOutbox:
         self._cursors: dict[str, Cursor] = {}
         self.batches = 0
         self._counted = 0.0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="webhooks-outbox",
-                                        daemon=True)
-        self._thread.start()
+        self._runner = LoopThread("webhooks-outbox")
         try:
             self._nc: Client = self._call(self._connect(connect_timeout), connect_timeout + 5)
             self._call(self._recount(), self.timeout * 2)
@@ -110,45 +107,13 @@ class JetStreamOutbox:
     # -- plumbing --------------------------------------------------------------------------------
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return fut.result(timeout)
-        except TimeoutError:
-            fut.cancel()
-            raise
+        return self._runner.call(coro, timeout)
 
     async def _connect(self, timeout: float) -> Client:
-        """Connect, and find or create the stream (asked again while a new cluster's meta
-        layer settles, until `timeout`)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        nc = await asyncio.wait_for(nats.connect(
-            servers=self.servers, connect_timeout=2, max_reconnect_attempts=-1,
-            reconnect_time_wait=0.2, allow_reconnect=True), timeout)
-        try:
-            js = nc.jsm()
-            config = StreamConfig(
-                name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
-                allow_atomic=True, allow_direct=True, allow_rollup_hdrs=True,
-                duplicate_window=120.0)
-            while True:
-                try:
-                    try:
-                        info = await js.stream_info(self.stream)
-                    except NotFoundError:
-                        info = await js.add_stream(config)
-                    if info.cluster is None or info.cluster.leader:
-                        return nc
-                    raise TimeoutError(f"stream {self.stream} has no leader yet")
-                except (TimeoutError, nats.errors.Error) as e:
-                    if loop.time() + 0.2 > deadline:
-                        raise
-                    log.info("webhooks_stream_retry", stream=self.stream, error=repr(e))
-                    await asyncio.sleep(0.2)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 5)
-            raise
+        return await open_stream(self.servers, StreamConfig(
+            name=self.stream, subjects=[f"{self.prefix}.>"], num_replicas=self.replicas,
+            allow_atomic=True, allow_direct=True, allow_rollup_hdrs=True,
+            duplicate_window=120.0), timeout, "webhooks")
 
     def _rows(self, endpoint: str) -> str:
         return f"{self.prefix}.e.{escape_group(endpoint)}"
@@ -401,10 +366,7 @@ class JetStreamOutbox:
         self._stop_loop()
 
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._runner.stop()
 
 
 __all__ = ["JetStreamOutbox"]

@@ -1,0 +1,89 @@
+"""What the blocking stores on NATS share: an event loop of their own in a thread, and a stream
+found or made on a cluster that may still be settling.
+
+The log on JetStream (jetstream.py) and the webhooks' outbox on JetStream
+(notify/webhooks/jsoutbox.py) are called off the server's event loop (`asyncio.to_thread`,
+as the SQLite stores are) and keep one NATS connection each on a loop of their own: a store
+call is a coroutine run there (`LoopThread.call`), bounded by its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import structlog
+from nats.aio.client import Client
+from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
+
+T = TypeVar("T")
+
+log = structlog.get_logger("notify.storage")
+
+
+class LoopThread:
+    """An event loop running in a daemon thread, for a blocking facade over asyncio code."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run `coro` on the loop and wait for it (bounded), from any other thread."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: float,
+                      what: str) -> Client:
+    """Connect, and find the stream `config` names or make it. A cluster that just started (or
+    just lost a node) can time out a stream request while its meta layer settles, and a new
+    stream answers publishes only once its Raft group has a leader: asked again until
+    `timeout` (each retry logged as `<what>_stream_retry`). An existing stream is used as it
+    is."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    nc = await asyncio.wait_for(nats.connect(
+        servers=list(servers), connect_timeout=2, max_reconnect_attempts=-1,
+        reconnect_time_wait=0.2, allow_reconnect=True), timeout)
+    try:
+        js = nc.jsm()
+        while True:
+            try:
+                try:
+                    info = await js.stream_info(config.name or "")
+                except NotFoundError:
+                    info = await js.add_stream(config)
+                if info.cluster is None or info.cluster.leader:
+                    return nc
+                raise TimeoutError(f"stream {config.name} has no leader yet")
+            except (TimeoutError, nats.errors.Error) as e:
+                if loop.time() + 0.2 > deadline:
+                    raise
+                log.info(f"{what}_stream_retry", stream=config.name,
+                         error=str(e) or type(e).__name__)
+                await asyncio.sleep(0.2)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), 5)
+        raise
+
+
+__all__ = ["LoopThread", "open_stream"]

@@ -53,6 +53,7 @@ from collections.abc import Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import nats
+import nats.errors
 import orjson
 import structlog
 from nats.aio.client import Client
@@ -269,13 +270,20 @@ class JetStreamOutbox:
             added[endpoint] = added.get(endpoint, 0) + 1
         await self._write(records, [self._cursor_record(c) for c in final.values()])
         self._cursors.update(final)
-        if added:
-            await self._recount_now_and_then()
+        # Stored: from here `add` must succeed, or its caller would write the batch again
+        # (duplicates, and a stream that grows while the count or the cap keeps failing). The
+        # count and the cap are best effort: the next write or recount tries again.
         for endpoint, n in added.items():
             self.count[endpoint] = self.count.get(endpoint, 0) + n
-            rows_max = self.caps.get(endpoint, (1 << 62, 0))[0]
-            if self.count[endpoint] > rows_max:
-                await self._cap(endpoint, rows_max)
+        try:
+            if added:
+                await self._recount_now_and_then()
+            for endpoint in added:
+                rows_max = self.caps.get(endpoint, (1 << 62, 0))[0]
+                if self.count.get(endpoint, 0) > rows_max:
+                    await self._cap(endpoint, rows_max)
+        except (TimeoutError, nats.errors.Error, RuntimeError) as e:
+            log.warning("webhooks_outbox_cap_later", error=str(e) or type(e).__name__)
         return list(added)
 
     async def _cap(self, endpoint: str, rows_max: int) -> None:

@@ -100,6 +100,7 @@ class Sender:
             if row.seq <= self._outbox.dropped_through.get(self.key, 0):
                 return True  # the backlog cap dropped it meanwhile (counted there)
             if not self._may_send():
+                self.stats.failing = 0  # (the node that delivers it now says how it goes)
                 return False
             error = await self.post(row)
             if error is None:

@@ -87,6 +87,9 @@ MAX_PENDING = 100_000
 STOP_GRACE = 5.0
 #: the wait before a dead task is started again: this, doubling with each death, up to the next
 RESTART_DELAY, MAX_RESTART_DELAY = 1.0, 30.0
+#: a task that ran this long before it died starts again from `RESTART_DELAY` (its deaths
+#: before were not a crash loop: in a cluster, a NATS blip ends a sender now and then)
+HEALTHY_RUN = 60.0
 #: cluster mode: seconds between two looks at the shards held (the writer's), and a sender's
 #: look at the outbox when nothing woke it (rows are added by other nodes)
 RECONCILE, CLUSTER_IDLE = 0.5, 1.0
@@ -130,20 +133,24 @@ class Webhooks:
         #: per task name ("writer", "sender:KEY": fixed by the configuration), its deaths,
         #: which set its next restart delay
         self._failures: dict[str, int] = {}
+        #: when each supervised task was (last) started
+        self._started: dict[str, float] = {}
         self._session: aiohttp.ClientSession | None = None
         self._stopping = False
         #: the hook's writes are set aside until `_pending` is written (see the docstring)
         self._behind = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: cluster mode: shard -> the term under which it was caught up here; the hook's
-        #: batches of shards held but not caught up yet, and how many events they hold
+        #: batches of shards held but not caught up yet (shard -> the term they were hooked
+        #: under, the batch), and how many events they hold
         self._caught: dict[int, int] = {}
-        self._waiting: dict[int, Batch] = {}
+        self._waiting: dict[int, tuple[int, Batch]] = {}
         self._waiting_n = 0
-        #: group -> (its shard, its first write hooked in this holding), until `Source.before`
+        #: group -> (its shard, the holding's term, its first write hooked in that holding),
+        #: until `Source.before`
         #: derived what the log holds before it; groups done, -> the term they were done in
         #: (at most `MAX_KNOWN`, the oldest forgotten: it is done again at its next write)
-        self._due: dict[str, tuple[int, Write]] = {}
+        self._due: dict[str, tuple[int, int, Write]] = {}
         self._known: dict[str, int] = {}
         self._reconcile_failures = 0
 
@@ -203,12 +210,19 @@ class Webhooks:
             if term is None:  # not ours any more: rows only (module docstring)
                 batch, shard = Batch(rows=batch.rows), None
             else:
-                if self._known.get(group) != term and group not in self._due:
-                    self._due[group] = (shard, write)  # its first write in this holding
+                # Every rule below is per holding (shard, term): a shard lost and taken
+                # back between two looks is a new holding, whose catch-up and first writes
+                # are its own; what waited under the old term goes in as rows only.
+                self._end_holding(shard, term)
+                due = self._due.get(group)
+                if self._known.get(group) != term and (due is None or due[1] != term):
+                    self._due[group] = (shard, term, write)  # its first write in this holding
                 if self._caught.get(shard) == term and group not in self._due \
                         and shard not in self._waiting:
                     shard = None
         if self._behind or self.pending + len(batch) > MAX_PENDING:
+            if self.shards is not None and shard is not None:
+                self._due.pop(next(iter(batch.cursors or batch.offsets)), None)  # (read back)
             if not self._behind:
                 log.error("webhooks_behind", pending=len(self._pending),
                           detail="the outbox does not keep up: what follows is read back "
@@ -217,8 +231,9 @@ class Webhooks:
             for key, _ in batch.rows:
                 self.overflowed[key] = self.overflowed.get(key, 0) + 1
             return  # (nor its cursors: the outbox's say where the read-back starts)
-        if shard is not None:  # held, not caught up yet: after its catch-up(s)
-            self._waiting.setdefault(shard, Batch()).extend(batch)
+        if shard is not None and self.shards is not None:  # held, not caught up yet
+            held = self._waiting.setdefault(shard, (self.shards.held()[shard], Batch()))[1]
+            held.extend(batch)
             self._waiting_n += len(batch)
         else:
             self._pending.extend(batch)
@@ -273,9 +288,9 @@ class Webhooks:
         held = dict(self.shards.held())
         for s in [s for s, term in self._caught.items() if held.get(s) != term]:
             del self._caught[s]
-        for s in [s for s in self._waiting if s not in held]:
+        for s in [s for s, (term, _) in self._waiting.items() if held.get(s) != term]:
             self._release(s, rows_only=True)
-        for g in [g for g, (s, _) in self._due.items() if s not in held]:
+        for g in [g for g, (s, term, _) in self._due.items() if held.get(s) != term]:
             del self._due[g]
         new = {s: term for s, term in held.items() if self._caught.get(s) != term}
         try:
@@ -290,9 +305,9 @@ class Webhooks:
                 log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
             # each group's first write here since its shard was acquired: what the log holds
             # before it, from the stored cursor (Source.before)
-            for g, (s, write) in list(self._due.items()):
+            for g, (s, term, write) in list(self._due.items()):
                 holding = held.get(s)
-                if holding is None or self._caught.get(s) != holding:
+                if holding != term or self._caught.get(s) != holding:
                     continue
                 derived = await asyncio.to_thread(
                     self.source.before, self.server.store, self.outbox, write, time.time(),
@@ -300,7 +315,7 @@ class Webhooks:
                 if derived:
                     log.warning("webhooks_caught_up_before_first_write", group=g,
                                 events=derived)
-                del self._due[g]
+                self._due.pop(g, None)  # (`stop` may have emptied it meanwhile)
                 self._known[g] = holding
                 if len(self._known) > MAX_KNOWN:
                     del self._known[next(iter(self._known))]
@@ -309,16 +324,26 @@ class Webhooks:
             wait = delay(self._reconcile_failures, 0.2, 5.0)
             log.error("webhooks_catch_up_failed", shards=len(new), groups=len(self._due),
                       error=repr(e), retry_in=round(wait, 3))
-            await asyncio.sleep(wait)
+            if not self._stopping:  # (a stop's grace is for writing what is pending)
+                await asyncio.sleep(wait)
             return
         self._reconcile_failures = 0
-        due = {s for s, _ in self._due.values()}
+        due = {s for s, _, _ in self._due.values()}
         for s in [s for s in self._waiting
                   if self._caught.get(s) == held.get(s) and s not in due]:
             self._release(s, rows_only=False)
 
+    def _end_holding(self, shard: int, term: int) -> None:
+        """`shard` is held under `term` now: what waited under an earlier term of it goes in
+        as rows only, and its groups' first writes of that term are not due any more."""
+        waiting = self._waiting.get(shard)
+        if waiting is not None and waiting[0] != term:
+            self._release(shard, rows_only=True)
+        if self._caught.get(shard, term) != term:
+            del self._caught[shard]
+
     def _release(self, shard: int, *, rows_only: bool) -> None:
-        batch = self._waiting.pop(shard)
+        _term, batch = self._waiting.pop(shard)
         self._waiting_n -= len(batch)
         self._pending.extend(Batch(rows=batch.rows) if rows_only else batch)
 
@@ -359,8 +384,10 @@ class Webhooks:
             loop.call_soon_threadsafe(self.senders[key].wake)
 
     def _supervise(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        task = asyncio.get_running_loop().create_task(run(), name=f"webhooks-{name}")
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(run(), name=f"webhooks-{name}")
         self._tasks[name] = task
+        self._started[name] = loop.time()
         task.add_done_callback(lambda t: self._ended(name, run, t))
 
     def _ended(self, name: str, run: Callable[[], Coroutine[Any, Any, None]],
@@ -370,6 +397,8 @@ class Webhooks:
         # (cancelled by anything but `stop` is a death too: a sender nobody restarts would
         # leave its endpoint's rows undelivered, silently)
         error = asyncio.CancelledError() if task.cancelled() else task.exception()
+        if asyncio.get_running_loop().time() - self._started.get(name, 0.0) > HEALTHY_RUN:
+            self._failures[name] = 0
         n = self._failures[name] = self._failures.get(name, 0) + 1
         wait = delay(n, RESTART_DELAY, MAX_RESTART_DELAY, jitter=0.0)
         log.error("webhook_task_died", task=name, error=repr(error), restart_in=wait)

@@ -203,3 +203,38 @@ async def test_a_write_the_old_owner_stored_after_the_shards_catch_up_is_not_pas
                          "view 3's events")
     finally:
         await hooks.stop()
+
+
+async def test_a_shard_lost_and_taken_back_between_two_looks_is_a_new_holding() -> None:
+    """The shard is lost and held again under a new term before the writer looked (a NATS
+    disruption that reshuffled leases while the writer waited on the outbox): the batch that
+    waited under the old term goes in as rows only (its cursor could pass what the owner in
+    between has not written), the new term's first write waits for the new catch-up, and in
+    the end every event is there, first arrivals in order."""
+    shards = Shards()
+    server, hooks, box = await started(shards)
+    g1, _ = two_groups()
+    s = shard_of(g1)
+    box.parts.add(s)
+    try:
+        box.gate.clear()
+        shards.now = {s: 1}
+        await until_true(box.at_gate.is_set, "term 1's catch-up started")
+        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
+        server.store.write(v1, lambda e: None)
+        hooks._stored(v1)
+        assert hooks._waiting[s][0] == 1 and hooks._due[g1][1] == 1
+        shards.now = {s: 2}  # lost and taken back, unseen by the writer
+        v2 = StoreView(2, ViewInstall(g1, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
+        server.store.write(v2, lambda e: None)
+        hooks._stored(v2)
+        # term 1's batch went in as rows only; v2 waits under term 2, due under term 2
+        assert hooks._waiting[s][0] == 2 and hooks._due[g1][1] == 2
+        assert ids(v1) == [e.id for _, e in hooks._pending.rows] and not hooks._pending.cursors
+        box.gate.set()
+        await until_true(lambda: list(dict.fromkeys(r.id for r in box.peek(HOOK.key, 100)))
+                         == ids(v1, v2), "every event, first arrivals in order")
+        await until_true(lambda: box.box.cursors([g1]).get(g1, Cursor(g1, 0, 0, 0, ())).view
+                         == 2, "view 2's cursor")
+    finally:
+        await hooks.stop()

@@ -49,7 +49,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Collection, Coroutine, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 import nats
@@ -69,6 +70,8 @@ log = structlog.get_logger("notify.webhooks")
 
 T = TypeVar("T")
 
+#: the cursors kept in memory (a cache of the stream's: `_remember`)
+MAX_CURSORS = 50_000
 #: seconds between two reads of the rows per endpoint from the stream (`count`)
 RECOUNT = 10.0
 #: the row headers: the event's id (`webhook-id`) and type
@@ -94,7 +97,7 @@ class JetStreamOutbox:
         #: (no bytes per endpoint: the module docstring, "Bounds")
         #: the cursors this process read or wrote (a message's cursor moves only its offset,
         #: on top of the group's cursor); refreshed by `cursors` (each catch-up)
-        self._cursors: dict[str, Cursor] = {}
+        self._cursors: OrderedDict[str, Cursor] = OrderedDict()
         self.batches = 0
         self._counted = 0.0
         self._runner = LoopThread("webhooks-outbox")
@@ -220,11 +223,22 @@ class JetStreamOutbox:
         marker = (self._baseline(part), b"1", {"Nats-Rollup": "sub"})
         self._call(self._write([], [*(self._cursor_record(c) for c in cursors), marker]),
                    self.timeout * (2 + len(cursors) // self.max_batch))
-        self._cursors.update((c.group, c) for c in cursors)
+        self._remember(cursors)
+
+    def _remember(self, cursors: Iterable[Cursor]) -> None:
+        """Into the cache of cursors, newest last; the least recently written or read go past
+        `MAX_CURSORS` (a group forgotten here is read from the stream at its next write)."""
+        for c in cursors:
+            self._cursors[c.group] = c
+            self._cursors.move_to_end(c.group)
+        while len(self._cursors) > MAX_CURSORS:
+            self._cursors.popitem(last=False)
 
     def cursors(self, groups: Collection[str] | None = None) -> dict[str, Cursor]:
         """The stored cursors of `groups` (None: every group's, from one listing)."""
-        return self._call(self._read_cursors(groups), self.timeout * 6)
+        # (about one round of 64 gets per 64 groups: the budget grows with them)
+        n = 100_000 if groups is None else len(groups)
+        return self._call(self._read_cursors(groups), self.timeout * (6 + n // 64))
 
     async def _read_cursors(self, groups: Collection[str] | None) -> dict[str, Cursor]:
         if groups is None:
@@ -239,7 +253,8 @@ class JetStreamOutbox:
                 if record is None:
                     self._cursors.pop(g, None)
                 else:
-                    out[g] = self._cursors[g] = self._decode(g, record[1])
+                    out[g] = self._decode(g, record[1])
+            self._remember(out[g] for g in part if g in out)
         return out
 
     # -- the writer ------------------------------------------------------------------------------
@@ -269,7 +284,7 @@ class JetStreamOutbox:
             records.append((self._rows(endpoint), body, {_ID: e.id, _TYPE: e.type}))
             added[endpoint] = added.get(endpoint, 0) + 1
         await self._write(records, [self._cursor_record(c) for c in final.values()])
-        self._cursors.update(final)
+        self._remember(final.values())
         # Stored: from here `add` must succeed, or its caller would write the batch again
         # (duplicates, and a stream that grows while the count or the cap keeps failing). The
         # count and the cap are best effort: the next write or recount tries again.

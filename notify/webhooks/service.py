@@ -283,7 +283,8 @@ class Webhooks:
         """Cluster mode: catch up the shards held under a term not caught up yet, then let
         their waiting batches follow; a shard lost before its catch-up leaves its waiting
         batches as rows only (module docstring). A catch-up that fails is logged and tried
-        again at the next look (its batches keep waiting)."""
+        again at the next look (its batches keep waiting; the shards and groups already
+        caught up go on)."""
         assert self.shards is not None and self.outbox is not None
         held = dict(self.shards.held())
         for s in [s for s, term in self._caught.items() if held.get(s) != term]:
@@ -293,45 +294,54 @@ class Webhooks:
         for g in [g for g, (s, term, _) in self._due.items() if held.get(s) != term]:
             del self._due[g]
         new = {s: term for s, term in held.items() if self._caught.get(s) != term}
-        try:
-            if new:
+        failed: Exception | None = None
+        if new:
+            try:
                 derived = await asyncio.to_thread(
                     self.source.catch_up, self.server.store, self.outbox, time.time(),
                     self._wake_senders, Part(shard_of, frozenset(new)))
+            except Exception as e:
+                failed = e
+            else:
                 held = dict(self.shards.held())
                 for s, term in new.items():
                     if held.get(s) == term:  # (moved meanwhile: the next look, again)
                         self._caught[s] = term
                 log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
-            # each group's first write here since its shard was acquired: what the log holds
-            # before it, from the stored cursor (Source.before)
-            for g, (s, term, write) in list(self._due.items()):
-                holding = held.get(s)
-                if holding != term or self._caught.get(s) != holding:
-                    continue
+        # each group's first write here since its shard was acquired: what the log holds
+        # before it, from the stored cursor (Source.before); one that fails waits for the
+        # next look without holding back the others
+        for g, (s, term, write) in list(self._due.items()):
+            holding = held.get(s)
+            if holding != term or self._caught.get(s) != holding:
+                continue
+            try:
                 derived = await asyncio.to_thread(
                     self.source.before, self.server.store, self.outbox, write, time.time(),
                     self._wake_senders)
-                if derived:
-                    log.warning("webhooks_caught_up_before_first_write", group=g,
-                                events=derived)
-                self._due.pop(g, None)  # (`stop` may have emptied it meanwhile)
-                self._known[g] = holding
-                if len(self._known) > MAX_KNOWN:
-                    del self._known[next(iter(self._known))]
-        except Exception as e:
-            self._reconcile_failures += 1
-            wait = delay(self._reconcile_failures, 0.2, 5.0)
-            log.error("webhooks_catch_up_failed", shards=len(new), groups=len(self._due),
-                      error=repr(e), retry_in=round(wait, 3))
-            if not self._stopping:  # (a stop's grace is for writing what is pending)
-                await asyncio.sleep(wait)
-            return
-        self._reconcile_failures = 0
+            except Exception as e:
+                failed = failed or e
+                continue
+            if derived:
+                log.warning("webhooks_caught_up_before_first_write", group=g, events=derived)
+            self._due.pop(g, None)  # (`stop` may have emptied it meanwhile)
+            self._known[g] = holding
+            if len(self._known) > MAX_KNOWN:
+                del self._known[next(iter(self._known))]
+        # what is caught up goes on, whatever failed elsewhere
         due = {s for s, _, _ in self._due.values()}
-        for s in [s for s in self._waiting
-                  if self._caught.get(s) == held.get(s) and s not in due]:
+        for s in [s for s, (term, _) in self._waiting.items()
+                  if self._caught.get(s) == term == held.get(s) and s not in due]:
             self._release(s, rows_only=False)
+        if failed is None:
+            self._reconcile_failures = 0
+            return
+        self._reconcile_failures += 1
+        wait = delay(self._reconcile_failures, 0.2, 5.0)
+        log.error("webhooks_catch_up_failed", shards=len(new), groups=len(self._due),
+                  error=repr(failed), retry_in=round(wait, 3))
+        if not self._stopping:  # (a stop's grace is for writing what is pending)
+            await asyncio.sleep(wait)
 
     def _end_holding(self, shard: int, term: int) -> None:
         """`shard` is held under `term` now: what waited under an earlier term of it goes in

@@ -137,8 +137,15 @@ async def measure(a: argparse.Namespace, mesh: RouteMesh, cluster: Any) -> dict[
             if p is not None:
                 recvs[p].append(now - sent)
 
-    await sub.jetstream().subscribe("nlog.g1.m", cb=on_msg, ordered_consumer=True,
-                                    deliver_policy=DeliverPolicy.NEW)
+    for attempt in range(10):  # a cluster just started may time out the consumer's creation
+        try:
+            await sub.jetstream().subscribe("nlog.g1.m", cb=on_msg, ordered_consumer=True,
+                                            deliver_policy=DeliverPolicy.NEW)
+            break
+        except nats.errors.TimeoutError:
+            if attempt == 9:
+                raise
+            await asyncio.sleep(1.0)
     await asyncio.sleep(0.5)
     pad = b"x" * max(0, a.size - 8)
     tasks: set[asyncio.Task[None]] = set()

@@ -41,6 +41,10 @@ from notify.server.listener import stop_accepting
 class Faults:
     delay_s: float = 0.0
     jitter_s: float = 0.0
+    #: which directions the delay holds: `up` the bytes from the accepted side to upstream,
+    #: `down` the bytes back (both by default)
+    delay_up: bool = True
+    delay_down: bool = True
     loss: float = 0.0  # probability per chunk
     rto_s: float = 0.2
     bytes_per_s: float | None = None
@@ -101,8 +105,12 @@ class LinkProxy:
 
     # -- faults ----------------------------------------------------------------------------------
 
-    def delay(self, ms: float, jitter_ms: float = 0.0) -> None:
+    def delay(self, ms: float, jitter_ms: float = 0.0, *, up: bool = True,
+              down: bool = True) -> None:
+        """Hold every chunk `ms ± jitter_ms`; with `up` or `down` False, that direction is not
+        delayed (`up`: from the side that connected to the proxy towards upstream)."""
         self.faults.delay_s, self.faults.jitter_s = ms / 1000, jitter_ms / 1000
+        self.faults.delay_up, self.faults.delay_down = up, down
 
     def loss(self, percent: float, rto_ms: float = 200.0) -> None:
         self.faults.loss, self.faults.rto_s = percent / 100, rto_ms / 1000
@@ -164,10 +172,10 @@ class LinkProxy:
         self._bound_buffers(writer.get_extra_info("socket"))
         conn = _Conn(writer, up_w)
         self._conns.add(conn)
-        for src, dst in ((reader, up_w), (up_r, writer)):
+        for up, src, dst in ((True, reader, up_w), (False, up_r, writer)):
             q: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
             budget = _Budget(self._max_queued)
-            self._spawn(self._read(src, q, budget, conn))
+            self._spawn(self._read(src, q, budget, conn, up))
             self._spawn(self._write(dst, q, budget, conn))
 
     def _bound_buffers(self, sock: socket.socket | None) -> None:
@@ -189,7 +197,7 @@ class LinkProxy:
         return await asyncio.open_connection(sock=sock)
 
     async def _read(self, src: asyncio.StreamReader, q: asyncio.Queue[tuple[float, bytes] | None],
-                    budget: _Budget, conn: _Conn) -> None:
+                    budget: _Budget, conn: _Conn, up: bool = True) -> None:
         last_release = 0.0
         try:
             while data := await src.read(65536):
@@ -197,7 +205,7 @@ class LinkProxy:
                 f = self.faults
                 now = time.monotonic()
                 release = now
-                if f.delay_s or f.jitter_s:
+                if (f.delay_s or f.jitter_s) and (f.delay_up if up else f.delay_down):
                     release += max(0.0, f.delay_s + self._rng.uniform(-f.jitter_s, f.jitter_s))
                 if f.loss and self._rng.random() < f.loss:
                     self.counters.lost_chunks += 1

@@ -99,8 +99,11 @@ class RouteMesh:
     def touching(self, i: int) -> list[str]:
         return [f"nats-{a + 1}->nats-{b + 1}" for (a, b) in self.ports if i in (a, b)]
 
-    def delay_touching(self, i: int, ms: float, jitter_ms: float = 0.0) -> None:
-        self._ask(cmd="delay", server=i, ms=ms, jitter_ms=jitter_ms)
+    def delay_touching(self, i: int, ms: float, jitter_ms: float = 0.0, *,
+                       from_only: bool = False) -> None:
+        """Delay every link with server `i` at either end, both directions; with `from_only`,
+        only the bytes server `i` sends (i -> each peer: seed 004's "leader to replicas")."""
+        self._ask(cmd="delay", server=i, ms=ms, jitter_ms=jitter_ms, from_only=from_only)
 
     def counters(self) -> dict[str, dict[str, Any]]:
         return self._ask(cmd="stats")["stats"]  # type: ignore[no-any-return]
@@ -180,12 +183,18 @@ async def _serve(cluster_ports: list[int]) -> None:
             if cmd["cmd"] == "delay":
                 for (a, b), p in proxies.items():
                     if cmd["server"] in (a, b):
-                        p.delay(cmd["ms"], cmd.get("jitter_ms", 0))
+                        # proxy (a, b) is dialled by a: its `up` bytes are a's, `down` b's
+                        only = cmd.get("from_only", False)
+                        p.delay(cmd["ms"], cmd.get("jitter_ms", 0),
+                                up=not only or a == cmd["server"],
+                                down=not only or b == cmd["server"])
                 say({"ok": True})
             elif cmd["cmd"] == "stats":
                 say({"stats": {p.name: {"accepted": p.counters.accepted,
                                         "bytes": p.counters.bytes, "chunks": p.counters.chunks,
                                         "delay_ms": p.faults.delay_s * 1000,
+                                        "delay_up": p.faults.delay_up,
+                                        "delay_down": p.faults.delay_down,
                                         "upstream_local_ports": sorted(p.upstream_local_ports)}
                                for p in proxies.values()}})
             else:

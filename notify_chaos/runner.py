@@ -429,10 +429,12 @@ class Runner:
             if i is None:
                 self.d.note("action.no_victim", label=a.label, why="no stream leader found")
                 return
-            self.mesh.delay_touching(i, a.params["ms"], a.params.get("jitter_ms", 0))
+            only = bool(a.params.get("from_leader", False))
+            self.mesh.delay_touching(i, a.params["ms"], a.params.get("jitter_ms", 0),
+                                     from_only=only)
             self._victims[id(a)] = ("routes", i)
             self.d.note("victim", label=a.label, nats=self.d.nats.nodes[i].name,
-                        links=self.mesh.touching(i))
+                        links=self.mesh.touching(i), from_leader_only=only)
             return
         if a.mode == "kill-nats-leader":
             i = await asyncio.to_thread(self.nats_stream_leader)

@@ -339,7 +339,7 @@ class Action(_Model):
                    "kill": {"signal"}, "pause": set(),
                    "disk_full": set(), "reset-nats": {"pause"},
                    **{m: set() for m in CLUSTER_MODES},
-                   "delay-stream-leader": {"ms", "jitter_ms"}}[mode]
+                   "delay-stream-leader": {"ms", "jitter_ms", "from_leader"}}[mode]
         unknown = set(p) - allowed
         if unknown:
             raise ValueError(f"params {sorted(unknown)} not known for mode {mode} "
@@ -349,6 +349,8 @@ class Action(_Model):
             raise ValueError(f"mode {mode} needs params.ms (a number ≥ 0)")
         if delay and "jitter_ms" in p and not _num(p["jitter_ms"], 0):
             raise ValueError("params.jitter_ms must be a number ≥ 0")
+        if mode == "delay-stream-leader" and not isinstance(p.get("from_leader", False), bool):
+            raise ValueError("params.from_leader is true or false")
         if mode == "loss" and not _num(p.get("percent"), 0, 100):
             raise ValueError("mode loss needs params.percent (0 to 100)")
         if mode == "slow" and not _num(p.get("bytes_per_s"), 1):

@@ -79,6 +79,16 @@ async def test_delay_is_added_each_way_with_bounded_jitter(proxy: LinkProxy) -> 
     assert statistics.median(await _rtts(proxy, 10)) < 0.05
 
 
+async def test_delay_one_direction(proxy: LinkProxy) -> None:
+    """`up=False`: only the bytes back from upstream are held (and the other way round)."""
+    for up, down in ((False, True), (True, False)):
+        proxy.delay(40, up=up, down=down)
+        rtts = await _rtts(proxy, 10)
+        assert 0.040 <= statistics.median(rtts) < 0.075, (up, down, rtts)
+    proxy.delay(40)
+    assert statistics.median(await _rtts(proxy, 10)) >= 0.080
+
+
 async def test_delay_pipelines_instead_of_serialising(proxy: LinkProxy) -> None:
     """100 chunks sent at once arrive about one delay later, not 100 delays later."""
     proxy.delay(50)

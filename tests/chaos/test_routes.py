@@ -141,8 +141,13 @@ async def test_route_delay_is_felt(tmp_path: Path) -> None:
             base = await rtt(20)
             mesh.delay_touching(0, 10)
             slow = await rtt(20)
+            # only what server 0 sends (seed 004's "leader to replicas"): one crossing of
+            # the round trip is delayed, not two
+            mesh.delay_touching(0, 10, from_only=True)
+            one_way = await rtt(20)
             mesh.delay_touching(0, 0)
         finally:
             await a.close()
             await b.close()
         assert slow >= base + 0.018, (base, slow)
+        assert base + 0.008 <= one_way < slow - 0.005, (base, one_way, slow)

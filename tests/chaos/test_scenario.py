@@ -154,6 +154,8 @@ def test_delay_stream_leader() -> None:
     (a,) = loads(ROUTE_DELAY).actions
     assert a.label == "delay-stream-leader" and a.params == {"ms": 10, "jitter_ms": 1}
     assert load(shipped()["cluster-table3-delay"]).actions[0].mode == "delay-stream-leader"
+    (b,) = loads(ROUTE_DELAY.replace("jitter_ms: 1", "from_leader: true")).actions
+    assert b.params == {"ms": 10, "from_leader": True}
 
 
 @pytest.mark.parametrize(("old", "new", "words"), [
@@ -161,6 +163,7 @@ def test_delay_stream_leader() -> None:
     ("jitter_ms: 1", "percent: 1", "not known"),
     ("duration: 20s", "duration: 30s", "after duration"),
     ("nats: 3", "nats: 0", "needs cluster mode"),
+    ("jitter_ms: 1", "from_leader: 1", "true or false"),
 ])
 def test_bad_delay_stream_leader(old: str, new: str, words: str) -> None:
     assert old in ROUTE_DELAY

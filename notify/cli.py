@@ -263,7 +263,8 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
             hooks = Webhooks(server, settings.webhooks, f"jetstream:{stream}",
                              opener=lambda caps: JetStreamOutbox(servers, caps, stream=stream,
                                                                  replicas=replicas),
-                             shards=cluster)
+                             shards=cluster,
+                             recheck_after=2 * srv.lease_ttl + config.timeouts.write_timeout)
         else:
             # the outbox beside the log (memory log: in memory too; docs/api.md "Webhooks");
             # it catches up on what a crash left out before the server listens

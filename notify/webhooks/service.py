@@ -42,7 +42,8 @@ the same; what differs is *when* a group's events may be written, and *who* deli
   the group is fenced only when this node loads it, so an old owner paused past its lease may
   have stored one more write in between, and died before its writer took it. This node's
   first write comes after its own fence, so the log before it is complete. Usually the stored
-  cursor is already there and this costs one read (`_due`, `_known`).
+  cursor is already there and this costs one read (`_due`, `_known`). For a group nobody
+  writes to again, the shard's second catch-up (`recheck_after` later) finds that write.
 - **A cursor is written only by a node that caught the shard up in its current holding.** A
   batch whose shard this node no longer holds (lost between the write and the hook, or
   before its catch-up) is written as rows only: its events were derived from a write this node
@@ -93,6 +94,8 @@ HEALTHY_RUN = 60.0
 #: cluster mode: seconds between two looks at the shards held (the writer's), and a sender's
 #: look at the outbox when nothing woke it (rows are added by other nodes)
 RECONCILE, CLUSTER_IDLE = 0.5, 1.0
+#: cluster mode: seconds after a shard's catch-up until its second one (`_recheck_due`)
+RECHECK_AFTER = 30.0
 #: cluster mode: groups remembered as caught up before their first write here, at most
 MAX_KNOWN = 100_000
 
@@ -115,11 +118,15 @@ def endpoint_shard(key: str) -> int:
 class Webhooks:
     def __init__(self, server: NotifyServer, hooks: list[WebhookSettings],
                  path: str | Path, *, durability: Literal["normal", "full"] = "full",
-                 opener: OutboxOpener | None = None, shards: Shards | None = None) -> None:
+                 opener: OutboxOpener | None = None, shards: Shards | None = None,
+                 recheck_after: float | None = None) -> None:
         """`path`: the outbox's SQLite file, or ":memory:" (or what `opener`, given the caps,
         opens: the cluster's outbox). `shards`: cluster mode (the module docstring)."""
         self.server, self.hooks, self.path, self.durability = server, hooks, path, durability
         self.opener, self.shards = opener, shards
+        #: cluster mode: a shard caught up here is caught up once more this long after
+        #: (`_recheck_due`: a deposed owner's last write may land after the first catch-up)
+        self.recheck_after = RECHECK_AFTER if recheck_after is None else recheck_after
         self.source = Source(hooks)
         self.outbox: OutboxPort | None = None
         self.senders: dict[str, Sender] = {}
@@ -147,12 +154,14 @@ class Webhooks:
         self._waiting: dict[int, tuple[int, Batch]] = {}
         self._waiting_n = 0
         #: group -> (its shard, the holding's term, its first write hooked in that holding),
-        #: until `Source.before`
-        #: derived what the log holds before it; groups done, -> the term they were done in
+        #: until `Source.before` derived what the log holds before it; groups done, -> the
+        #: term they were done in
         #: (at most `MAX_KNOWN`, the oldest forgotten: it is done again at its next write)
         self._due: dict[str, tuple[int, int, Write]] = {}
         self._known: dict[str, int] = {}
         self._reconcile_failures = 0
+        #: shard -> (the term it was caught up under, when to catch it up once more)
+        self._recheck: dict[int, tuple[int, float]] = {}
 
     @property
     def pending(self) -> int:
@@ -304,10 +313,13 @@ class Webhooks:
                 failed = e
             else:
                 held = dict(self.shards.held())
+                again = time.monotonic() + self.recheck_after
                 for s, term in new.items():
                     if held.get(s) == term:  # (moved meanwhile: the next look, again)
                         self._caught[s] = term
+                        self._recheck[s] = (term, again)
                 log.info("webhooks_shards_caught_up", shards=len(new), events=derived)
+        failed = await self._recheck_due(held) or failed
         # each group's first write here since its shard was acquired: what the log holds
         # before it, from the stored cursor (Source.before); one that fails waits for the
         # next look without holding back the others
@@ -342,6 +354,35 @@ class Webhooks:
                   error=repr(failed), retry_in=round(wait, 3))
         if not self._stopping:  # (a stop's grace is for writing what is pending)
             await asyncio.sleep(wait)
+
+    async def _recheck_due(self, held: dict[int, int]) -> Exception | None:
+        """The second catch-up of the shards caught up `recheck_after` ago (still held under
+        that term). A deposed owner paused past its lease may store one last write after this
+        node's catch-up (before this node loads, so fences, the group), and die before writing
+        its events: nothing else would derive them until the group's next write here. Its
+        write lands within its own deadline after it wakes, which `recheck_after` covers
+        (`2 x lease_ttl + write_timeout` in `notify serve`). What this node hooked meanwhile
+        may be derived twice (the same ids)."""
+        assert self.outbox is not None
+        now = time.monotonic()
+        for s in [s for s, (term, _) in self._recheck.items() if held.get(s) != term]:
+            del self._recheck[s]
+        due = frozenset(s for s, (term, at) in self._recheck.items()
+                        if now >= at and self._caught.get(s) == term)
+        if not due:
+            return None
+        try:
+            derived = await asyncio.to_thread(
+                self.source.catch_up, self.server.store, self.outbox, time.time(),
+                self._wake_senders, Part(shard_of, due))
+        except Exception as e:
+            return e
+        for s in due:
+            self._recheck.pop(s, None)
+        if derived:
+            log.warning("webhooks_shards_rechecked", shards=len(due), events=derived,
+                        detail="events of writes stored after the shards' first catch-up")
+        return None
 
     def _end_holding(self, shard: int, term: int) -> None:
         """`shard` is held under `term` now: what waited under an earlier term of it goes in

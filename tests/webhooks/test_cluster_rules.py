@@ -264,3 +264,26 @@ async def test_a_catch_up_that_fails_is_tried_again_and_its_writes_wait_for_it()
         assert box.box.cursors([g1])[g1].view == 1
     finally:
         await hooks.stop()
+
+
+async def test_a_write_stored_after_the_catch_up_with_no_write_here_is_found_by_the_recheck(
+        ) -> None:
+    """The old owner, paused past its lease, stores one last write (a leave) after this node
+    caught the shard up and dies; nobody writes to the group here again. The shard's second
+    catch-up (`recheck_after` later) derives it; without it the event would wait for the
+    group's next write, forever if there is none."""
+    shards = Shards()
+    server, hooks, box = await started(shards)
+    hooks.recheck_after = 0.3
+    g1, _ = two_groups()
+    box.parts.add(shard_of(g1))
+    try:
+        shards.now = {shard_of(g1): 1}
+        await until_true(lambda: shard_of(g1) in hooks._caught, "the shard's catch-up")
+        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
+        server.store.write(v1, lambda e: None)  # the old owner's, never hooked here
+        await until_true(lambda: [r.id for r in box.peek(HOOK.key, 100)] == ids(v1),
+                         "view 1's events, from the second catch-up")
+        assert box.box.cursors([g1])[g1].view == 1 and not hooks._recheck
+    finally:
+        await hooks.stop()

@@ -163,6 +163,9 @@ class ClusterLeases:
     def held(self) -> dict[int, int]:
         return self.machine.held()
 
+    def term(self, shard: int) -> int | None:
+        return self.machine.term(shard)
+
     def check(self, shard: int) -> None:
         """Before a frame is taken as `shard`'s owner's: a holding our clock has ended is
         lost now, not at the next tick (a woken process runs I/O callbacks first: S7)."""

@@ -648,6 +648,11 @@ class ClusterNode:
         webhooks read (notify/webhooks/service.py, `Shards`)."""
         return {} if self.leases is None else self.leases.held()
 
+    def term(self, shard: int) -> int | None:
+        """The term under which this node holds `shard` (None: it does not), without
+        building `held` (the webhooks ask it per stored write and per delivery)."""
+        return None if self.leases is None else self.leases.term(shard)
+
     def shards_owned(self) -> int:
         return 0 if self.leases is None else len(self.leases.held())
 

@@ -265,6 +265,11 @@ class Ownership:
         """shard -> term, for the shards this node owns."""
         return {s: h.term for s, h in self._held.items()}
 
+    def term(self, shard: int) -> int | None:
+        """The term under which this node owns `shard` (None: it does not)."""
+        hold = self._held.get(shard)
+        return None if hold is None else hold.term
+
     def live_nodes(self) -> frozenset[str]:
         live = frozenset(self._nodes)
         return live | {self.node} if self._synced_at is not None else live

@@ -109,6 +109,10 @@ class Shards(Protocol):
         """shard -> term, for the shards this node holds now."""
         ...
 
+    def term(self, shard: int) -> int | None:
+        """`held().get(shard)`, without building `held` (per write and per delivery)."""
+        ...
+
 
 def endpoint_shard(key: str) -> int:
     """The shard whose holder delivers endpoint `key` (cluster mode)."""
@@ -200,7 +204,7 @@ class Webhooks:
         if shards is None:
             return Sender(hook, outbox, self._session)
         mine = endpoint_shard(hook.key)
-        return Sender(hook, outbox, self._session, may_send=lambda: mine in shards.held(),
+        return Sender(hook, outbox, self._session, may_send=lambda: shards.term(mine) is not None,
                       idle=CLUSTER_IDLE)
 
     # -- the hook --------------------------------------------------------------------------------
@@ -211,14 +215,16 @@ class Webhooks:
         batch = self.source.of_write(write, time.time())
         if batch is None:
             return
-        shard: int | None = None
+        shard: int | None = None  # (set: held under `term`, not caught up yet)
+        term = 0
         if self.shards is not None:
             group = next(iter(batch.cursors or batch.offsets))  # (one write: one group)
             shard = shard_of(group)
-            term = self.shards.held().get(shard)
-            if term is None:  # not ours any more: rows only (module docstring)
+            holding = self.shards.term(shard)
+            if holding is None:  # not ours any more: rows only (module docstring)
                 batch, shard = Batch(rows=batch.rows), None
             else:
+                term = holding
                 # Every rule below is per holding (shard, term): a shard lost and taken
                 # back between two looks is a new holding, whose catch-up and first writes
                 # are its own; what waited under the old term goes in as rows only.
@@ -240,9 +246,8 @@ class Webhooks:
             for key, _ in batch.rows:
                 self.overflowed[key] = self.overflowed.get(key, 0) + 1
             return  # (nor its cursors: the outbox's say where the read-back starts)
-        if shard is not None and self.shards is not None:  # held, not caught up yet
-            held = self._waiting.setdefault(shard, (self.shards.held()[shard], Batch()))[1]
-            held.extend(batch)
+        if shard is not None:  # held, not caught up yet
+            self._waiting.setdefault(shard, (term, Batch()))[1].extend(batch)
             self._waiting_n += len(batch)
         else:
             self._pending.extend(batch)

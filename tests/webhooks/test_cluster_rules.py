@@ -37,6 +37,9 @@ class Shards:
     def held(self) -> Mapping[int, int]:
         return self.now
 
+    def term(self, shard: int) -> int | None:
+        return self.now.get(shard)
+
 
 class Parted:
     """The SQLite outbox, with a baseline per part; the catch-up's read of the cursors waits
@@ -94,6 +97,24 @@ def ids(*writes: Write) -> list[str]:
     return out
 
 
+#: the views the tests store: a joins (1), b joins (2), a leaves (3)
+VIEWS = {1: (("a#1",), ("a#1",), ()), 2: (("a#1", "b#2"), ("b#2",), ()),
+         3: (("b#2",), (), ("a#1",))}
+
+
+def view(group: str, version: int) -> StoreView:
+    members, joined, left = VIEWS[version]
+    return StoreView(version, ViewInstall(group, version, members, joined, left, 7, 0))
+
+
+def store(server: NotifyServer, w: Write, hooks: service.Webhooks | None = None) -> None:
+    """`w` stored in the log; with `hooks`, by this node (its hook hears of it), else by
+    another owner (never hooked here)."""
+    server.store.write(w, lambda e: None)
+    if hooks is not None:
+        hooks._stored(w)
+
+
 def two_groups() -> tuple[str, str]:
     """Two groups in two shards, neither of them the endpoint's (this node never sends)."""
     mine = service.endpoint_shard(HOOK.key)
@@ -134,16 +155,15 @@ async def test_a_shard_acquired_meanwhile_is_caught_up_before_its_writes_go_in()
     box.parts |= {shard_of(g1), shard_of(g2)}  # baselined long ago: g2 is a new group
     try:
         # g2's previous owner stored view 1 and died before its writer took it
-        v1 = StoreView(1, ViewInstall(g2, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)
+        v1 = view(g2, 1)
+        store(server, v1)
         box.gate.clear()
         shards.now = {shard_of(g1): 1}  # this node acquires g1's shard: its catch-up waits
         await until_true(box.at_gate.is_set, "the catch-up of g1's shard started")
         # meanwhile it acquires g2's shard too, and stores g2's view 2 at once
         shards.now = {shard_of(g1): 1, shard_of(g2): 1}
-        v2 = StoreView(2, ViewInstall(g2, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
-        server.store.write(v2, lambda e: None)
-        hooks._stored(v2)
+        v2 = view(g2, 2)
+        store(server, v2, hooks)
         box.gate.set()
         want = ids(v1, v2)
 
@@ -164,14 +184,12 @@ async def test_a_write_hooked_after_its_shard_left_is_written_without_its_cursor
     box.parts.add(shard_of(g1))
     try:
         shards.now = {shard_of(g1): 1}
-        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)
-        hooks._stored(v1)
+        v1 = view(g1, 1)
+        store(server, v1, hooks)
         await until_true(lambda: g1 in box.box.cursors(), "g1's first events and cursor")
         shards.now = {}  # the shard went; this node had stored view 2 as the owner
-        v2 = StoreView(2, ViewInstall(g1, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
-        server.store.write(v2, lambda e: None)
-        hooks._stored(v2)
+        v2 = view(g1, 2)
+        store(server, v2, hooks)
         await until_true(lambda: list(dict.fromkeys(r.id for r in box.peek(HOOK.key, 100)))
                          == ids(v1, v2), "view 2's rows")
         assert box.box.cursors([g1])[g1].view == 1  # its cursor is the next owner's to move
@@ -192,18 +210,17 @@ async def test_a_write_the_old_owner_stored_after_the_shards_catch_up_is_not_pas
     try:
         shards.now = {shard_of(g1): 1}
         await until_true(lambda: shard_of(g1) in hooks._caught, "the shard's catch-up")
-        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)  # the old owner's, never hooked here
-        v2 = StoreView(2, ViewInstall(g1, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
-        server.store.write(v2, lambda e: None)  # this node's first, after its fence
+        v1 = view(g1, 1)
+        store(server, v1)  # the old owner's, never hooked here
+        v2 = view(g1, 2)
+        store(server, v2)  # this node's first, after its fence
         hooks._stored(v2)
         await until_true(lambda: box.box.cursors([g1]).get(g1, Cursor(g1, 0, 0, 0, ())).view
                          == 2, "view 2's cursor")
         assert [r.id for r in box.peek(HOOK.key, 100)] == ids(v1, v2)  # in order, once
         # the group's next write goes straight in
-        v3 = StoreView(3, ViewInstall(g1, 3, ("b#2",), (), ("a#1",), 7, 0))
-        server.store.write(v3, lambda e: None)
-        hooks._stored(v3)
+        v3 = view(g1, 3)
+        store(server, v3, hooks)
         await until_true(lambda: [r.id for r in box.peek(HOOK.key, 100)] == ids(v1, v2, v3),
                          "view 3's events")
     finally:
@@ -225,14 +242,12 @@ async def test_a_shard_lost_and_taken_back_between_two_looks_is_a_new_holding() 
         box.gate.clear()
         shards.now = {s: 1}
         await until_true(box.at_gate.is_set, "term 1's catch-up started")
-        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)
-        hooks._stored(v1)
+        v1 = view(g1, 1)
+        store(server, v1, hooks)
         assert hooks._waiting[s][0] == 1 and hooks._due[g1][1] == 1
         shards.now = {s: 2}  # lost and taken back, unseen by the writer
-        v2 = StoreView(2, ViewInstall(g1, 2, ("a#1", "b#2"), ("b#2",), (), 7, 0))
-        server.store.write(v2, lambda e: None)
-        hooks._stored(v2)
+        v2 = view(g1, 2)
+        store(server, v2, hooks)
         # term 1's batch went in as rows only; v2 waits under term 2, due under term 2
         assert hooks._waiting[s][0] == 2 and hooks._due[g1][1] == 2
         assert ids(v1) == [e.id for _, e in hooks._pending.rows] and not hooks._pending.cursors
@@ -253,9 +268,8 @@ async def test_a_catch_up_that_fails_is_tried_again_and_its_writes_wait_for_it()
     box.fail = 2
     try:
         shards.now = {shard_of(g1): 1}
-        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)
-        hooks._stored(v1)
+        v1 = view(g1, 1)
+        store(server, v1, hooks)
         await until_true(lambda: box.fail == 0 and hooks._reconcile_failures == 0
                          and shard_of(g1) in hooks._caught, "caught up at the third try")
         # (derived by the catch-up from the log, and by the hook: the same ids)
@@ -280,8 +294,8 @@ async def test_a_write_stored_after_the_catch_up_with_no_write_here_is_found_by_
     try:
         shards.now = {shard_of(g1): 1}
         await until_true(lambda: shard_of(g1) in hooks._caught, "the shard's catch-up")
-        v1 = StoreView(1, ViewInstall(g1, 1, ("a#1",), ("a#1",), (), 7, 0))
-        server.store.write(v1, lambda e: None)  # the old owner's, never hooked here
+        v1 = view(g1, 1)
+        store(server, v1)  # the old owner's, never hooked here
         await until_true(lambda: [r.id for r in box.peek(HOOK.key, 100)] == ids(v1),
                          "view 1's events, from the second catch-up")
         assert box.box.cursors([g1])[g1].view == 1 and not hooks._recheck

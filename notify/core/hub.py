@@ -26,8 +26,9 @@ CONNECTED while it has a connection, DISCONNECTED (resumable, G7) until `expires
 RETIRED at once when a new incarnation of its member says hello. The hub's dicts (by
 connection, by token, by member, the DISCONNECTED ones) are indexes of those states, written
 only by `_move` (and by `hello`, which indexes a new session and gives a resumed one the
-edge's token). A connection that has not said hello has no session yet: `_conns` maps it to
-None and `_hello_deadlines` holds its deadline.
+edge's token). An open connection is in exactly one of three tables, its state: `_awaiting`
+(opened, no successful hello yet: its hello deadline), `_conns` (its CONNECTED session) or
+`_trusted` (the host's own publisher, `trust`); one that left them all is being closed.
 
 Per-connection limits live here too because they need only `now`: a connection must say a
 successful `hello` within `hello_timeout` (4006), and publishes draw on a token bucket
@@ -174,8 +175,11 @@ class Hub:
         self.epoch = epoch
         self.groups: dict[str, Group] = {}
         self._new_token = new_token
-        #: every open connection: its session (CONNECTED), or None before its hello
-        self._conns: dict[ConnId, Session | None] = {}
+        #: connections with a session (CONNECTED): its session
+        self._conns: dict[ConnId, Session] = {}
+        #: connections that have not said a successful hello yet: their deadline (4006), in
+        #: the order they opened, so the first is the earliest
+        self._awaiting: dict[ConnId, float] = {}
         #: CONNECTED and DISCONNECTED sessions by token, and by member (the latest incarnation)
         self._sessions: dict[str, Session] = {}
         self._members: dict[MemberId, Session] = {}
@@ -184,8 +188,6 @@ class Hub:
         self._armed: set[str] = set()
         #: the DISCONNECTED sessions by token, the only ones that can expire (in loss order)
         self._disconnected: dict[str, Session] = {}
-        #: connections that have not said a successful hello yet, and their deadline
-        self._hello_deadlines: dict[ConnId, float] = {}
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
         self._token_heap: list[tuple[float, ConnId]] = []
         #: the host's own connections that publish as a trusted sender (`trust`): the server
@@ -229,14 +231,13 @@ class Hub:
     # -- connections -----------------------------------------------------------------------------
 
     def opened(self, conn: ConnId, now: float) -> list[Action]:
-        self._conns[conn] = None
-        self._hello_deadlines[conn] = now + self.config.timeouts.hello_timeout
+        self._awaiting[conn] = now + self.config.timeouts.hello_timeout
         return []
 
     def closed(self, conn: ConnId, now: float, code: int = 1006, reason: str = "") -> list[Action]:
         self._now = now
         session = self._conns.pop(conn, None)
-        self._hello_deadlines.pop(conn, None)
+        self._awaiting.pop(conn, None)
         self._buckets.pop(conn, None)
         self._trusted.pop(conn, None)
         out: list[Action] = []
@@ -262,9 +263,9 @@ class Hub:
         `fifo:api:NAME`) or in the total order, atomic too (G5: an atomic one is confirmed
         when every member of its view ACKed it); the caller checked who may publish where.
         It is in no view, so it never holds up a flush or an ACK."""
-        if not is_trusted(sender) or conn not in self._conns or self._conns[conn] is not None:
+        if not is_trusted(sender) or conn not in self._awaiting:
             raise ValueError(f"cannot trust connection {conn} as {sender!r}")
-        self._hello_deadlines.pop(conn, None)
+        del self._awaiting[conn]
         self._trusted[conn] = sender
         return []
 
@@ -325,7 +326,7 @@ class Hub:
         edge's link brought it: it is refused (4002), not taken for the newer (cluster
         simulator seed 380)."""
         self._now = now
-        if self._conns.get(conn) is not None:
+        if conn in self._conns:
             return [Send(conn, Error(ErrorCode.ALREADY_HELLO, "hello was already sent"))]
         if hello.protocol != PROTOCOL_VERSION:
             return [Send(conn, Error(ErrorCode.PROTOCOL_VERSION,
@@ -341,7 +342,7 @@ class Hub:
         out = self._hello(conn, hello, now, token, born)
         session = self._conns.get(conn)
         if session is not None:
-            self._hello_deadlines.pop(conn, None)
+            self._awaiting.pop(conn, None)
             self._set_identity(conn, session, identity)
         return out
 
@@ -721,8 +722,8 @@ class Hub:
         deadlines = [d for n in self._armed if (d := self.groups[n].next_deadline()) is not None]
         if self._token_heap:
             deadlines.append(self._token_heap[0][0])
-        if self._hello_deadlines:  # in the order they were set: the first is the earliest
-            deadlines.append(next(iter(self._hello_deadlines.values())))
+        if self._awaiting:  # in the order they opened: the first is the earliest
+            deadlines.append(next(iter(self._awaiting.values())))
         if self._idle:
             deadlines.append(next(iter(self._idle.values())) + self.config.timeouts.idle_group)
         if self._warm:
@@ -732,11 +733,13 @@ class Hub:
     def tick(self, now: float) -> list[Action]:
         self._now = now
         out: list[Action] = []
-        for conn, deadline in list(self._hello_deadlines.items()):
-            if now >= deadline:
-                del self._hello_deadlines[conn]
-                if conn in self._conns and self._conns[conn] is None:
-                    out.append(Close(conn, CloseCode.HELLO_TIMEOUT, "no hello in time"))
+        awaiting = self._awaiting
+        while awaiting:
+            conn, deadline = next(iter(awaiting.items()))
+            if now < deadline:
+                break
+            del awaiting[conn]
+            out.append(Close(conn, CloseCode.HELLO_TIMEOUT, "no hello in time"))
         heap = self._token_heap
         while heap and heap[0][0] <= now:
             exp, conn = heapq.heappop(heap)
@@ -807,4 +810,4 @@ class Hub:
         return self._conns.get(conn)
 
     def live_sessions(self) -> int:
-        return sum(1 for s in self._conns.values() if s is not None)
+        return len(self._conns)

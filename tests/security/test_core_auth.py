@@ -121,6 +121,26 @@ def test_hub_hello_timeout_and_forbidden_join() -> None:
     assert isinstance(err, Error) and err.code == "forbidden"
 
 
+def test_hub_hello_deadlines_close_only_the_due_and_leave_nothing_behind() -> None:
+    """A connection waits for its hello in one table: a refused hello keeps it waiting, a
+    successful one, a close or `trust` takes it out, and the deadline closes only those due."""
+    hub = make_hub()
+    for conn, t in ((1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0), (5, 4.0)):
+        hub.opened(conn, t)
+    refused = sends(hub.handle(1, Hello(99, "a"), 0.5))  # a protocol it does not speak
+    assert isinstance(refused[0], Error) and refused[0].code == "protocol_version"
+    hub.handle(2, Hello(1, "b"), 1.5)  # a session: no deadline any more
+    hub.closed(3, 2.5)  # gone before its deadline
+    hub.trust(4, "api:backend")  # the host's own publisher never says hello
+    assert hub.next_deadline() == 10.0
+    assert [a.conn for a in hub.tick(12.0) if isinstance(a, Close)] == [1]
+    assert hub.next_deadline() == 14.0
+    assert [a.conn for a in hub.tick(14.0) if isinstance(a, Close)] == [5]
+    assert hub.next_deadline() is None and hub.live_sessions() == 1
+    with pytest.raises(ValueError):
+        hub.trust(2, "api:other")  # a connection with a session cannot become trusted
+
+
 def test_hub_token_bucket_refills_with_time() -> None:
     hub = make_hub(publish_rate=2.0, publish_burst=3)
     hub.opened(1, 0.0)

@@ -94,9 +94,10 @@ class RevocationWatch:
             raise RuntimeError(f"the watch of {self.bucket} ended")
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        if self._closed or task.cancelled():
+        if self._closed:  # stop(): the only end that is not a failure
             return
-        error = task.exception()
+        error: BaseException | None = (asyncio.CancelledError("cancelled, not by stop()")
+                                       if task.cancelled() else task.exception())
         log.critical("revocation_watch_died", bucket=self.bucket, error=repr(error),
                      exc_info=error)
         self._on_failure(f"the revocation watch died: {error!r}")

@@ -731,7 +731,7 @@ class JetStreamLog:
         self._call(self._revoke(user, at), self.timeout * 4 + 1)
 
     async def _revoke(self, user: str, at: float) -> None:
-        kv = await self._again(self._revocations_kv, self.timeout * 2)
+        kv = await self._again(self._revocations_kv, self.timeout * 2, (NotFoundError,))
         key = escape_group(user)
         try:
             entry = await self._again(lambda: kv.get(key), self.timeout)
@@ -748,7 +748,10 @@ class JetStreamLog:
         return self._call(self._revocations(), self.timeout * 4 + 1)
 
     async def _revocations(self) -> dict[str, float]:
-        kv = await self._again(self._revocations_kv, self.timeout * 2)
+        return await self._again(self._read_revocations, self.timeout * 3, (NotFoundError,))
+
+    async def _read_revocations(self) -> dict[str, float]:
+        kv = await self._revocations_kv()
         watcher = await kv.watchall(ignore_deletes=True)
         out: dict[str, float] = {}
         try:
@@ -1269,19 +1272,24 @@ class JetStreamLog:
         return await self._again(self._make_buckets, self.timeout * 2)
 
     @staticmethod
-    async def _again(op: Callable[[], Awaitable[T]], budget: float) -> T:
+    async def _again(op: Callable[[], Awaitable[T]], budget: float,
+                     also: tuple[type[Exception], ...] = ()) -> T:
         """`op()`, asked again while it times out, for up to `budget` seconds: only for what
         may be asked twice (a read, finding or making a bucket, a put of the same value).
         Object-store reads and bucket lookups are meta-layer requests (a consumer, a stream),
         which can stall for seconds on a busy or recovering cluster while the stream itself
-        answers; a bucket just made may have no leader yet ("no response from stream")."""
+        answers; a bucket just made may have no leader yet ("no response from stream"), or be
+        unknown yet to the server that answers (`also=(NotFoundError,)`, for a bucket that
+        nodes starting together make)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
+        retried: tuple[type[Exception], ...] = (
+            TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
+            nats.js.errors.NoStreamResponseError, *also)
         while True:
             try:
                 return await op()
-            except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
-                    nats.js.errors.NoStreamResponseError):
+            except retried:
                 if loop.time() + 0.2 > deadline:
                     raise
                 await asyncio.sleep(0.2)

@@ -1094,3 +1094,22 @@ async def test_revocations_are_kept_on_jetstream_and_only_a_later_one_replaces(
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.timeout(120)
+async def test_nodes_starting_together_all_read_the_revocations(
+        nats_cluster: NatsCluster) -> None:
+    """Three nodes started at once each read the revocations at start-up while one of them
+    makes the bucket: none may fail (a node failed to start with NotFoundError: the bucket's
+    stream made but not known yet to the server that answered)."""
+    for round_ in range(5):
+        logs = await asyncio.gather(*(asyncio.to_thread(JetStreamLog, nats_cluster.urls,
+                                                        stream=f"START{round_}",
+                                                        prefix=f"start{round_}")
+                                      for _ in range(3)))
+        try:
+            got = await asyncio.gather(*(asyncio.to_thread(log.revocations) for log in logs))
+            assert got == [{}, {}, {}]
+        finally:
+            for log in logs:
+                await log.close()

@@ -297,11 +297,13 @@ def parse_any(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> Parsed:
     except ValidationError as e:
         return _explain(data, e, limits)
     if type(model) is PublishFrame:
-        return _publish(model, data, limits)
+        return _publish(model, functools.partial(_reads, data), limits)
     if type(model) is BatchFrame:
-        return Batch([(_one(m, data, limits), functools.partial(_text_of, m))
+        # whether the whole text reads with orjson, asked at most once for all its frames
+        reads = functools.cache(functools.partial(_reads, data))
+        return Batch([(_one(m, reads, limits), functools.partial(_text_of, m))
                       for m in model.frames])
-    return _one(model, data, limits)
+    return _one(model, functools.partial(_reads, data), limits)
 
 
 def parse_one(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> One:
@@ -312,9 +314,9 @@ def parse_one(data: str | bytes, limits: Limits = _DEFAULT_LIMITS) -> One:
     return f
 
 
-def _one(model: Any, data: str | bytes, limits: Limits) -> One:
+def _one(model: Any, reads: Callable[[], bool], limits: Limits) -> One:
     if type(model) is PublishFrame:
-        return _publish(model, data, limits)
+        return _publish(model, reads, limits)
     if type(model) is HelloFrame:
         return Authenticate(model.to_core(), model.token)
     result: ev.ClientFrame | Refresh = model.to_core()
@@ -353,7 +355,8 @@ def encode_publish(p: ev.Publish) -> bytes:
 # -- the payload -------------------------------------------------------------------------------
 
 
-def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publish | Rejected:
+def _publish(model: PublishFrame, reads: Callable[[], bool],
+             limits: Limits) -> ev.Publish | Rejected:
     """Check and serialise the payload once; the core carries the bytes as a Fragment.
 
     pydantic's parser has already refused lone surrogates and nesting past 200 levels; what is
@@ -366,7 +369,8 @@ def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publi
     except TypeError:  # an integer outside 64 bits: orjson cannot write it
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     depth = limits.max_payload_depth
-    if b"null" in body and _non_finite(data, model.payload, depth):
+    if b"null" in body and not reads() and \
+            payload_problem(model.payload, depth, strings=False) is not None:
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
     if body.count(b"[") + body.count(b"{") > depth and _deeper_than(model.payload, depth):
         return Rejected(model.req, model.id, RejectCode.BAD_PAYLOAD)
@@ -375,16 +379,16 @@ def _publish(model: PublishFrame, data: str | bytes, limits: Limits) -> ev.Publi
     return model.to_core(exact(body))  # the window keeps it
 
 
-def _non_finite(data: str | bytes, payload: Any, depth: int) -> bool:
-    """Whether the payload holds NaN or ±Infinity. orjson's own parser refuses both (a literal
-    and an overflowing number alike), and every other field of a publish that pydantic accepted
-    is a string, an integer or a boolean: so orjson reading the frame without complaint is a
-    C-speed proof that there is none. Otherwise the walk says for sure."""
+def _reads(data: str | bytes) -> bool:
+    """Whether orjson reads `data`. Its own parser refuses NaN and ±Infinity (a literal and an
+    overflowing number alike), and every other field of a publish that pydantic accepted is a
+    string, an integer or a boolean: so a frame (or a batch) it reads holds no payload with
+    either, a C-speed proof. Otherwise the walk of the payload (`payload_problem`) says."""
     try:
         orjson.loads(data)
     except orjson.JSONDecodeError:
-        return payload_problem(payload, depth, strings=False) is not None
-    return False
+        return False
+    return True
 
 
 def _deeper_than(value: Any, levels: int) -> bool:

@@ -63,6 +63,7 @@ import orjson
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
+from client_sdk.batching import batch_limits, pack
 from client_sdk.errors import (
     ClientFailed,
     ConnectError,
@@ -183,6 +184,8 @@ class Client:
         self._rng = rng or random.Random()
         self._ws: ClientConnection | None = None
         self._limits: dict[str, Any] = {}
+        #: how the writer packs frames into `batch` messages (client_sdk/batching.py)
+        self._batching = (1, 0)
         self._groups: dict[str, Group] = {}
         # The futures of the requests under way, keyed as the protocol's `Answer`s are (the
         # protocol's request table matches the replies: `client_sdk.requests`).
@@ -401,6 +404,7 @@ class Client:
         self.protocol.receive(welcome)  # its session, for the next resume; its member
         self.member = self.protocol.me  # (with authentication, the token's `sub`)
         self._limits = dict(welcome.get("limits") or {})
+        self._batching = batch_limits(self._limits)  # (this server's; none from an older one)
         return bool(welcome.get("resumed"))
 
     async def _supervise(self) -> None:
@@ -535,8 +539,9 @@ class Client:
                 # `send()` each cost a lock and a system call each (issue 14).
                 async with ws.send_context():
                     send_text = ws.protocol.send_text
-                    for f in frames:
-                        send_text(orjson.dumps(f))
+                    most, size = self._batching
+                    for message in pack([orjson.dumps(f) for f in frames], most, size):
+                        send_text(message)
                     # the frames' bytes (the sans-I/O layer's output), joined: one write
                     ws.transport.write(b"".join(ws.protocol.data_to_send()))
             except (ConnectionClosed, OSError):

@@ -98,7 +98,7 @@ from notify.core.errors import CloseCode
 from notify.core.events import Hello
 from notify.core.users import split_member
 from notify.runtime.driver import MOVED
-from notify.runtime.placement import NoOwner, PlacementHost, Sample
+from notify.runtime.placement import NoOwner, PlacementHost, RawFrame, Sample
 from notify.storage.jetstream import revocations_bucket
 
 log = structlog.get_logger("notify.cluster")
@@ -272,11 +272,13 @@ class ClusterNode:
             self.leases.check(shard)  # our clock first, then the router's view (S7)
         return self.router.holds(shard)
 
-    def route(self, conn: int, group: str, raw: str | bytes) -> bool:
+    def route(self, conn: int, group: str, raw: RawFrame) -> bool:
         """Send a group frame to its owner; False if this node owns it (the server handles
         it). Frames for a shard without an owner wait (in order) for one."""
         if isinstance(raw, str):
             raw = raw.encode()
+        elif not isinstance(raw, bytes):  # a frame of a batch: its own text
+            raw = raw()
         shard = shard_of(group)
         if self.leases is not None:
             self.leases.check(shard)  # S7, as in `owns`

@@ -44,6 +44,11 @@ class Timeouts:
     clash_hold: float = 0.25
 
 
+#: the most frames a client's `batch` may hold (notify/wire.py; `welcome.limits` says it, and a
+#: client batches only when it does). A batch is as long in bytes as `max_frame_bytes` allows.
+MAX_BATCH_FRAMES = 1000
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Bounds that keep one client from costing the others (G11, G12)."""

@@ -58,7 +58,7 @@ from notify.core.actions import (
 )
 from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
 from notify.core.checkpoint import Checkpoint
-from notify.core.config import CoreConfig, Limits
+from notify.core.config import MAX_BATCH_FRAMES, CoreConfig, Limits
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     Ack,
@@ -457,6 +457,7 @@ class Hub:
         out.append(Send(conn, Welcome(session.token, session.member,
                                       int(t.heartbeat_interval * 1000),
                                       {"max_frame_bytes": lim.max_frame_bytes,
+                                       "max_batch_frames": MAX_BATCH_FRAMES,
                                        "max_outbound_frames": lim.max_outbound_frames,
                                        "max_outbound_bytes": lim.max_outbound_bytes,
                                        "max_payload_depth": lim.max_payload_depth,

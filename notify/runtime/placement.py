@@ -11,7 +11,7 @@ its local sockets, a new connection number for a connection another node's edge 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,9 @@ from notify.runtime.driver import Driver
 #: one metric a placement exports: (kind, name, help, value), or, with a label, the value per
 #: label value; the server turns these into Prometheus families (`notify_<name>`)
 Sample = tuple[Literal["gauge", "counter"], str, str, float | tuple[str, dict[str, int]]]
+#: a client frame as received, or how to make its text (a frame of a `batch`, notify/wire.py:
+#: made only by a placement that sends it on)
+RawFrame = str | bytes | Callable[[], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ class Placement(Protocol):
     def describe(self) -> dict[str, Any] | None:
         """`GET /cluster`: who owns what, as this node sees it (None: no such page)."""
 
-    def route(self, conn: int, group: str, raw: str | bytes) -> bool:
+    def route(self, conn: int, group: str, raw: RawFrame) -> bool:
         """A group frame from a local connection: True if it went (or waits to go) to another
         node, False if this node's driver takes it."""
 
@@ -154,7 +157,7 @@ class LocalPlacement:
     def describe(self) -> dict[str, Any] | None:
         return None
 
-    def route(self, conn: int, group: str, raw: str | bytes) -> bool:
+    def route(self, conn: int, group: str, raw: RawFrame) -> bool:
         return False
 
     def owns(self, group: str) -> bool:

@@ -60,7 +60,7 @@ from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
 from notify.storage.base import MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
-from notify.wire import Authenticate, Refresh, encode_publish, parse_any
+from notify.wire import Authenticate, Batch, One, Refresh, encode_publish, parse_any, parse_one
 
 T = TypeVar("T")
 
@@ -475,15 +475,18 @@ class NotifyServer:
                     # in order, whatever was not answered, once it has resumed.
                     continue
                 frame = parse_any(data, self.config.limits)
-                if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
-                    self.driver.run([Send(conn, frame)])
+                if isinstance(frame, Batch):
+                    # each frame as if it had come alone (notify/wire.py `BatchFrame`)
+                    self.stats.frames_in += len(frame.frames) - 1
+                    self.stats.batches_in += 1
+                    for one, text in frame.frames:
+                        if outbox.closing:
+                            break
+                        self._received(conn, one, text)
+                        if self.driver.holds(conn):
+                            await self._while_held(conn)
                     continue
-                if isinstance(frame, GROUP_FRAMES) and self.hub.session_of(conn) is not None \
-                        and self.placement.route(conn, frame.group, data):
-                    continue  # another node owns the group (never before hello: S14)
-                if isinstance(frame, Authenticate):
-                    self._edge[conn] = (frame.hello.resume_session, None)
-                self._dispatch(conn, frame)
+                self._received(conn, frame, data)
                 if self.driver.holds(conn):
                     await self._while_held(conn)
         except ConnectionClosed:
@@ -502,6 +505,18 @@ class NotifyServer:
             self.driver.closed(conn, code, ws.close_reason or "")
             self.placement.closed(conn, code, ws.close_reason or "")
 
+    def _received(self, conn: int, frame: One, raw: str | bytes | Callable[[], bytes]) -> None:
+        """One frame from a local connection (`raw`: as it came, or how to make it)."""
+        if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
+            self.driver.run([Send(conn, frame)])
+            return
+        if isinstance(frame, GROUP_FRAMES) and self.hub.session_of(conn) is not None \
+                and self.placement.route(conn, frame.group, raw):
+            return  # another node owns the group (never before hello: S14)
+        if isinstance(frame, Authenticate):
+            self._edge[conn] = (frame.hello.resume_session, None)
+        self._dispatch(conn, frame)
+
     def _dispatch(self, conn: int, frame: object) -> None:
         """A parsed client frame for this node's hub (from a local connection, or routed here
         from another node's edge in cluster mode)."""
@@ -517,7 +532,7 @@ class NotifyServer:
         by another edge (`remote`, `conn` is our number for that connection), or one that
         waited for its group's owner. A frame for a group this node does not own (any more)
         goes back to the placement (the client reconnects)."""
-        frame = parse_any(raw, self.config.limits)
+        frame = parse_one(raw, self.config.limits)
         if isinstance(frame, Error | Rejected):
             self.driver.run([Send(conn, frame)])
             return

@@ -29,6 +29,8 @@ class ServerStats(DriverStats):
     exported by `NotifyCollector`."""
 
     frames_in: int = 0
+    #: client `batch` messages (their frames count in `frames_in`)
+    batches_in: int = 0
     slow_consumers: int = 0
     #: views installed, by the reasons of their proposal (a merged one counts for each)
     view_changes: dict[str, int] = field(default_factory=dict)
@@ -100,6 +102,8 @@ class NotifyCollector(Collector):
         yield gauge("outbound_queued_frames", "frames queued in all outboxes", depth)
         yield gauge("outbound_queue_max_frames", "frames queued in the fullest outbox", deepest)
         yield counter("frames_received", "client frames received", st.frames_in)
+        yield counter("batches_received", "client batch messages received (their frames are "
+                      "counted in frames_received)", st.batches_in)
         yield by("errors", "error frames sent, by code", "code", st.by_code)
         yield by("rejected", "rejected publishes, by code", "code", st.rejected)
         yield by("closes", "connections closed by the server, by close code", "code", st.closes)

@@ -29,6 +29,7 @@ from client_sdk import (
     ViewInstalled,
     connect,
 )
+from notify.core.config import Limits
 from notify.server.app import NotifyServer
 from tests.integration.conftest import FAST, TIMEOUT, MakeServer, until
 from tests.integration.proxy import FaultyProxy
@@ -304,3 +305,38 @@ async def test_publish_nowait_times_out_and_is_not_sent_again(
     await gb.publish("after")
     evs = await until(ga, lambda e: isinstance(e, Message) and e.payload == "after")
     assert payloads(evs) == ["after"]  # the timed-out one never went out
+
+
+async def test_publishes_leave_in_batches_within_the_servers_limits(
+        make_server: MakeServer, sdk: Any) -> None:
+    """Issue 34: what the writer has at hand leaves in `batch` messages (fewer messages than
+    frames), each within the server's `max_frame_bytes` (a larger one would be closed 1009):
+    with 1 KiB payloads and a 4 KiB limit, 200 publishes are all answered, in order, each
+    delivered once, and the client never reconnected."""
+    srv = await make_server(limits=Limits(max_frame_bytes=4096))
+    a = await sdk(srv.url, "a")
+    b = await sdk(srv.url, "b")
+    ga, gb = await a.join("g"), await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and e.view == 2)
+    frames, batches = srv.stats.frames_in, srv.stats.batches_in
+    results = await asyncio.wait_for(
+        asyncio.gather(*(gb.publish_nowait({"n": i, "pad": "x" * 1024}) for i in range(200))),
+        TIMEOUT)
+    assert [r.offset for r in results] == sorted(r.offset for r in results)
+    evs = await until(ga, lambda e: isinstance(e, Message) and e.payload["n"] == 199)
+    assert [p["n"] for p in payloads(evs)] == list(range(200))
+    assert srv.stats.frames_in - frames >= 200
+    assert srv.stats.batches_in > batches  # some left together
+    assert b.state is ConnectionState.CONNECTED and srv.stats.closes == {}
+
+
+async def test_no_batch_to_a_server_that_does_not_say_it_takes_them(
+        make_server: MakeServer, sdk: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("notify.core.hub.MAX_BATCH_FRAMES", 1)  # as a server that takes none
+    srv = await make_server()
+    a = await sdk(srv.url, "a")
+    ga = await a.join("g")
+    results = await asyncio.wait_for(
+        asyncio.gather(*(ga.publish_nowait(i) for i in range(100))), TIMEOUT)
+    assert len({r.offset for r in results}) == 100
+    assert srv.stats.batches_in == 0

@@ -214,3 +214,40 @@ async def test_schema_hook_catches_a_frame_the_schema_refuses(server: NotifyServ
     assert got == {"type": "view_install", "group": "g"}
     assert len(CHECK.failures) == failures + 1 and "view_install" in CHECK.failures[-1]
     del CHECK.failures[failures:]
+
+
+# -- a batch: each frame as if it had come alone --------------------------------------------------
+
+
+async def test_a_batch_is_its_frames_one_by_one_and_a_bad_one_costs_only_itself(
+        scene: Scene, connect_client: Connect) -> None:
+    """mallory sends one `batch` holding: a good publish, one with an uncarryable payload, a
+    misspelt field, a batch inside the batch, a leave of a group she is not in, and a second
+    good publish. Each is answered for itself with its `req`, the good ones are delivered in
+    order, nothing bad reaches a stream, and the group goes on."""
+    v = scene.view
+    parts = [
+        frame_text("b1", "batch-1", v, '"first"'),
+        frame_text("b2", "batch-2", v, UNCARRYABLE["nan"]),
+        frame_text("b3", "batch-3", v, '"typo"', sameView=True),
+        '{"type":"batch","req":"b4","frames":[{"type":"ping"}]}',
+        '{"type":"leave","req":"b5","group":"nowhere"}',
+        frame_text("b6", "batch-6", v, '"second"'),
+    ]
+    head = scene.server.hub.groups["g"].topic.head
+    await scene.mallory.send('{"type":"batch","frames":[' + ",".join(parts) + "]}")
+    # (in any order, as for frames sent one by one: a publish is answered once stored)
+    answers = sorted([await answer(scene.mallory) for _ in range(6)], key=lambda a: a["req"])
+    assert [(a["type"], a["req"], a.get("code")) for a in answers] == [
+        ("published", "b1", None), ("rejected", "b2", "bad_payload"),
+        ("error", "b3", "bad_frame"), ("error", "b4", "bad_frame"),
+        ("error", "b5", "no_group"), ("published", "b6", None)]
+    assert "sameView" in answers[2]["message"]
+    assert scene.server.hub.groups["g"].topic.head == head + 2
+    evs = await events_until_payloads(scene.bob, "g", {"first", "second"})
+    assert [e.payload for e in evs if isinstance(e, Message)] == ["first", "second"]
+    # a batch that is not a list of frames is refused whole, and says why
+    await scene.mallory.send({"type": "batch", "frames": []})
+    err = await answer(scene.mallory)
+    assert (err["code"], err.get("req")) == ("bad_frame", None) and "frames" in err["message"]
+    await assert_group_goes_on(scene, connect_client)

@@ -51,7 +51,7 @@ from notify.core.actions import Error, Rejected
 from notify.runtime.frames import dumps
 from notify.server.app import NotifyServer
 from notify.server.auth import TokenVerifier
-from notify.wire import parse_any, payload_problem
+from notify.wire import Batch, parse_any, payload_problem
 from tests.schema_check import CHECK, problems
 from tests.security.conftest import OTHER_SECRET, SECRET, token
 
@@ -266,12 +266,60 @@ def resolve(tok: str | None) -> str | None:
 def test_G12_edge_parser_never_raises_and_answers_within_the_schema(data: str | bytes) -> None:
     """Whatever arrives, `parse_any` returns (never raises), and what it returns can be carried:
     a refusal is a frame the schema accepts, a publish's payload is bytes orjson reads back."""
-    f = parse_any(data)
+    carried(parse_any(data))
+
+
+def carried(f: object) -> None:
     if isinstance(f, Error | Rejected):
         assert problems(dumps(f)) == [], f
     elif isinstance(f, ev.Publish):
         assert isinstance(f.payload, orjson.Fragment)
         assert payload_problem(orjson.loads(orjson.dumps(f.payload)), 64) is None
+
+
+def same(a: object, b: object) -> bool:
+    """The same answer: the same event (a publish's payload read back), or the same refusal
+    (its code and `req`; the message may word a frame's place in a batch differently)."""
+    if isinstance(a, ev.Publish) and isinstance(b, ev.Publish):
+        return (a.req, a.id, a.group, a.view, a.order, a.atomic) == \
+            (b.req, b.id, b.group, b.view, b.order, b.atomic) and \
+            orjson.loads(orjson.dumps(a.payload)) == orjson.loads(orjson.dumps(b.payload))
+    if isinstance(a, Error) and isinstance(b, Error):
+        return (a.code, a.req) == (b.code, b.req)
+    return a == b
+
+
+def _text(data: str | bytes) -> str:
+    return data if isinstance(data, str) else data.decode("utf-8", "surrogateescape")
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(parts=st.lists(frames(), min_size=1, max_size=4))
+def test_G12_a_batch_of_anything_is_judged_frame_by_frame(parts: list[str | bytes]) -> None:
+    """A `batch` of whatever arrives: never raises; each frame is answered as if it had come
+    alone (the same core event or refusal), or the whole is refused when it is not a list of
+    frames; and each accepted frame's own text, as a cluster's edge would route it, parses
+    alone to the same thing."""
+    text = '{"type":"batch","frames":[' + ",".join(_text(p) for p in parts) + "]}"
+    data = text.encode("utf-8", "surrogateescape")
+    f = parse_any(data)
+    if not isinstance(f, Batch):
+        assert isinstance(f, Error), f
+        carried(f)
+        return
+    assert len(f.frames) == len(parts)
+    for (one, own), part in zip(f.frames, parts, strict=True):
+        carried(one)
+        alone = parse_any(part)
+        assert same(one, alone), (one, alone)
+        again = parse_any(own())
+        if isinstance(one, ev.Publish):
+            assert isinstance(again, ev.Publish)
+            assert orjson.loads(orjson.dumps(again.payload)) == \
+                orjson.loads(orjson.dumps(one.payload))
+            assert again.req == one.req and again.id == one.id
+        elif not isinstance(one, Error | Rejected):  # (a refused frame is never sent on)
+            assert again == one, (one, again)
 
 
 # -- against a live server -------------------------------------------------------------------------

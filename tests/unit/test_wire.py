@@ -367,3 +367,28 @@ def test_the_sdk_keeps_an_unanswered_publish_at_its_size() -> None:
     finally:
         tracemalloc.stop()
     assert per_payload < 1.5 * len(kept[0]), f"{per_payload:.0f} bytes kept per payload"
+
+
+def test_a_batch_reads_its_text_once_for_every_payload_that_may_hold_nan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A payload with a `null` may have been a NaN: the proof that none is (orjson reading the
+    text) is asked once per batch, not once per frame (a 1 MiB batch of 1,000 such frames would
+    be read 1,000 times: a client's one message costing the server seconds)."""
+    import notify.wire as wire
+
+    calls: list[int] = []
+    reads = wire._reads
+
+    def counted(data: str | bytes) -> bool:
+        calls.append(len(data))
+        return reads(data)
+
+    monkeypatch.setattr(wire, "_reads", counted)
+    frames = [f'{{"type":"publish","req":{i},"group":"g","id":"p{i}","view":1,'
+              f'"payload":{{"x":null}}}}' for i in range(200)]
+    frames[150] = frames[150].replace("null", "NaN")
+    parsed = wire.parse_any('{"type":"batch","frames":[' + ",".join(frames) + "]}")
+    assert isinstance(parsed, wire.Batch)
+    kinds = [type(one).__name__ for one, _ in parsed.frames]
+    assert kinds == ["Publish"] * 150 + ["Rejected"] + ["Publish"] * 49
+    assert len(calls) == 1

@@ -39,6 +39,7 @@
 
 import { Backoff, type BackoffOptions } from "./backoff.js";
 import { fromBase64, toBase64 } from "./base64.js";
+import { batchLimits, pack } from "./batching.js";
 import { Emitter, type Unsubscribe } from "./emitter.js";
 import {
   ClientClosed,
@@ -185,6 +186,10 @@ export class Client implements GroupHost {
   /** bumped for every socket: callbacks of an older one are ignored */
   #generation = 0;
   #welcomed = false;
+  /** a `#flushSoon` is due (a microtask will write what the protocol has by then) */
+  #flushing = false;
+  /** [most frames, most bytes] of a `batch` this server takes (batching.ts): [1, 0] none */
+  #batching: [number, number] = [1, 0];
   #at = 0;
   #nextUrl = 0;
   #failedAttempts = 0;
@@ -529,6 +534,7 @@ export class Client implements GroupHost {
     this.member = typeof f.member === "string" ? f.member : this.member;
     this.protocol.receive(f); // the session, the member; refreshes asked meanwhile are in force
     this.limits = (f.limits as Record<string, unknown>) ?? {};
+    this.#batching = batchLimits(this.limits);
     const t = now();
     this.#backoff.connected(t);
     this.#pingAt = t;
@@ -891,7 +897,8 @@ export class Client implements GroupHost {
     this.protocol.openPublish(handle.name, id, payload, o);
     // (timed out: never sent again)
     const done = this.#request("publish", id, `publish to ${handle.name}`, () => this.protocol.forgetPublish(id));
-    this.#flush();
+    if (this.#batching[0] > 1) this.#flushSoon();
+    else this.#flush(); // (nothing to wait for: each frame is a message of its own anyway)
     return done as Promise<PublishResult>;
   }
 
@@ -945,9 +952,21 @@ export class Client implements GroupHost {
 
   /** Write what the protocol has to say, waiting publishes its group accepts included. */
   #flush(): void {
+    this.#flushing = false;
     const ws = this.#ws;
     if (ws === null || !this.#welcomed || this.#frozen !== null) return;
-    for (const f of this.protocol.dataToSend()) ws.send(JSON.stringify(f));
+    const [most, size] = this.#batching;
+    for (const m of pack(this.protocol.dataToSend().map((f) => JSON.stringify(f)), most, size)) ws.send(m);
+  }
+
+  /** `#flush` once the caller's code has run to its end: publishes made together (a loop, a
+   * burst of events) leave together, in one `batch` where the server takes them. */
+  #flushSoon(): void {
+    if (this.#flushing) return;
+    this.#flushing = true;
+    queueMicrotask(() => {
+      if (this.#flushing) this.#flush();
+    });
   }
 
   // -- bookkeeping ----------------------------------------------------------------------------

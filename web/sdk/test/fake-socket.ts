@@ -9,7 +9,10 @@ import type { StorageLike } from "../src/storage.js";
 
 export class FakeSocket implements WebSocketLike {
   readyState = 0;
+  /** the frames sent, a `batch`'s one by one */
   readonly sent: Frame[] = [];
+  /** the messages sent, as written */
+  readonly messages: string[] = [];
   /** set when the client closed this socket */
   closedByClient: { code: number | undefined; reason: string | undefined } | null = null;
   onopen: ((ev: unknown) => void) | null = null;
@@ -21,7 +24,10 @@ export class FakeSocket implements WebSocketLike {
 
   send(data: string): void {
     if (this.readyState !== 1) throw new Error(`send on a socket in state ${this.readyState}`);
-    this.sent.push(JSON.parse(data) as Frame);
+    this.messages.push(data);
+    const f = JSON.parse(data) as Frame;
+    if (f.type === "batch") this.sent.push(...(f.frames as Frame[]));
+    else this.sent.push(f);
   }
 
   close(code?: number, reason?: string): void {

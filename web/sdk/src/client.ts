@@ -186,8 +186,6 @@ export class Client implements GroupHost {
   /** bumped for every socket: callbacks of an older one are ignored */
   #generation = 0;
   #welcomed = false;
-  /** a `#flushSoon` is due (a microtask will write what the protocol has by then) */
-  #flushing = false;
   /** [most frames, most bytes] of a `batch` this server takes (batching.ts): [1, 0] none */
   #batching: [number, number] = [1, 0];
   #at = 0;
@@ -897,7 +895,9 @@ export class Client implements GroupHost {
     this.protocol.openPublish(handle.name, id, payload, o);
     // (timed out: never sent again)
     const done = this.#request("publish", id, `publish to ${handle.name}`, () => this.protocol.forgetPublish(id));
-    if (this.#batching[0] > 1) this.#flushSoon();
+    // To a server that takes batches, at the end of the caller's turn: the publishes made
+    // together leave together (the first of these microtasks writes them all).
+    if (this.#batching[0] > 1) queueMicrotask(() => this.#flush());
     else this.#flush(); // (nothing to wait for: each frame is a message of its own anyway)
     return done as Promise<PublishResult>;
   }
@@ -952,21 +952,10 @@ export class Client implements GroupHost {
 
   /** Write what the protocol has to say, waiting publishes its group accepts included. */
   #flush(): void {
-    this.#flushing = false;
     const ws = this.#ws;
     if (ws === null || !this.#welcomed || this.#frozen !== null) return;
     const [most, size] = this.#batching;
     for (const m of pack(this.protocol.dataToSend().map((f) => JSON.stringify(f)), most, size)) ws.send(m);
-  }
-
-  /** `#flush` once the caller's code has run to its end: publishes made together (a loop, a
-   * burst of events) leave together, in one `batch` where the server takes them. */
-  #flushSoon(): void {
-    if (this.#flushing) return;
-    this.#flushing = true;
-    queueMicrotask(() => {
-      if (this.#flushing) this.#flush();
-    });
   }
 
   // -- bookkeeping ----------------------------------------------------------------------------

@@ -660,15 +660,8 @@ class NotifyServer:
                     except Exception:  # a listener's bug must not hold the group's write
                         log.exception("stored_hook_failed", group=write.group)
             done(error)
-            if not inside:
-                # the answer came in a callback of its own: what it released (a fan-out, the
-                # publishers' answers) is written now, in this turn, once per member, rather
-                # than on the next turn, behind whatever that turn's reads bring (issue 34)
-                self._flusher.flush()
 
-        inside = True  # an answer inside `write` is the driver's: it runs on, and flushes later
         self.store.write(write, timed)
-        inside = False
 
     def event(self, e: LogEvent) -> None:
         self._observe(e)

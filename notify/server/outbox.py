@@ -8,9 +8,8 @@ cheaper per message than one WebSocket frame each.
 
 Who writes: while a member's socket keeps up (nothing waits in its transport), a server-wide
 `Flusher` writes what each outbox queued during a turn of the loop, in one callback on the next
-turn (or at once, right after a write's answer released a fan-out), straight to the transport:
-one callback for every member instead of a task switch per member (the fan-out of one message
-to 50 members was 50 task wake-ups). Once a socket backs up,
+turn, straight to the transport: one callback for every member instead of a task switch per
+member (the fan-out of one message to 50 members was 50 task wake-ups). Once a socket backs up,
 the outbox starts its sender task, which writes instead, through websockets' `send()` and its
 flow control (it waits for the socket to drain, the queue grows, the bound cuts the member), and
 ends once it has written everything queued. The two never reorder frames: both take from the
@@ -64,13 +63,6 @@ class Flusher:
 
     def _flush(self) -> None:
         self._scheduled = False
-        self.flush()
-
-    def flush(self) -> None:
-        """Write now what the marked outboxes queued, instead of on the next turn (the
-        scheduled flush then writes what is marked after this, or nothing). The server calls
-        it once a write's answer has been applied: the fan-out it released goes out in the
-        same turn as the answer, not behind the next turn's reads (issue 34)."""
         marked, self._marked = self._marked, []
         framed: dict[int | tuple[int, ...], tuple[list[bytes], bytes]] = {}
         for box in marked:

@@ -225,21 +225,3 @@ async def test_members_that_queued_the_same_frames_get_the_same_bytes_packed_onc
     assert len(first.transport.written) == len(second.transport.written) == 1
     assert first.transport.written[0] is second.transport.written[0]
     assert _reqs([first.transport.written[0][2:]]) == [1, 2]
-
-
-async def test_flush_writes_what_is_marked_at_once_and_the_next_turn_what_comes_after() -> None:
-    # issue 34: the server flushes right after a write's answer released a fan-out, in that
-    # turn; what is pushed later in the turn still goes on the next, behind it, in order
-    flusher = Flusher()
-    ws = _Connection()
-    box = Outbox(ws, 100, flusher=flusher)  # type: ignore[arg-type]
-    box.push(_pong(1))
-    flusher.flush()
-    assert len(ws.transport.written) == 1 and len(box) == 0  # no turn of the loop needed
-    box.push(_pong(2))
-    assert len(ws.transport.written) == 1  # marked again: the scheduled flush writes it
-    await asyncio.sleep(0)
-    assert [_reqs([w[2:]]) for w in ws.transport.written] == [[1], [2]]
-    flusher.flush()  # nothing marked: nothing written
-    await asyncio.sleep(0.01)
-    assert len(ws.transport.written) == 2

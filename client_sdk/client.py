@@ -91,7 +91,7 @@ from client_sdk.events import (
     ViewResumed,
 )
 from client_sdk.group import _END, Group, _Failed
-from client_sdk.handshake import close_ws, handshake, server_urls
+from client_sdk.handshake import DirectConnection, close_ws, handshake, server_urls
 from client_sdk.options import (
     Backoff,
     ClientOptions,
@@ -437,15 +437,60 @@ class Client:
         resumes without a gap or a duplicate). Returns why it stopped."""
         try:
             while True:
-                data = await ws.recv(decode=False)  # orjson reads the bytes: no str
-                self._receive(data)
-                await self._backpressure()
+                if not isinstance(ws, DirectConnection) or ws.recv_messages.frames or \
+                        ws.connection_lost_waiter.done():
+                    data = await ws.recv(decode=False)  # orjson reads the bytes: no str
+                    self._receive(data)
+                    await self._backpressure()
+                    continue
+                # Nothing waits in websockets' queue: the connection hands each frame to
+                # `_receive` as it is read, until it is lost, a frame raises, or a group's
+                # queue is full (then the frames wait in websockets' queue, whose flow control
+                # stops reading the socket, and this loop takes them again once there is room)
+                await self._read_direct(ws)
         except ConnectionClosed:
             return f"closed {ws.close_code}" if ws.close_code else "connection lost"
         except ProtocolViolation as e:
             self._violation(e)
             await close_ws(ws, 1002, "protocol violation")
             return f"protocol violation: {e}"
+
+    async def _read_direct(self, ws: DirectConnection) -> None:
+        """Let `ws` hand frames to `_receive` (DirectConnection) until the connection is lost
+        (returns: `recv()` then says so), a frame raises (raises it here, as `recv()` and
+        `_receive` would have), or a group holds `max_queued_events` events (returns, with the
+        reading paused until it has room)."""
+        stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        bound = self.options.max_queued_events
+        groups = self._groups
+
+        def direct(data: bytes | bytearray | memoryview) -> None:
+            try:
+                self._receive(data)
+            except Exception as e:  # nothing more is handed over; the reader raises it
+                ws.direct = None
+                if not stop.done():
+                    stop.set_exception(e)
+                return
+            if bound is not None:
+                for g in groups.values():
+                    if not g._left and g._queue.qsize() >= bound:
+                        ws.direct = None  # the next frames wait in websockets' queue
+                        if not stop.done():
+                            stop.set_result(None)
+                        return
+
+        ws.direct = direct
+        lost = ws.connection_lost_waiter
+        try:
+            await asyncio.wait((stop, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ws.direct = None
+        if stop.done():
+            stop.result()  # raises what a frame raised
+            await self._backpressure()
+        else:
+            stop.cancel()
 
     def _violation(self, e: ProtocolViolation) -> None:
         log.warning("notify client %s: %s; reconnecting", self.member, e)
@@ -552,7 +597,7 @@ class Client:
 
     # -- receiving -------------------------------------------------------------------------------
 
-    def _receive(self, data: str | bytes) -> None:
+    def _receive(self, data: str | bytes | bytearray | memoryview) -> None:
         """One frame from the server. Raises `ProtocolViolation` (after handing over what the
         frames before the bad one produced) when it breaks the protocol."""
         try:

@@ -25,6 +25,8 @@ export interface BoardOptions {
   origin: string;
   member: string;
   board: string;
+  /** the tab check's wait (the SDK's `tabCheckMs`; the demo's default is the SDK's 100 ms) */
+  tabCheckMs?: number;
 }
 
 /** Open the demo board in `page` as `member` and wait until it has joined both of its groups
@@ -36,6 +38,7 @@ export async function openBoard(page: Page, o: BoardOptions): Promise<string[]> 
     if (m.type() === 'error') errors.push(`${o.member} console.error: ${m.text()}`);
   });
   const q = new URLSearchParams({ ws: o.ws, member: o.member, board: o.board });
+  if (o.tabCheckMs !== undefined) q.set('tabCheckMs', String(o.tabCheckMs));
   await page.goto(`${o.origin}/demo/?${q}`);
   await page.waitForSelector('body[data-ready="true"]', { timeout: 15_000 });
   return errors;

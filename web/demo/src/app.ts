@@ -124,7 +124,10 @@ async function main(): Promise<void> {
   // The SDK's default instance: one per tab, `user#instance`. People are shown by user (presence
   // chips, cards, claims, notes); what belongs to one tab (its connection state, its pending
   // claims, its own echoes) is keyed by member id.
-  const client: Client = createClient(url, { member: user });
+  // `tabCheckMs` in the URL: how long a tab with a saved instance asks the others whether they
+  // hold it (the SDK's default is 100 ms; the browser tests give a loaded machine longer)
+  const tabCheck = Number(params.get("tabCheckMs")) || undefined;
+  const client: Client = createClient(url, { member: user, tabCheckMs: tabCheck });
   /** This tab's member ids: the current one, and any it had before a clash replaced it. */
   const mine = new Set<string>();
   const isMine = (sender: string): boolean => sender === client.member || mine.has(sender);

@@ -654,7 +654,15 @@ async def test_a_reset_of_an_edges_nats_connection_closes_nobody(
     server is a proxy, which holds the bytes for 1.2 s, then aborts the connection: both ends
     see a reset, and a heartbeat sent meanwhile is never answered). The node reconnects within
     its node TTL, so no other node declares it dead (`edge_down`), none of its members is
-    closed, and every message reaches both members once, in order."""
+    closed, and every message reaches both members once, in order.
+
+    The stall starts just after one of n2's heartbeats is stored, as seen by a client of its
+    own: then the next beat (1 s later) is the one lost in flight, and the node has the rest of
+    its TTL (3 s from the stored beat) to reconnect. Started at a random phase, up to 1 s of
+    the TTL could be gone before the stall began, which left the reconnect 0.8 s on a loaded
+    machine (CI run D on 39b0091: three attempts, `edge_down`)."""
+    import nats
+
     from notify_chaos.natsrun import free_ports
     from notify_chaos.proxy import LinkProxy
 
@@ -684,7 +692,15 @@ async def test_a_reset_of_an_edges_nats_connection_closes_nobody(
         for k in range(10):
             await asyncio.wait_for(ga.publish({"k": k}), TIMEOUT)
         resets = proxy.counters.cuts
-        proxy.stall()  # a blip: what n2 sends now (a heartbeat at least) is in flight ...
+        beats: asyncio.Queue[object] = asyncio.Queue()
+        watcher = await nats.connect(nats_cluster.urls[0], connect_timeout=5)
+        try:
+            await watcher.subscribe("$KV.notify_nodes.n2", cb=beats.put)
+            await watcher.flush()
+            await asyncio.wait_for(beats.get(), 5)  # n2's beat stored: the next is due in 1 s
+        finally:
+            await watcher.close()
+        proxy.stall()  # a blip: what n2 sends now (its next heartbeat) is in flight ...
         await asyncio.sleep(1.2)
         proxy.cut()  # ... when the connection is reset: its answer never comes
         proxy.unstall()
@@ -703,6 +719,9 @@ async def test_a_reset_of_an_edges_nats_connection_closes_nobody(
         for n in (n1, n3):
             assert "edge_down" not in n.tail(), n.name
         assert proxy.counters.accepted >= 2  # n2 did reconnect (through it, at least once)
+        n2_log = n2.tail(1 << 24)
+        # the fault was the one named: a beat in flight was lost with the connection
+        assert "lease_heartbeat_late" in n2_log or "lease_heartbeat_failed" in n2_log, n2_log
     finally:
         for col in cols:
             await col.stop()

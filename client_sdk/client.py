@@ -53,6 +53,7 @@ import contextlib
 import itertools
 import logging
 import random
+import sys
 import time
 import uuid
 from collections import deque
@@ -210,6 +211,11 @@ class Client:
         self._violations: deque[float] = deque()
         #: the group whose full queue stopped the reader, while it is stopped
         self._paused_by: str | None = None
+        #: a group's queue reached `max_queued_events` since the reader last paused for room
+        #: (set where events are queued, so the direct read checks one flag per frame, not
+        #: every group's queue)
+        self._queue_full = False
+        self._queue_bound = self.options.max_queued_events or sys.maxsize
         #: why the client is CLOSED, if not by `close()`
         self.failure: NotifyError | None = None
         #: `error` frames that answered no request of ours (e.g. a refused token refresh)
@@ -461,8 +467,7 @@ class Client:
         `_receive` would have), or a group holds `max_queued_events` events (returns, with the
         reading paused until it has room)."""
         stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        bound = self.options.max_queued_events
-        groups = self._groups
+        self._queue_full = False
 
         def direct(data: bytes | bytearray | memoryview) -> None:
             try:
@@ -472,13 +477,10 @@ class Client:
                 if not stop.done():
                     stop.set_exception(e)
                 return
-            if bound is not None:
-                for g in groups.values():
-                    if not g._left and g._queue.qsize() >= bound:
-                        ws.direct = None  # the next frames wait in websockets' queue
-                        if not stop.done():
-                            stop.set_result(None)
-                        return
+            if self._queue_full:
+                ws.direct = None  # the next frames wait in websockets' queue
+                if not stop.done():
+                    stop.set_result(None)
 
         ws.direct = direct
         lost = ws.connection_lost_waiter
@@ -634,7 +636,10 @@ class Client:
             if g is not None:
                 handler = g._handler
                 if handler is None:
-                    g._queue.put_nowait(e)
+                    q = g._queue
+                    q.put_nowait(e)
+                    if q.qsize() >= self._queue_bound:
+                        self._queue_full = True
                 else:  # `Group._hand` for a message, inlined (the hot path)
                     g._delivered[e.stream] = e.seq
                     try:
@@ -658,6 +663,8 @@ class Client:
         if g is not None:
             if g._handler is None:
                 g._queue.put_nowait(e)
+                if g._queue.qsize() >= self._queue_bound:
+                    self._queue_full = True
             else:
                 g._hand(e)
             if isinstance(e, Removed):  # left, or removed by the group: this handle is done

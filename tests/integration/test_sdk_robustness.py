@@ -238,6 +238,62 @@ async def test_publish_checkpoint_refresh_time_out_on_a_stalled_link_and_are_not
 # -- A4: bounded event queue, backpressure ---------------------------------------------------
 
 
+async def test_the_direct_read_stops_at_the_frame_that_fills_a_group(
+        make_server: MakeServer, sdk: Any) -> None:
+    """The SDK's direct read (frames handed over in websockets' read callback) stops handing
+    frames over at the frame that brings a group's queue to `max_queued_events`, even while
+    another group of the same client is taken by a handler; the reader then waits for room,
+    and once the application takes the events every message arrives once, in order. Without
+    the check the queue would take all `n` (the server's bound is far above them here)."""
+    from client_sdk.handshake import DirectConnection
+
+    bound, n = 20, 300
+    srv = await make_server()
+    b = await sdk(srv.url, "b", opts(max_queued_events=bound))
+    assert isinstance(b._ws, DirectConnection)  # the path under test
+    handled: list[Any] = []
+    g1 = await b.join("g1")
+    g1.on_event(lambda e: handled.append(e))
+    g2 = await b.join("g2")
+    most = 0
+    put = g2._queue.put_nowait
+
+    def counting_put(item: Any) -> None:
+        nonlocal most
+        put(item)
+        most = max(most, g2._queue.qsize())
+
+    g2._queue.put_nowait = counting_put  # type: ignore[method-assign]
+    pub = await asyncio.wait_for(Connection.connect(srv.url, "pub"), TIMEOUT)
+    try:
+        await asyncio.wait_for(pub.join("g1"), TIMEOUT)
+        await asyncio.wait_for(pub.join("g2"), TIMEOUT)
+        for i in range(n):
+            await asyncio.wait_for(pub.publish("g1", {"i": i}), TIMEOUT)
+            await asyncio.wait_for(pub.publish("g2", {"i": i}), TIMEOUT)
+        async with asyncio.timeout(TIMEOUT):
+            while b._paused_by != "g2":
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # frames keep arriving at the socket meanwhile
+        assert bound <= g2._queue.qsize() <= most <= bound + 8, (g2._queue.qsize(), most)
+        seen: list[int] = []
+
+        def last(e: GroupEvent) -> bool:
+            if isinstance(e, Message):
+                seen.append(e.payload["i"])
+            return bool(seen) and seen[-1] == n - 1
+
+        await until(g2, last, timeout=30)
+        assert seen == list(range(n))  # every message once, in order
+        async with asyncio.timeout(TIMEOUT):
+            while sum(isinstance(e, Message) for e in handled) < n:
+                await asyncio.sleep(0.01)
+        assert [e.payload["i"] for e in handled if isinstance(e, Message)] == list(range(n))
+        assert b._paused_by is None and b.state is ConnectionState.CONNECTED
+    finally:
+        await asyncio.wait_for(pub.close(), TIMEOUT)
+
+
 async def test_G11_G14_unconsumed_group_stops_the_reader_and_resumes_exactly_once(
         make_server: MakeServer, sdk: Any) -> None:
     """The application does not take its events: the SDK holds at most `max_queued_events`

@@ -25,7 +25,7 @@ import math
 import secrets
 import ssl as ssl_module
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -50,7 +50,7 @@ from notify.core.events import Ack, CheckpointChunk, FlushOk, History, Leave, Re
 from notify.eventlog import EventLog
 from notify.eventloop import loop_name
 from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged, bump
-from notify.runtime.placement import EdgeSession, LocalPlacement, Placement
+from notify.runtime.placement import EdgeSession, LocalPlacement, Placement, RawFrame
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
 from notify.server.heap import release_free_memory
@@ -475,20 +475,20 @@ class NotifyServer:
                     # in order, whatever was not answered, once it has resumed.
                     continue
                 frame = parse_any(data, self.config.limits)
+                frames: Iterable[tuple[One, RawFrame]]
                 if isinstance(frame, Batch):
                     # each frame as if it had come alone (notify/wire.py `BatchFrame`)
+                    frames = frame.frames
                     self.stats.frames_in += len(frame.frames) - 1
                     self.stats.batches_in += 1
-                    for one, text in frame.frames:
-                        if outbox.closing:
-                            break
-                        self._received(conn, one, text)
-                        if self.driver.holds(conn):
-                            await self._while_held(conn)
-                    continue
-                self._received(conn, frame, data)
-                if self.driver.holds(conn):
-                    await self._while_held(conn)
+                else:
+                    frames = ((frame, data),)
+                for one, raw in frames:
+                    if outbox.closing:
+                        break  # (see above)
+                    self._received(conn, one, raw)
+                    if self.driver.holds(conn):
+                        await self._while_held(conn)
         except ConnectionClosed:
             pass
         finally:
@@ -505,7 +505,7 @@ class NotifyServer:
             self.driver.closed(conn, code, ws.close_reason or "")
             self.placement.closed(conn, code, ws.close_reason or "")
 
-    def _received(self, conn: int, frame: One, raw: str | bytes | Callable[[], bytes]) -> None:
+    def _received(self, conn: int, frame: One, raw: RawFrame) -> None:
         """One frame from a local connection (`raw`: as it came, or how to make it)."""
         if isinstance(frame, Error | Rejected):  # refused at the edge (G12)
             self.driver.run([Send(conn, frame)])

@@ -85,6 +85,7 @@ from notify.cluster.ownership import (
     Renew,
 )
 from notify.cluster.shards import SHARDS
+from notify.supervision import death_of
 
 log = structlog.get_logger("notify.cluster")
 
@@ -555,13 +556,15 @@ class ClusterLeases:
 
         def done(t: asyncio.Task[None]) -> None:
             tasks.discard(t)
-            if t.cancelled():
-                return
-            error = t.exception()
-            if error is None and long_lived and not self._stopping and not self._closed:
-                error = RuntimeError(f"task {name} ended")
-            if error is None:
-                return
+            error: BaseException | None
+            if long_lived and not self._stopping and not self._closed:
+                error = death_of(t)  # a loop must not end while we run, however it ends
+            elif t.cancelled():
+                return  # an operation given up on (a late beat), or anything at stop
+            else:
+                error = t.exception()
+                if error is None:
+                    return
             if self.failure is not None:  # reported already; the node is stopping
                 log.debug("lease_task_failed", node=self.node, task=name, error=_reason(error))
                 return

@@ -31,7 +31,6 @@ Core NATS is at most once, so each direction says what it does about loss:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import time
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from notify.cluster.linkwire import (
     encode_up,
     up_size,
 )
+from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
 
@@ -97,8 +97,7 @@ class Uplink:
         #: bytes queued, and the most that client frames may fill (G14)
         self._bytes = 0
         self.max_bytes = max_bytes
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"uplink-{owner}")
-        self._task.add_done_callback(self._ended)
+        self._task = LongTask(self._run(), name=f"uplink-{owner}", on_death=self._died)
 
     def send(self, conn: int, kind: int, data: bytes) -> bool:
         """Queue an entry; False for a client frame over `max_bytes` queued (G14: the edge
@@ -115,9 +114,7 @@ class Uplink:
         return len(self._queue)
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        await self._task.stop()
 
     def _take(self) -> list[UpEntry]:
         """The queue's head, up to what fits in one NATS message."""
@@ -167,12 +164,10 @@ class Uplink:
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 1.0)
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
+    def _died(self, error: BaseException) -> None:
         # the loop catches what a request can raise; anything else is a bug: say so, and let
         # the edge close what it routed here (its clients resume) instead of queueing forever
-        log.error("uplink_died", owner=self.owner, error=repr(task.exception()))
+        log.error("uplink_died", owner=self.owner, error=repr(error))
         self._on_give_up(self.owner)
 
 

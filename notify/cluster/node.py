@@ -100,6 +100,7 @@ from notify.core.users import split_member
 from notify.runtime.driver import MOVED
 from notify.runtime.placement import NoOwner, PlacementHost, RawFrame, Sample
 from notify.storage.jetstream import revocations_bucket
+from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
 
@@ -176,7 +177,7 @@ class ClusterNode:
         self._vconns: dict[tuple[str, str, int], int] = {}
         #: our number -> (edge, edge incarnation, edge conn)
         self._remote: dict[int, tuple[str, str, int]] = {}
-        self._tick: asyncio.Task[None] | None = None
+        self._tick: LongTask | None = None
         self._revocations: RevocationWatch | None = None
         #: operations other nodes asked of this one, under way (at most `CALLS`)
         self._calls: set[asyncio.Task[None]] = set()
@@ -208,8 +209,8 @@ class ClusterNode:
             lease_ttl=c.lease_ttl, node_ttl=c.node_ttl, heartbeat=c.heartbeat,
             replicas=c.replicas, settle=c.settle, standby=c.standby)
         await self.leases.start(c.connect_timeout)
-        self._tick = asyncio.get_running_loop().create_task(self._run_tick())
-        self._tick.add_done_callback(self._tick_ended)
+        self._tick = LongTask(self._run_tick(), name="cluster tick",
+                              on_death=lambda e: self._fail(f"the cluster tick task died: {e!r}"))
         log.info("cluster_node_started", node=self.node, inc=self.inc, nats=c.servers)
 
     @property
@@ -229,9 +230,7 @@ class ClusterNode:
     async def stop(self) -> None:
         await self.release()
         if self._tick is not None:
-            self._tick.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._tick
+            await self._tick.stop()
         for up in list(self._uplinks.values()):
             await up.close()
         if self._revocations is not None:
@@ -251,10 +250,6 @@ class ClusterNode:
         log.critical("cluster_node_failed", reason=reason)
         if self._server is not None:
             self._server.halt(f"cluster: {reason}")
-
-    def _tick_ended(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            self._fail(f"the cluster tick task died: {task.exception()!r}")
 
     async def _run_tick(self) -> None:
         while True:

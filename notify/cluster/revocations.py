@@ -32,6 +32,8 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, KeyValueConfig
 
+from notify.supervision import LongTask
+
 log = structlog.get_logger("notify.cluster")
 
 
@@ -46,7 +48,7 @@ class RevocationWatch:
         #: revocations delivered by the watch (a metric)
         self.heard = 0
         self._sub: JetStreamContext.PushSubscription | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._task: LongTask | None = None
         self._closed = False
 
     async def start(self, timeout: float) -> None:
@@ -68,8 +70,8 @@ class RevocationWatch:
                     raise
                 log.info("revocation_watch_retry", bucket=self.bucket, error=str(e) or repr(e))
                 await asyncio.sleep(0.2)
-        self._task = loop.create_task(self._run(self._sub))
-        self._task.add_done_callback(self._ended)
+        self._task = LongTask(self._run(self._sub), name=f"revocation watch of {self.bucket}",
+                              on_death=self._died)
 
     async def _bucket(self, js: JetStreamContext) -> None:
         try:
@@ -93,11 +95,7 @@ class RevocationWatch:
         if not self._closed:
             raise RuntimeError(f"the watch of {self.bucket} ended")
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        if self._closed:  # stop(): the only end that is not a failure
-            return
-        error: BaseException | None = (asyncio.CancelledError("cancelled, not by stop()")
-                                       if task.cancelled() else task.exception())
+    def _died(self, error: BaseException) -> None:
         log.critical("revocation_watch_died", bucket=self.bucket, error=repr(error),
                      exc_info=error)
         self._on_failure(f"the revocation watch died: {error!r}")
@@ -105,9 +103,7 @@ class RevocationWatch:
     async def stop(self) -> None:
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            await self._task.stop()
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._sub.unsubscribe(), self.op_timeout)

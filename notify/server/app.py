@@ -60,6 +60,7 @@ from notify.server.metrics import CONTENT_TYPE, Metrics, ServerStats
 from notify.server.outbox import Flusher, Outbox
 from notify.storage.base import MessageLog, StoredGroup
 from notify.storage.memory import MemoryLog
+from notify.supervision import LongTask
 from notify.wire import Authenticate, Batch, One, Refresh, encode_publish, parse_any, parse_one
 
 T = TypeVar("T")
@@ -153,7 +154,7 @@ class NotifyServer:
         #: the heap's free pages handed back after groups left memory or cooled (`hub.freed`)
         self._trimming: asyncio.Task[bool] | None = None
         self._freed_seen, self._next_trim = 0, 0.0
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: LongTask | None = None
         #: WebSocket pings of every connection, sent by the timer (notify/server/heartbeat.py)
         t = self.config.timeouts
         self._heartbeats = Heartbeats(t.heartbeat_interval,
@@ -330,8 +331,7 @@ class NotifyServer:
         )
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
-        self._timer = asyncio.get_running_loop().create_task(self._run_timer())
-        self._timer.add_done_callback(self._timer_ended)
+        self._timer = LongTask(self._run_timer(), name="server timer", on_death=self._timer_died)
         # (a local placement restores every group here; a cluster node a group when it owns
         # its shard)
         await self.placement.start(self)
@@ -378,10 +378,7 @@ class NotifyServer:
             except TimeoutError:
                 log.warning("shutdown_grace_expired", connections=len(self._outboxes))
         if self._timer is not None:
-            self._timer.cancel()
-            # a timer that died was reported already (`_timer_ended`): stop goes on
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._timer
+            await self._timer.stop()  # (a timer that died was reported already: stop goes on)
         for o in list(self._outboxes.values()):
             await o.stop()
         await self.checkpoints.stop()
@@ -770,14 +767,14 @@ class NotifyServer:
             delay = MAX_SLEEP if wakeup is None else wakeup - self._clock()
             await asyncio.sleep(min(max(delay, MIN_SLEEP), MAX_SLEEP))
 
-    def _timer_ended(self, task: asyncio.Task[None]) -> None:
+    def _timer_died(self, error: BaseException) -> None:
         """The timer drives every deadline (suspect, flush, ACK, write) and the heartbeats:
         without it groups would wait forever and dead connections would stay, so its death
         stops the server (G13) instead of going unnoticed."""
-        if task.cancelled() or self.halt_reason is not None:
+        if self.halt_reason is not None:
             return
-        log.critical("timer_died", error=repr(task.exception()))
-        self.halt(f"the timer task died: {task.exception()!r}")
+        log.critical("timer_died", error=repr(error))
+        self.halt(f"the timer task died: {error!r}")
 
 
 #: seconds between two retention passes over the log

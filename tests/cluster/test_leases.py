@@ -394,6 +394,7 @@ def _raise(*_: object) -> Any:
 @pytest.mark.parametrize(("kind", "task"), [
     ("tick", "tick"), ("watch_update", "watch notify_shards"), ("renew_answer", "renew"),
     ("heartbeat", "heartbeat"), ("watch_ends", "watch notify_nodes"),
+    ("cancelled", "tick"),
 ])
 @pytest.mark.timeout(60)
 async def test_a_task_that_dies_is_reported_not_silent(nats_cluster: NatsCluster, kind: str,
@@ -413,6 +414,9 @@ async def test_a_task_that_dies_is_reported_not_silent(nats_cluster: NatsCluster
             machine.renewed = _raise  # type: ignore[method-assign]
         elif kind == "heartbeat":
             leases._put_heartbeat = _raise  # type: ignore[method-assign]
+        elif kind == "cancelled":  # cancelled, not by stop(): a failure too
+            tick, = (t for t in leases._loops if t.get_name() == "leases tick")
+            tick.cancel()
         else:  # a long-lived task that ends without an error is a failure too
             await leases._subs[0].unsubscribe()
         await until(lambda: bool(inst.failures), 3 * TTL, "on_failure called")

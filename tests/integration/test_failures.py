@@ -112,6 +112,22 @@ async def test_G13_a_timer_that_dies_stops_the_server_loudly(open_raw: OpenRaw) 
         await srv.stop()
 
 
+async def test_G13_a_timer_cancelled_by_anyone_but_stop_stops_the_server() -> None:
+    """A cancel is a death too unless the server's own `stop()` made it (notify/supervision.py):
+    before, a cancelled timer was taken for a stop and the server ran on without deadlines."""
+    halts: list[str] = []
+    srv = NotifyServer(port=0, on_halt=halts.append)
+    await srv.start()
+    try:
+        assert srv._timer is not None
+        srv._timer.task.cancel()
+        await asyncio.wait_for(srv.halted.wait(), TIMEOUT)
+        assert halts and "timer task died" in halts[0] and "not by its owner" in halts[0]
+    finally:
+        await srv.stop()
+    assert halts == [halts[0]]  # and stop() reports nothing more
+
+
 async def test_G13_an_outbox_that_fails_drops_only_its_member_who_resumes(
         make_server: MakeServer, open_raw: OpenRaw) -> None:
     """A sender task that meets a bug drops its own connection (the hub sees a lost member, which

@@ -1,0 +1,52 @@
+"""Background tasks meant to run until their owner stops them, and what any other end means.
+
+The server's timer, a cluster node's tick, the leases' loops, an uplink to an owner and the
+revocation watch each run for their owner's life. If one ends while its owner still runs, the
+promises it keeps stop being kept (deadlines, heartbeats, revocations), so that end is a death
+and whoever must act is told: the server halts, the node fails, the edge closes what it routed.
+
+The rule is one, here: only the owner's `stop()` ends such a task quietly. A return, an
+exception, or a cancel that came from anywhere else is a death. (`task.cancelled()` alone does
+not say who cancelled: read as "stopped by us", it hid a cancel from elsewhere in four places.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+
+def death_of(task: asyncio.Task[Any]) -> BaseException:
+    """Why `task` ended, as an error, for an end its owner did not ask for."""
+    if task.cancelled():
+        return asyncio.CancelledError(f"{task.get_name()} was cancelled, not by its owner")
+    error = task.exception()
+    return error if error is not None else RuntimeError(f"{task.get_name()} returned")
+
+
+class LongTask:
+    """A task run until `stop()`; `on_death(error)` is called once if it ends any other way."""
+
+    def __init__(self, coro: Coroutine[Any, Any, None], *, name: str,
+                 on_death: Callable[[BaseException], None]) -> None:
+        self._stopping = False
+        self._on_death = on_death
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not self._stopping:
+            self._on_death(death_of(task))
+
+    def done(self) -> bool:
+        return self.task.done()
+
+    async def stop(self) -> None:
+        """End it (a death reported earlier stays reported; what it raised is not raised
+        again here)."""
+        self._stopping = True
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task

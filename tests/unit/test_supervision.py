@@ -1,0 +1,52 @@
+"""`notify.supervision.LongTask`: only its owner's `stop()` ends it quietly; a return, an
+exception or a cancel from anywhere else is reported once as a death."""
+
+from __future__ import annotations
+
+import asyncio
+
+from notify.supervision import LongTask
+
+
+async def forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def test_stop_is_the_only_quiet_end() -> None:
+    deaths: list[BaseException] = []
+    t = LongTask(forever(), name="loop", on_death=deaths.append)
+    await asyncio.sleep(0)
+    await t.stop()
+    await asyncio.sleep(0)
+    assert t.done() and deaths == []
+
+
+async def test_a_cancel_from_elsewhere_is_a_death() -> None:
+    deaths: list[BaseException] = []
+    t = LongTask(forever(), name="loop", on_death=deaths.append)
+    await asyncio.sleep(0)
+    t.task.cancel()
+    await asyncio.sleep(0.01)
+    assert len(deaths) == 1 and isinstance(deaths[0], asyncio.CancelledError)
+    assert "loop was cancelled, not by its owner" in str(deaths[0])
+    await t.stop()  # after a death: quiet, nothing raised, nothing reported again
+    assert len(deaths) == 1
+
+
+async def test_an_exception_or_a_return_is_a_death() -> None:
+    deaths: list[BaseException] = []
+
+    async def fails() -> None:
+        raise ValueError("broken")
+
+    async def returns() -> None:
+        return None
+
+    a = LongTask(fails(), name="a", on_death=deaths.append)
+    b = LongTask(returns(), name="b", on_death=deaths.append)
+    await asyncio.sleep(0.01)
+    assert [type(e) for e in deaths] == [ValueError, RuntimeError]
+    assert str(deaths[1]) == "b returned"
+    await a.stop()
+    await b.stop()
+    assert len(deaths) == 2

@@ -40,6 +40,34 @@ def payloads(events: list[GroupEvent]) -> list[Any]:
     return [e.payload for e in events if isinstance(e, Message)]
 
 
+class MostQueued:
+    """The most events `group`'s queue held at once, from now on (its `put_nowait` wrapped)."""
+
+    def __init__(self, group: Any) -> None:
+        self.most = 0
+        queue = group._queue
+        put = queue.put_nowait
+
+        def counting_put(item: Any) -> None:
+            put(item)
+            self.most = max(self.most, queue.qsize())
+
+        queue.put_nowait = counting_put
+
+
+async def take_until(group: Any, last: int, timeout: float) -> list[int]:
+    """Take `group`'s events until the message whose payload `i` is `last`; every `i` seen."""
+    seen: list[int] = []
+
+    def done(e: GroupEvent) -> bool:
+        if isinstance(e, Message):
+            seen.append(e.payload["i"])
+        return bool(seen) and seen[-1] == last
+
+    await until(group, done, timeout=timeout)
+    return seen
+
+
 class States:
     """A state listener that records every change and lets a test await one."""
 
@@ -255,15 +283,7 @@ async def test_the_direct_read_stops_at_the_frame_that_fills_a_group(
     g1 = await b.join("g1")
     g1.on_event(lambda e: handled.append(e))
     g2 = await b.join("g2")
-    most = 0
-    put = g2._queue.put_nowait
-
-    def counting_put(item: Any) -> None:
-        nonlocal most
-        put(item)
-        most = max(most, g2._queue.qsize())
-
-    g2._queue.put_nowait = counting_put  # type: ignore[method-assign]
+    queued = MostQueued(g2)
     pub = await asyncio.wait_for(Connection.connect(srv.url, "pub"), TIMEOUT)
     try:
         await asyncio.wait_for(pub.join("g1"), TIMEOUT)
@@ -275,15 +295,9 @@ async def test_the_direct_read_stops_at_the_frame_that_fills_a_group(
             while b._paused_by != "g2":
                 await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # frames keep arriving at the socket meanwhile
+        most = queued.most
         assert bound <= g2._queue.qsize() <= most <= bound + 8, (g2._queue.qsize(), most)
-        seen: list[int] = []
-
-        def last(e: GroupEvent) -> bool:
-            if isinstance(e, Message):
-                seen.append(e.payload["i"])
-            return bool(seen) and seen[-1] == n - 1
-
-        await until(g2, last, timeout=30)
+        seen = await take_until(g2, n - 1, 30)
         assert seen == list(range(n))  # every message once, in order
         async with asyncio.timeout(TIMEOUT):
             while sum(isinstance(e, Message) for e in handled) < n:
@@ -304,15 +318,7 @@ async def test_G11_G14_unconsumed_group_stops_the_reader_and_resumes_exactly_onc
     srv = await make_server(limits=Limits(max_outbound_frames=20), suspect_timeout=0.5)
     b = await sdk(srv.url, "b", opts(max_queued_events=bound))
     gb = await b.join("g")
-    most = 0
-    put = gb._queue.put_nowait
-
-    def counting_put(item: Any) -> None:
-        nonlocal most
-        put(item)
-        most = max(most, gb._queue.qsize())
-
-    gb._queue.put_nowait = counting_put  # type: ignore[method-assign]
+    queued = MostQueued(gb)
     pub = await asyncio.wait_for(Connection.connect(srv.url, "pub"), TIMEOUT)
     try:
         await asyncio.wait_for(pub.join("g"), TIMEOUT)
@@ -321,15 +327,8 @@ async def test_G11_G14_unconsumed_group_stops_the_reader_and_resumes_exactly_onc
             await asyncio.wait_for(pub.publish("g", {"i": i, "pad": pad}, order="total"),
                                    TIMEOUT)
         assert srv.stats.slow_consumers >= 1  # the server's bound did its job
-        assert most <= bound + 64, most  # bounded: not n
-        seen: list[int] = []
-
-        def last(e: GroupEvent) -> bool:
-            if isinstance(e, Message):
-                seen.append(e.payload["i"])
-            return bool(seen) and seen[-1] == n - 1
-
-        await until(gb, last, timeout=60)
+        assert queued.most <= bound + 64, queued.most  # bounded: not n
+        seen = await take_until(gb, n - 1, 60)
         assert seen == list(range(n))  # every message once, in order
         assert b.state is ConnectionState.CONNECTED
     finally:

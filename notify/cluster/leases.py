@@ -85,6 +85,7 @@ from notify.cluster.ownership import (
     Renew,
 )
 from notify.cluster.shards import SHARDS
+from notify.storage.natsloop import key_value
 from notify.supervision import death_of
 
 log = structlog.get_logger("notify.cluster")
@@ -430,11 +431,8 @@ class ClusterLeases:
 
     async def _bucket(self, bucket: str, ttl: float, *, strict_ttl: bool = False) -> KeyValue:
         assert self._js is not None
-        try:
-            kv = await self._js.key_value(bucket)
-        except nats.js.errors.BucketNotFoundError:
-            kv = await self._js.create_key_value(KeyValueConfig(
-                bucket=bucket, history=1, ttl=ttl, replicas=self.replicas))
+        kv = await key_value(self._js, KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
+                                                      replicas=self.replicas))
         status = await kv.status()
         if strict_ttl and abs((status.ttl or 0.0) - ttl) > 1e-3:
             raise ValueError(f"bucket {bucket} has max_age {status.ttl}, leases need {ttl}")

@@ -32,6 +32,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, KeyValueConfig
 
+from notify.storage.natsloop import key_value
 from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
@@ -74,11 +75,7 @@ class RevocationWatch:
                               on_death=self._died)
 
     async def _bucket(self, js: JetStreamContext) -> None:
-        try:
-            await js.key_value(self.bucket)
-        except nats.js.errors.BucketNotFoundError:
-            await js.create_key_value(KeyValueConfig(bucket=self.bucket, history=1,
-                                                     replicas=self.replicas))
+        await key_value(js, KeyValueConfig(bucket=self.bucket, history=1, replicas=self.replicas))
 
     async def _run(self, sub: JetStreamContext.PushSubscription) -> None:
         async for msg in sub.messages:

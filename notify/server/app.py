@@ -224,7 +224,7 @@ class NotifyServer:
                 return
             error = t.exception()
             if error is not None:
-                answer(None, repr(error))
+                answer(None, _described(error))
             else:
                 answer(t.result(), None)
 
@@ -775,6 +775,13 @@ class NotifyServer:
             return
         log.critical("timer_died", error=repr(error))
         self.halt(f"the timer task died: {error!r}")
+
+
+def _described(error: BaseException) -> str:
+    """An error as a log line or a refusal can say it: its type and its text. (`repr` of a
+    NATS API error is `BadRequestError()`, its code and description only in its `str`.)"""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else repr(error)
 
 
 #: seconds between two retention passes over the log

@@ -182,7 +182,7 @@ from notify.storage.base import (
     installs_between,
     last_ids,
 )
-from notify.storage.natsloop import LoopThread, open_stream
+from notify.storage.natsloop import LoopThread, key_value, open_stream
 
 log = structlog.get_logger("notify.storage")
 
@@ -766,11 +766,7 @@ class JetStreamLog:
     async def _revocations_kv(self) -> KeyValue:
         js = self._nc.jetstream(timeout=self.timeout)
         name = revocations_bucket(self.stream)
-        try:
-            kv = await js.key_value(name)
-        except (NotFoundError, nats.errors.Error):
-            kv = await js.create_key_value(KeyValueConfig(bucket=name, history=1,
-                                                          replicas=self.replicas))
+        kv = await key_value(js, KeyValueConfig(bucket=name, history=1, replicas=self.replicas))
         info = (await kv.status()).stream_info
         if info.cluster is not None and not info.cluster.leader:
             raise TimeoutError(f"bucket {name} has no leader yet")
@@ -1274,8 +1270,10 @@ class JetStreamLog:
     @staticmethod
     async def _again(op: Callable[[], Awaitable[T]], budget: float,
                      also: tuple[type[Exception], ...] = ()) -> T:
-        """`op()`, asked again while it times out, for up to `budget` seconds: only for what
-        may be asked twice (a read, finding or making a bucket, a put of the same value).
+        """`op()`, asked again while it times out (or JetStream answers 503, "temporarily
+        unavailable", as it does while it elects a leader), for up to `budget` seconds: only
+        for what may be asked twice (a read, finding or making a bucket, a put of the same
+        value).
         Object-store reads and bucket lookups are meta-layer requests (a consumer, a stream),
         which can stall for seconds on a busy or recovering cluster while the stream itself
         answers; a bucket just made may have no leader yet ("no response from stream"), or be
@@ -1285,7 +1283,7 @@ class JetStreamLog:
         deadline = loop.time() + budget
         retried: tuple[type[Exception], ...] = (
             TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError,
-            nats.js.errors.NoStreamResponseError, *also)
+            nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError, *also)
         while True:
             try:
                 return await op()
@@ -1303,12 +1301,8 @@ class JetStreamLog:
             except (NotFoundError, nats.errors.Error):
                 obs = await js.create_object_store(name, ObjectStoreConfig(
                     bucket=name, replicas=self.replicas))
-            kv_name = f"{self.stream}_checkpoint"
-            try:
-                kv = await js.key_value(kv_name)
-            except (NotFoundError, nats.errors.Error):
-                kv = await js.create_key_value(KeyValueConfig(
-                    bucket=kv_name, history=1, replicas=self.replicas))
+            kv = await key_value(js, KeyValueConfig(bucket=f"{self.stream}_checkpoint", history=1,
+                                                    replicas=self.replicas))
             # A bucket just made may not have elected its stream's leader yet, and then every
             # request to it gets "no response from stream": not ready until both have one
             # (asked again by `_buckets`).

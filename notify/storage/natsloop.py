@@ -19,8 +19,10 @@ import nats
 import nats.errors
 import structlog
 from nats.aio.client import Client
-from nats.js.api import StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StreamConfig
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 T = TypeVar("T")
 
@@ -86,4 +88,25 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
         raise
 
 
-__all__ = ["LoopThread", "open_stream"]
+async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The KV bucket `config` names, found or made (an existing one is used as it is).
+
+    Nodes that start together make their shared buckets together, and on a cluster the loser
+    of that race can be refused (`BadRequestError`) while the winner's bucket is not yet known
+    to the server that answers it (CI run A on 009345e: two of three nodes failed their start
+    on it). So a refused create looks the bucket up again, and if it is still not there says
+    `TimeoutError` ("not ready yet"), which every caller's bounded start-up retry asks again."""
+    try:
+        return await js.key_value(config.bucket)
+    except BucketNotFoundError:
+        pass
+    try:
+        return await js.create_key_value(config)
+    except APIError as refused:
+        try:
+            return await js.key_value(config.bucket)
+        except BucketNotFoundError:
+            raise TimeoutError(f"bucket {config.bucket} is not made yet: {refused!r}") from None
+
+
+__all__ = ["LoopThread", "key_value", "open_stream"]

@@ -182,7 +182,7 @@ from notify.storage.base import (
     installs_between,
     last_ids,
 )
-from notify.storage.natsloop import LoopThread, key_value, open_stream
+from notify.storage.natsloop import LoopThread, found_or_made, key_value, open_stream
 
 log = structlog.get_logger("notify.storage")
 
@@ -1265,7 +1265,7 @@ class JetStreamLog:
         """The checkpoint buckets (found or made, asked again while the meta layer is busy)."""
         if self._cp is not None:
             return self._cp
-        return await self._again(self._make_buckets, self.timeout * 2)
+        return await self._again(self._make_buckets, self.timeout * 2, (NotFoundError,))
 
     @staticmethod
     async def _again(op: Callable[[], Awaitable[T]], budget: float,
@@ -1296,11 +1296,9 @@ class JetStreamLog:
         if self._cp is None:
             js = self._nc.jetstream()
             name = f"{self.stream}_checkpoints"
-            try:
-                obs = await js.object_store(name)
-            except (NotFoundError, nats.errors.Error):
-                obs = await js.create_object_store(name, ObjectStoreConfig(
-                    bucket=name, replicas=self.replicas))
+            obs = await found_or_made(name, lambda: js.object_store(name),
+                                      lambda: js.create_object_store(name, ObjectStoreConfig(
+                                          bucket=name, replicas=self.replicas)))
             kv = await key_value(js, KeyValueConfig(bucket=f"{self.stream}_checkpoint", history=1,
                                                     replicas=self.replicas))
             # A bucket just made may not have elected its stream's leader yet, and then every

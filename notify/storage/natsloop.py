@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import nats
@@ -21,7 +21,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StreamConfig
-from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 from nats.js.kv import KeyValue
 
 T = TypeVar("T")
@@ -88,25 +88,37 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
         raise
 
 
-async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
-    """The KV bucket `config` names, found or made (an existing one is used as it is).
+B = TypeVar("B")
+
+
+async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
+                        make: Callable[[], Awaitable[B]]) -> B:
+    """A shared bucket (`name`), found by `lookup` or made by `make`; an existing one is used
+    as it is.
 
     Nodes that start together make their shared buckets together, and on a cluster the loser
     of that race can be refused (`BadRequestError`) while the winner's bucket is not yet known
     to the server that answers it (CI run A on 009345e: two of three nodes failed their start
-    on it). So a refused create looks the bucket up again, and if it is still not there says
-    `TimeoutError` ("not ready yet"), which every caller's bounded start-up retry asks again."""
+    on it). So a refused make looks the bucket up again, and if it is still not there says
+    `TimeoutError` ("not ready yet"), which every caller's bounded retry asks again. A lookup
+    that fails for any reason but "not found" is not answered by making the bucket."""
     try:
-        return await js.key_value(config.bucket)
-    except BucketNotFoundError:
+        return await lookup()
+    except NotFoundError:
         pass
     try:
-        return await js.create_key_value(config)
+        return await make()
     except APIError as refused:
         try:
-            return await js.key_value(config.bucket)
-        except BucketNotFoundError:
-            raise TimeoutError(f"bucket {config.bucket} is not made yet: {refused!r}") from None
+            return await lookup()
+        except NotFoundError:
+            raise TimeoutError(f"bucket {name} is not made yet: {refused}") from None
 
 
-__all__ = ["LoopThread", "key_value", "open_stream"]
+async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The KV bucket `config` names, found or made (`found_or_made`)."""
+    return await found_or_made(config.bucket, lambda: js.key_value(config.bucket),
+                               lambda: js.create_key_value(config))
+
+
+__all__ = ["LoopThread", "found_or_made", "key_value", "open_stream"]

@@ -215,7 +215,8 @@ class Client:
         #: (set where events are queued, so the direct read checks one flag per frame, not
         #: every group's queue)
         self._queue_full = False
-        self._queue_bound = self.options.max_queued_events or sys.maxsize
+        bound = self.options.max_queued_events
+        self._queue_bound = sys.maxsize if bound is None else bound
         #: why the client is CLOSED, if not by `close()`
         self.failure: NotifyError | None = None
         #: `error` frames that answered no request of ours (e.g. a refused token refresh)

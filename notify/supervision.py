@@ -43,6 +43,11 @@ class LongTask:
     def done(self) -> bool:
         return self.task.done()
 
+    def stopping(self) -> None:
+        """Its owner is stopping: from now on any end is expected (an owner whose own stop
+        takes a while, or is cancelled before it reaches `stop()`, says so first)."""
+        self._stopping = True
+
     async def stop(self) -> None:
         """End it (a death reported earlier stays reported; what it raised is not raised
         again here)."""

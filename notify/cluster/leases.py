@@ -536,7 +536,8 @@ class ClusterLeases:
                 async with asyncio.timeout(max(0.01, deadline - loop.time())):
                     return await step()
             except nats.js.errors.BadRequestError as e:
-                # e.g. two nodes creating the bucket at once with different configs: look again
+                # a refusal `found_or_made` did not take for the race (a bucket made with
+                # another config, say): looked at again until the deadline
                 if loop.time() + 0.2 > deadline:
                     raise
                 log.info("lease_start_retry", what=what, error=_reason(e))

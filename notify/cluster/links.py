@@ -113,6 +113,12 @@ class Uplink:
     def __len__(self) -> int:
         return len(self._queue)
 
+    @property
+    def dead(self) -> bool:
+        """Its sender ended (a death, reported through `on_give_up`, or `close()`): what is
+        sent to it now would queue with nobody to send it."""
+        return self._task.done()
+
     async def close(self) -> None:
         await self._task.stop()
 

@@ -169,6 +169,8 @@ class ClusterNode:
         self._dedup = UplinkDedup()
         self._gaps = DownlinkGaps()
         self._failed: str | None = None
+        #: `stop()` began: an uplink's end is no give-up any more (its connections are going)
+        self._stopping = False
         # -- edge side: where the frames of this node's connections go, and those that wait
         #: for an owner (the rules: notify/cluster/routing.py; this node does their I/O)
         self.router = EdgeRouter(self.node, route_timeout=config.route_timeout)
@@ -228,6 +230,9 @@ class ClusterNode:
             self._downlinks.flush()
 
     async def stop(self) -> None:
+        self._stopping = True
+        if self._tick is not None:
+            self._tick.stopping()  # its end from here on is this stop's (even if cut short)
         await self.release()
         if self._tick is not None:
             await self._tick.stop()
@@ -330,7 +335,7 @@ class ClusterNode:
 
     def _uplink(self, owner: str) -> Uplink:
         up = self._uplinks.get(owner)
-        if up is None:
+        if up is None or up.dead:  # (a dead one was reported: its connections were closed)
             assert self._nc is not None
             up = self._uplinks[owner] = Uplink(
                 self._nc, in_subject(self.config.prefix, owner),
@@ -353,6 +358,8 @@ class ClusterNode:
             self._server.close(conn, int(CloseCode.SHUTDOWN), reason, drain=True)
 
     def _gave_up(self, owner: str) -> None:
+        if self._stopping:  # an uplink made after stop() closed them: ended with the loop
+            return
         self.stats.link_give_ups += 1
         for a in self.router.link_lost(owner):
             if isinstance(a, CloseConns):

@@ -25,7 +25,6 @@ import contextlib
 from collections.abc import Callable
 
 import nats.errors
-import nats.js.errors
 import orjson
 import structlog
 from nats.aio.client import Client

@@ -332,9 +332,16 @@ class NotifyServer:
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
         self._timer = LongTask(self._run_timer(), name="server timer", on_death=self._timer_died)
-        # (a local placement restores every group here; a cluster node a group when it owns
-        # its shard)
-        await self.placement.start(self)
+        try:
+            # (a local placement restores every group here; a cluster node a group when it
+            # owns its shard)
+            await self.placement.start(self)
+        except BaseException:  # not started: nothing of it stays (the caller sees why)
+            await self._timer.stop()
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), self.shutdown_grace)
+            raise
         log.info("listening", url=self.url, event_loop=loop_name(),
                  event_log=str(self.events.path) if self.events else None)
         if self.verifier is None:
@@ -363,6 +370,8 @@ class NotifyServer:
         wait up to `shutdown_grace` for them to go, then flush the streams, the log and the
         event log."""
         self.draining = True
+        if self._timer is not None:
+            self._timer.stopping()  # its end from here on is this stop's (even if cut short)
         if self._server is not None:
             if self.drain_delay > 0:  # /readyz says 503 while load balancers take us out
                 await asyncio.sleep(self.drain_delay)

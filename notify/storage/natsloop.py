@@ -21,7 +21,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import KeyValueConfig, StreamConfig
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
 T = TypeVar("T")
@@ -90,6 +90,9 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
 
 B = TypeVar("B")
 
+#: JetStream's "stream name already in use" (JSStreamNameExistErr): another maker was first
+_NAME_IN_USE = 10058
+
 
 async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
                         make: Callable[[], Awaitable[B]]) -> B:
@@ -99,9 +102,11 @@ async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
     Nodes that start together make their shared buckets together, and on a cluster the loser
     of that race can be refused (`BadRequestError`) while the winner's bucket is not yet known
     to the server that answers it (CI run A on 009345e: two of three nodes failed their start
-    on it). So a refused make looks the bucket up again, and if it is still not there says
-    `TimeoutError` ("not ready yet"), which every caller's bounded retry asks again. A lookup
-    that fails for any reason but "not found" is not answered by making the bucket."""
+    on it). So a refused make looks the bucket up again. Still not there: a refusal that says
+    the race ("already in use", or 503 while JetStream elects a leader) becomes `TimeoutError`
+    ("not ready yet"), which every caller's bounded retry asks again; any other refusal (a
+    config the cluster cannot take) is raised as it is. A lookup that fails for any reason
+    but "not found" is not answered by making the bucket."""
     try:
         return await lookup()
     except NotFoundError:
@@ -112,7 +117,9 @@ async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
         try:
             return await lookup()
         except NotFoundError:
-            raise TimeoutError(f"bucket {name} is not made yet: {refused}") from None
+            if isinstance(refused, ServiceUnavailableError) or refused.err_code == _NAME_IN_USE:
+                raise TimeoutError(f"bucket {name} is not made yet: {refused}") from refused
+            raise refused from None
 
 
 async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

@@ -6,7 +6,8 @@ revocations bucket ended in `BadRequestError` (a create refused: the bucket was 
 or already made, by the third node). That run's timing did not come back here (22 starts of
 the three nodes, idle and under load, all passed), so the refused create is also given to
 `key_value` directly by a JetStream that refuses it; and six clients on the three servers of
-a real cluster make the same buckets at once, which must all get them.
+a real cluster make the same buckets at once, which must all get them (a smoke test of the
+race: it has not failed here against the code before the fix either).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ pytest.importorskip("nats", reason="the cluster extra (nats-py) is not installed
 
 import nats
 from nats.js.api import KeyValueConfig
-from nats.js.errors import BadRequestError, BucketNotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, ServiceUnavailableError
 
 from notify.storage.natsloop import key_value
 from tests.cluster.conftest import NatsCluster
@@ -62,11 +63,20 @@ async def test_nodes_that_make_the_same_buckets_at_once_all_get_them(
             await c.close()
 
 
-class RefusingJetStream:
-    """A JetStream whose bucket another node is making: not found, then the create refused
-    (400), then found."""
+IN_USE = BadRequestError(code=400, err_code=10058,
+                         description="stream name already in use with a different configuration")
+NOT_FOUND = BucketNotFoundError()
+UNSUPPORTED = BadRequestError(code=400, err_code=10074,
+                              description="replicas > 1 not supported in non-clustered mode")
 
-    def __init__(self, found_after_refusal: bool) -> None:
+
+class RefusingJetStream:
+    """A JetStream whose bucket another node may be making: the lookup fails with `lookup`
+    (until a create was tried, if `found_after_refusal`), the create with `refusal`."""
+
+    def __init__(self, *, lookup: Exception = NOT_FOUND,
+                 refusal: Exception = IN_USE, found_after_refusal: bool = False) -> None:
+        self.lookup, self.refusal = lookup, refusal
         self.found_after_refusal = found_after_refusal
         self.calls: list[str] = []
 
@@ -74,20 +84,36 @@ class RefusingJetStream:
         self.calls.append("lookup")
         if "create" in self.calls and self.found_after_refusal:
             return f"kv {bucket}"
-        raise BucketNotFoundError
+        raise self.lookup
 
     async def create_key_value(self, config: KeyValueConfig) -> str:
         self.calls.append("create")
-        raise BadRequestError(code=400, err_code=10058,
-                              description="stream name already in use with a different "
-                                          "configuration")
+        raise self.refusal
 
 
-async def test_a_refused_create_looks_again_and_otherwise_says_not_ready() -> None:
+CONFIG = KeyValueConfig(bucket="b", history=1)
+
+
+async def test_a_create_refused_because_another_made_it_looks_again() -> None:
     js = RefusingJetStream(found_after_refusal=True)
-    config = KeyValueConfig(bucket="b", history=1)
-    assert await key_value(js, config) == "kv b"  # type: ignore[arg-type]
+    assert await key_value(js, CONFIG) == "kv b"  # type: ignore[arg-type]
     assert js.calls == ["lookup", "create", "lookup"]
-    js = RefusingJetStream(found_after_refusal=False)
+
+
+async def test_a_create_refused_in_the_race_and_still_not_found_says_not_ready() -> None:
+    js = RefusingJetStream()
     with pytest.raises(TimeoutError, match="bucket b is not made yet"):  # the caller asks again
-        await key_value(js, config)  # type: ignore[arg-type]
+        await key_value(js, CONFIG)  # type: ignore[arg-type]
+
+
+async def test_any_other_refusal_is_raised_as_it_is() -> None:
+    js = RefusingJetStream(refusal=UNSUPPORTED)
+    with pytest.raises(BadRequestError, match="replicas > 1 not supported"):
+        await key_value(js, CONFIG)  # type: ignore[arg-type]
+
+
+async def test_a_lookup_that_fails_otherwise_does_not_make_the_bucket() -> None:
+    js = RefusingJetStream(lookup=ServiceUnavailableError())
+    with pytest.raises(ServiceUnavailableError):
+        await key_value(js, CONFIG)  # type: ignore[arg-type]
+    assert js.calls == ["lookup"]

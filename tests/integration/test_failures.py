@@ -10,8 +10,11 @@ raising an error, as a full disk or an I/O error would), against a server on rea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 from notify.server.app import NotifyServer
 from notify.storage.sqlite import SqliteLog
@@ -126,6 +129,39 @@ async def test_G13_a_timer_cancelled_by_anyone_but_stop_stops_the_server() -> No
     finally:
         await srv.stop()
     assert halts == [halts[0]]  # and stop() reports nothing more
+
+
+async def test_a_start_that_fails_or_a_stop_cut_short_is_no_timer_death() -> None:
+    """The timer ends with its owner: a start whose placement fails stops the timer it began
+    (and closes its listener), and a stop cancelled before it reached the timer does not turn
+    the timer's end into a death (`LongTask.stopping`)."""
+    from notify.runtime.placement import LocalPlacement
+
+    class FailingPlacement(LocalPlacement):
+        async def start(self, host: object) -> None:
+            raise RuntimeError("injected: the store cannot be read")
+
+    halts: list[str] = []
+    srv = NotifyServer(port=0, on_halt=halts.append, placement=FailingPlacement())
+    with pytest.raises(RuntimeError, match="injected"):
+        await srv.start()
+    await asyncio.sleep(0.05)
+    assert srv._timer is not None and srv._timer.done() and halts == []
+
+    srv = NotifyServer(port=0, on_halt=halts.append, drain_delay=0.5)
+    await srv.start()
+    stopping = asyncio.create_task(srv.stop())
+    await asyncio.sleep(0.05)  # in its drain delay, before the timer's stop
+    stopping.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await stopping
+    try:
+        assert srv._timer is not None
+        srv._timer.task.cancel()  # as the loop's end cancels what is left
+        await asyncio.sleep(0.05)
+        assert halts == [] and srv.halt_reason is None
+    finally:
+        await srv.stop()  # the stop, whole this time (the listener closed)
 
 
 async def test_G13_an_outbox_that_fails_drops_only_its_member_who_resumes(

@@ -90,8 +90,12 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
 
 B = TypeVar("B")
 
-#: JetStream's "stream name already in use" (JSStreamNameExistErr): another maker was first
-_NAME_IN_USE = 10058
+#: JetStream's refusals of a make that say "not yet", not "never": another maker was first
+#: (10058, "stream name already in use"), or the cluster that just started does not see enough
+#: of its servers yet (10005, "no suitable peers for placement, peer offline": CI run D on
+#: 614abc5, two notify nodes started right after their NATS cluster), or its meta layer is
+#: between leaders (10008, "JetStream system temporarily unavailable")
+_NOT_YET = frozenset({10058, 10005, 10008})
 
 
 async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
@@ -103,10 +107,10 @@ async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
     of that race can be refused (`BadRequestError`) while the winner's bucket is not yet known
     to the server that answers it (CI run A on 009345e: two of three nodes failed their start
     on it). So a refused make looks the bucket up again. Still not there: a refusal that says
-    the race ("already in use", or 503 while JetStream elects a leader) becomes `TimeoutError`
-    ("not ready yet"), which every caller's bounded retry asks again; any other refusal (a
-    config the cluster cannot take) is raised as it is. A lookup that fails for any reason
-    but "not found" is not answered by making the bucket."""
+    "not yet" (`_NOT_YET`, or any 503) becomes `TimeoutError`, which every caller's bounded
+    retry asks again; any other refusal (a config the cluster cannot take) is raised as it
+    is. A lookup that fails for any reason but "not found" is not answered by making the
+    bucket."""
     try:
         return await lookup()
     except NotFoundError:
@@ -117,7 +121,7 @@ async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
         try:
             return await lookup()
         except NotFoundError:
-            if isinstance(refused, ServiceUnavailableError) or refused.err_code == _NAME_IN_USE:
+            if isinstance(refused, ServiceUnavailableError) or refused.err_code in _NOT_YET:
                 raise TimeoutError(f"bucket {name} is not made yet: {refused}") from refused
             raise refused from None
 

@@ -1,13 +1,14 @@
 """Shared KV buckets made by nodes that start together (notify/storage/natsloop.py
 `key_value`).
 
-CI run A on 009345e failed two of three notify nodes at start-up: their read of the
-revocations bucket ended in `BadRequestError` (a create refused: the bucket was being made,
-or already made, by the third node). That run's timing did not come back here (22 starts of
-the three nodes, idle and under load, all passed), so the refused create is also given to
-`key_value` directly by a JetStream that refuses it; and six clients on the three servers of
-a real cluster make the same buckets at once, which must all get them (a smoke test of the
-race: it has not failed here against the code before the fix either).
+CI runs A (009345e) and D (614abc5) failed two of three notify nodes at start-up: their
+read of the revocations bucket ended in `BadRequestError`. Run D's error said why: 10005, "no
+suitable peers for placement, peer offline" (the nodes started right after their NATS cluster,
+which did not see all its servers yet). That timing did not come back here (22 starts of the
+three nodes, idle and under load, all passed), so the refusals are given to `key_value`
+directly by a JetStream that refuses; and six clients on the three servers of a real cluster
+make the same buckets at once, which must all get them (a smoke test of the race: it has not
+failed here against the code before the fix either).
 """
 
 from __future__ import annotations
@@ -100,8 +101,16 @@ async def test_a_create_refused_because_another_made_it_looks_again() -> None:
     assert js.calls == ["lookup", "create", "lookup"]
 
 
-async def test_a_create_refused_in_the_race_and_still_not_found_says_not_ready() -> None:
-    js = RefusingJetStream()
+NO_PEERS = BadRequestError(code=400, err_code=10005,
+                           description="no suitable peers for placement, peer offline")
+
+
+@pytest.mark.parametrize("refusal", [IN_USE, NO_PEERS], ids=["in use", "no peers yet"])
+async def test_a_create_refused_for_now_and_still_not_found_says_not_ready(
+        refusal: Exception) -> None:
+    """CI run D on 614abc5: two notify nodes started right after their NATS cluster were
+    refused with 10005 (the cluster did not see all its servers yet) and exited."""
+    js = RefusingJetStream(refusal=refusal)
     with pytest.raises(TimeoutError, match="bucket b is not made yet"):  # the caller asks again
         await key_value(js, CONFIG)  # type: ignore[arg-type]
 

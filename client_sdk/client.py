@@ -629,25 +629,38 @@ class Client:
 
     def _on_event(self, e: GroupEvent, now: float) -> None:
         g = self._groups.get(e.group)
-        if type(e) is Message:  # the hot path: one check, and no log record unless logging
+        if type(e) is Message:  # the hot path: no log record unless logging
+            is_message = True
             if self._events_log is not None:
                 self._log("client.deliver", group=e.group, offset=e.offset, stream=e.stream,
                           seq=e.seq, sender=e.sender, sent_ts=e.ts, recv_ts=now,
                           atomic=e.atomic)
-            if g is not None:
-                handler = g._handler
-                if handler is None:
-                    q = g._queue
-                    q.put_nowait(e)
-                    if q.qsize() >= self._queue_bound:
-                        self._queue_full = True
-                else:  # `Group._hand` for a message, inlined (the hot path)
-                    g._delivered[e.stream] = e.seq
-                    try:
-                        handler(e)
-                    except Exception:
-                        g._handler_raised(e)
+        else:
+            is_message = False
+            self._noted(e, g)
+        if g is None:
             return
+        handler = g._handler
+        if handler is None:
+            q = g._queue
+            q.put_nowait(e)
+            if q.qsize() >= self._queue_bound:
+                self._queue_full = True  # the direct read pauses at the end of this frame
+        elif type(e) is Message:  # `Group._hand` for a message, inlined (the hot path)
+            g._delivered[e.stream] = e.seq
+            try:
+                handler(e)
+            except Exception:
+                g._handler_raised(e)
+        else:
+            g._hand(e)
+        if not is_message and isinstance(e, Removed):  # left, or removed: this handle is done
+            g._left = True
+            g._room.set()
+            g._queue.put_nowait(_END)
+
+    def _noted(self, e: GroupEvent, g: Group | None) -> None:
+        """What an event other than a message says to the log and to the group's view."""
         if isinstance(e, ViewInstalled):
             self._log("client.view", group=e.group, view=e.view, members=list(e.members))
             if g is not None:
@@ -661,17 +674,6 @@ class Client:
         elif isinstance(e, Removed) and e.reason is not None:
             log.warning("notify client %s: removed from %s (%s)", self.member, e.group,
                         e.reason)
-        if g is not None:
-            if g._handler is None:
-                g._queue.put_nowait(e)
-                if g._queue.qsize() >= self._queue_bound:
-                    self._queue_full = True
-            else:
-                g._hand(e)
-            if isinstance(e, Removed):  # left, or removed by the group: this handle is done
-                g._left = True
-                g._room.set()
-                g._queue.put_nowait(_END)
 
     def _answer(self, outputs: list[RequestOutput]) -> None:
         """Settle the futures of the requests the protocol says are over, and do what it asks

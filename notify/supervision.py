@@ -27,26 +27,27 @@ def death_of(task: asyncio.Task[Any]) -> BaseException:
 
 
 class LongTask:
-    """A task run until `stop()`; `on_death(error)` is called once if it ends any other way."""
+    """A task run until `stop()`; `on_death(error)` is called once if it ends any other way.
+
+    `owner_stopping` says whether its owner's stop has begun: from then on any end is
+    expected, also before the owner reaches `stop()` (a stop that takes a while, or is
+    cancelled on the way). It reads the owner's own mark, so that the fact is kept once."""
 
     def __init__(self, coro: Coroutine[Any, Any, None], *, name: str,
-                 on_death: Callable[[BaseException], None]) -> None:
+                 on_death: Callable[[BaseException], None],
+                 owner_stopping: Callable[[], bool] = lambda: False) -> None:
         self._stopping = False
+        self._owner_stopping = owner_stopping
         self._on_death = on_death
         self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro, name=name)
         self.task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        if not self._stopping:
+        if not (self._stopping or self._owner_stopping()):
             self._on_death(death_of(task))
 
     def done(self) -> bool:
         return self.task.done()
-
-    def stopping(self) -> None:
-        """Its owner is stopping: from now on any end is expected (an owner whose own stop
-        takes a while, or is cancelled before it reaches `stop()`, says so first)."""
-        self._stopping = True
 
     async def stop(self) -> None:
         """End it (a death reported earlier stays reported; what it raised is not raised

@@ -85,7 +85,8 @@ from notify.cluster.ownership import (
     Renew,
 )
 from notify.cluster.shards import SHARDS
-from notify.storage.natsloop import key_value
+from notify.errortext import described
+from notify.storage.natsloop import key_value, not_yet
 from notify.supervision import death_of
 
 log = structlog.get_logger("notify.cluster")
@@ -95,9 +96,6 @@ _MARKER = "Nats-Marker-Reason"  # server-placed delete markers (2.11+), if a buc
 #: errors after which a request may not have been sent or answered: worth another attempt
 _TRANSIENT = (TimeoutError, nats.errors.Error)
 
-
-def _reason(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def _valid_key(key: str) -> bool:
@@ -237,7 +235,7 @@ class ClusterLeases:
                                                         deadline - loop.time()))):
                     await self._nodes_kv.delete(self.node)
             except _TRANSIENT as e:
-                log.warning("lease_node_delete_failed", node=self.node, error=_reason(e))
+                log.warning("lease_node_delete_failed", node=self.node, error=described(e))
         await self.abort()
 
     async def abort(self) -> None:
@@ -338,7 +336,7 @@ class ClusterLeases:
         except nats.js.errors.KeyWrongLastSequenceError:
             pass  # someone holds it (or our view is ahead of the server's expiry)
         except _TRANSIENT as e:
-            log.debug("lease_campaign_failed", shard=a.shard, error=_reason(e))
+            log.debug("lease_campaign_failed", shard=a.shard, error=described(e))
             revision = await self._created(a.shard)
         self._feed(self.machine.campaigned(a.shard, revision, self._clock()))
 
@@ -378,14 +376,14 @@ class ClusterLeases:
                     revision = await self._landed(a)
                 break
             except nats.js.errors.ServiceUnavailableError as e:
-                log.debug("lease_renew_retry", shard=a.shard, error=_reason(e))
+                log.debug("lease_renew_retry", shard=a.shard, error=described(e))
             except nats.js.errors.APIError as e:  # refused for good
-                log.warning("lease_renew_refused", shard=a.shard, error=_reason(e))
+                log.warning("lease_renew_refused", shard=a.shard, error=described(e))
                 break
             except _TRANSIENT as e:
                 maybe_landed = maybe_landed or not isinstance(
                     e, (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError))
-                log.debug("lease_renew_retry", shard=a.shard, error=_reason(e))
+                log.debug("lease_renew_retry", shard=a.shard, error=described(e))
             await asyncio.sleep(min(0.05, max(0.0, a.until - self._clock())))
         if revision is None:
             self.renew_failures += 1
@@ -413,7 +411,7 @@ class ClusterLeases:
             async with asyncio.timeout(self.op_timeout):
                 await self._key_value(self.shards_bucket).delete(str(a.shard), last=a.revision)
         except _TRANSIENT as e:  # it expires anyway
-            log.debug("lease_release_failed", shard=a.shard, error=_reason(e))
+            log.debug("lease_release_failed", shard=a.shard, error=described(e))
 
     async def _put_heartbeat(self) -> None:
         value = orjson.dumps({**self.info, "node": self.node})
@@ -425,7 +423,7 @@ class ClusterLeases:
             await self._put_heartbeat()
         except _TRANSIENT as e:
             self.heartbeat_failures += 1
-            log.warning("lease_heartbeat_failed", node=self.node, error=_reason(e))
+            log.warning("lease_heartbeat_failed", node=self.node, error=described(e))
 
     # -- buckets and watches ---------------------------------------------------------------------
 
@@ -507,7 +505,7 @@ class ClusterLeases:
             try:
                 lease = self._parse_lease(msg.data, revision)
             except ValueError as e:
-                log.warning("lease_bad_value", key=key, error=_reason(e))
+                log.warning("lease_bad_value", key=key, error=described(e))
                 return
         self._feed(self.machine.lease_seen(int(key), lease, now), wake=False)
 
@@ -530,21 +528,18 @@ class ClusterLeases:
 
     async def _retry(self, deadline: float, what: str,
                      step: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """`step()`, asked again until `deadline` while what it fails with may pass (`not_yet`:
+        the cluster settling); a refusal that will not pass (a bucket made with another
+        config, say) ends the start at once, as `found_or_made` does."""
         loop = asyncio.get_running_loop()
         while True:
             try:
                 async with asyncio.timeout(max(0.01, deadline - loop.time())):
                     return await step()
-            except nats.js.errors.BadRequestError as e:
-                # a refusal `found_or_made` did not take for the race (a bucket made with
-                # another config, say): looked at again until the deadline
-                if loop.time() + 0.2 > deadline:
+            except Exception as e:
+                if not not_yet(e) or loop.time() + 0.2 > deadline:
                     raise
-                log.info("lease_start_retry", what=what, error=_reason(e))
-            except _TRANSIENT as e:
-                if loop.time() + 0.2 > deadline:
-                    raise
-                log.info("lease_start_retry", what=what, error=_reason(e))
+                log.info("lease_start_retry", what=what, error=described(e))
             await asyncio.sleep(0.2)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str, *,
@@ -565,10 +560,10 @@ class ClusterLeases:
                 if error is None:
                     return
             if self.failure is not None:  # reported already; the node is stopping
-                log.debug("lease_task_failed", node=self.node, task=name, error=_reason(error))
+                log.debug("lease_task_failed", node=self.node, task=name, error=described(error))
                 return
-            self.failure = f"leases: {name}: {_reason(error)}"
-            log.error("lease_task_failed", node=self.node, task=name, error=_reason(error),
+            self.failure = f"leases: {name}: {described(error)}"
+            log.error("lease_task_failed", node=self.node, task=name, error=described(error),
                       exc_info=error)
             self._on_failure(self.failure)
 

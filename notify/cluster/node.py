@@ -169,7 +169,7 @@ class ClusterNode:
         self._dedup = UplinkDedup()
         self._gaps = DownlinkGaps()
         self._failed: str | None = None
-        #: `stop()` began: an uplink's end is no give-up any more (its connections are going)
+        #: `stop()` began: the tick's end is no death and an uplink's no give-up any more
         self._stopping = False
         # -- edge side: where the frames of this node's connections go, and those that wait
         #: for an owner (the rules: notify/cluster/routing.py; this node does their I/O)
@@ -212,7 +212,8 @@ class ClusterNode:
             replicas=c.replicas, settle=c.settle, standby=c.standby)
         await self.leases.start(c.connect_timeout)
         self._tick = LongTask(self._run_tick(), name="cluster tick",
-                              on_death=lambda e: self._fail(f"the cluster tick task died: {e!r}"))
+                              on_death=lambda e: self._fail(f"the cluster tick task died: {e!r}"),
+                              owner_stopping=lambda: self._stopping)
         log.info("cluster_node_started", node=self.node, inc=self.inc, nats=c.servers)
 
     @property
@@ -230,9 +231,7 @@ class ClusterNode:
             self._downlinks.flush()
 
     async def stop(self) -> None:
-        self._stopping = True
-        if self._tick is not None:
-            self._tick.stopping()  # its end from here on is this stop's (even if cut short)
+        self._stopping = True  # the tick's and the uplinks' ends from here on are this stop's
         await self.release()
         if self._tick is not None:
             await self._tick.stop()

@@ -47,6 +47,7 @@ from notify.core.auth import Identity
 from notify.core.checkpoint import Checkpoint
 from notify.core.errors import CloseCode, ErrorCode
 from notify.core.events import Ack, CheckpointChunk, FlushOk, History, Leave, Req, StateChunk
+from notify.errortext import described
 from notify.eventlog import EventLog
 from notify.eventloop import loop_name
 from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged, bump
@@ -224,7 +225,7 @@ class NotifyServer:
                 return
             error = t.exception()
             if error is not None:
-                answer(None, _described(error))
+                answer(None, described(error))
             else:
                 answer(t.result(), None)
 
@@ -331,7 +332,8 @@ class NotifyServer:
         )
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
-        self._timer = LongTask(self._run_timer(), name="server timer", on_death=self._timer_died)
+        self._timer = LongTask(self._run_timer(), name="server timer", on_death=self._timer_died,
+                               owner_stopping=lambda: self.draining)
         try:
             # (a local placement restores every group here; a cluster node a group when it
             # owns its shard)
@@ -369,9 +371,7 @@ class NotifyServer:
         every client to reconnect elsewhere (4003),
         wait up to `shutdown_grace` for them to go, then flush the streams, the log and the
         event log."""
-        self.draining = True
-        if self._timer is not None:
-            self._timer.stopping()  # its end from here on is this stop's (even if cut short)
+        self.draining = True  # the timer's end from here on is this stop's (even if cut short)
         if self._server is not None:
             if self.drain_delay > 0:  # /readyz says 503 while load balancers take us out
                 await asyncio.sleep(self.drain_delay)
@@ -784,13 +784,6 @@ class NotifyServer:
             return
         log.critical("timer_died", error=repr(error))
         self.halt(f"the timer task died: {error!r}")
-
-
-def _described(error: BaseException) -> str:
-    """An error as a log line or a refusal can say it: its type and its text. (`repr` of a
-    NATS API error is `BadRequestError()`, its code and description only in its `str`.)"""
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else repr(error)
 
 
 #: seconds between two retention passes over the log

@@ -170,6 +170,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import Retention
 from notify.core.events import ResumePoint
+from notify.errortext import described
 from notify.runtime.ports import Done, Fenced
 from notify.storage.base import (
     MAX_LIST,
@@ -342,7 +343,7 @@ class JetStreamLog:
             try:
                 self._call(self._buckets(), connect_timeout + 5)
             except Exception as e:
-                log.warning("checkpoint_buckets_unavailable", error=_reason(e))
+                log.warning("checkpoint_buckets_unavailable", error=described(e))
         except BaseException:
             self._stop_loop()
             raise
@@ -377,7 +378,7 @@ class JetStreamLog:
             try:
                 reason = f.result()
             except BaseException as e:  # cancelled at close, or a bug: never leave it hanging
-                reason = _reason(e)
+                reason = described(e)
             with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
                 caller.call_soon_threadsafe(done, reason)
 
@@ -452,8 +453,8 @@ class JetStreamLog:
             return self._unresolved(group, str(e))
         except Exception as e:
             if stored_parts:
-                return self._unresolved(group, f"part {stored_parts + 1}: {_reason(e)}")
-            return _reason(e)
+                return self._unresolved(group, f"part {stored_parts + 1}: {described(e)}")
+            return described(e)
 
     def _unresolved(self, group: str, why: str) -> Fenced:
         """The write may be (partly) stored: the group is rebuilt from the log, never told
@@ -545,7 +546,7 @@ class JetStreamLog:
                 # publishers of a batch a few seconds would have stored.
                 if loop.time() + delay > deadline:
                     if unclear is not None:
-                        raise _Unresolved(f"{unclear}; then {_reason(e)}") from e
+                        raise _Unresolved(f"{unclear}; then {described(e)}") from e
                     raise
             except _Unclear as e:
                 unclear = str(e)
@@ -558,7 +559,7 @@ class JetStreamLog:
                     raise _Unresolved(f"no answer from JetStream ({unclear})") from e
             except Exception as e:
                 if unclear is not None:
-                    raise _Unresolved(f"{unclear}; then {_reason(e)}") from e
+                    raise _Unresolved(f"{unclear}; then {described(e)}") from e
                 raise
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -591,7 +592,7 @@ class JetStreamLog:
                 return await asyncio.wait_for(self._last_record(group), self.timeout)
             except Exception as e:
                 if loop.time() + 0.25 > deadline + 1.0:
-                    raise _Unresolved(f"{why}; last record unreadable: {_reason(e)}") from e
+                    raise _Unresolved(f"{why}; last record unreadable: {described(e)}") from e
                 await asyncio.sleep(0.25)
 
     async def _batch_once(self, group: str, records: list[tuple[str, bytes]],
@@ -616,7 +617,7 @@ class JetStreamLog:
         except nats.errors.NoRespondersError:
             raise
         except Exception as e:
-            raise _Unclear(_reason(e)) from e
+            raise _Unclear(described(e)) from e
         ack = orjson.loads(reply.data) if reply.data else {}
         if "error" in ack:
             err = ack["error"]
@@ -1088,7 +1089,7 @@ class JetStreamLog:
                 n, r, done = await self._prune_group(group, self.retention(group), now,
                                                      self.prune_records - read)
             except Exception as e:  # this group waits for the next pass; the others go on
-                log.warning("prune_group_failed", group=group, error=_reason(e))
+                log.warning("prune_group_failed", group=group, error=described(e))
                 n, r, done = 0, 1, True
             purged, read = purged + n, read + r
             if not done:  # the budget ran out inside it: the next pass starts with it
@@ -1212,7 +1213,7 @@ class JetStreamLog:
             # it may be stored, past the fence this writer knows: its next write of the group
             # would be refused (10071), and the core would retract it. As after a write: the
             # group is loaded again first (`Fenced`, UNRESOLVED), and nothing is purged
-            self._unresolved(group, f"a pruned record: {_reason(e)}")
+            self._unresolved(group, f"a pruned record: {described(e)}")
             if isinstance(e, asyncio.CancelledError):
                 raise
             return 0
@@ -1384,7 +1385,7 @@ class JetStreamLog:
                 return await self._checkpoint(group)
             except (TimeoutError, nats.errors.Error) as e:
                 if loop.time() + 0.25 > deadline:
-                    log.warning("checkpoint_unreadable", group=group, error=_reason(e))
+                    log.warning("checkpoint_unreadable", group=group, error=described(e))
                     return None
                 await asyncio.sleep(0.25)
 
@@ -1490,6 +1491,3 @@ def _encode_view(w: StoreView, aborted: list[int]) -> bytes:
                          "joined": list(i.joined), "left": list(i.left), "offset": i.offset,
                          "aborted": aborted})
 
-
-def _reason(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -121,9 +121,23 @@ async def found_or_made(name: str, lookup: Callable[[], Awaitable[B]],
         try:
             return await lookup()
         except NotFoundError:
-            if isinstance(refused, ServiceUnavailableError) or refused.err_code in _NOT_YET:
+            if _refused_for_now(refused):
                 raise TimeoutError(f"bucket {name} is not made yet: {refused}") from refused
             raise refused from None
+
+
+def _refused_for_now(refused: APIError) -> bool:
+    return isinstance(refused, ServiceUnavailableError) or refused.err_code in _NOT_YET
+
+
+def not_yet(error: BaseException) -> bool:
+    """Whether a start-up step that failed with `error` may pass if asked again: a timeout or
+    a lost connection, JetStream's "not yet" refusals (`_NOT_YET`, any 503), or a bucket or
+    stream not found yet (a server can answer for one just made before it knows it). Any
+    other refusal will be refused again: it ends the start at once, with what it said."""
+    if isinstance(error, APIError):
+        return isinstance(error, NotFoundError) or _refused_for_now(error)
+    return isinstance(error, (TimeoutError, nats.errors.Error))
 
 
 async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
@@ -132,4 +146,4 @@ async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
                                lambda: js.create_key_value(config))
 
 
-__all__ = ["LoopThread", "found_or_made", "key_value", "open_stream"]
+__all__ = ["LoopThread", "found_or_made", "key_value", "not_yet", "open_stream"]

@@ -52,6 +52,7 @@ from notify.core.actions import Append, Message, StoreView, ViewInstall, Write
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import Retention
 from notify.core.events import ResumePoint
+from notify.errortext import described
 from notify.runtime.ports import Done
 from notify.storage.base import (
     MAX_LIST,
@@ -205,14 +206,14 @@ class SqliteLog:
             return [None] * len(writes)
         except Exception as e:
             if len(writes) == 1:
-                return [_reason(e)]
+                return [described(e)]
         errors: list[str | None] = []
         for w in writes:
             try:
                 self._transaction([w])
                 errors.append(None)
             except Exception as e:
-                errors.append(_reason(e))
+                errors.append(described(e))
         return errors
 
     def _transaction(self, writes: list[Write]) -> None:
@@ -497,6 +498,3 @@ def _row(m: Message) -> tuple[object, ...]:
     return (m.group, m.offset, m.stream, m.seq, m.sender, m.view, int(m.atomic),
             orjson.dumps(m.payload), m.ts, m.id, int(m.from_member))
 
-
-def _reason(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"

@@ -491,3 +491,35 @@ async def test_a_campaign_whose_answer_is_lost_but_landed_is_known_as_ours(
         assert all(int(k) in solo.leases.held() for k in lost)
     finally:
         await close(solo)
+
+
+@pytest.mark.timeout(60)
+async def test_a_refusal_that_will_not_pass_ends_the_start_at_once(
+        nats_cluster: NatsCluster) -> None:
+    """A bucket the cluster refuses for good (a stream already holds its subjects: 10065)
+    ends the start with what the cluster said, at once; a start asked it again for its whole
+    budget before (review: `_retry` took any `BadRequestError` as "not yet")."""
+    inst = await instance(nats_cluster, "node0", 0)
+    try:
+        js = inst.nc.jetstream(timeout=5)
+        squatter = nats.js.api.StreamConfig(
+            name="squatter", subjects=[f"$KV.{inst.leases.nodes_bucket}.>"], num_replicas=3)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while True:  # the cluster just started: its meta layer may not answer yet
+            try:
+                await js.add_stream(squatter)
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                    nats.js.errors.BadRequestError):
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        began = loop.time()
+        with pytest.raises(nats.js.errors.BadRequestError) as refused:
+            await asyncio.wait_for(inst.leases.start(15), 20)
+        assert refused.value.err_code == 10065, refused.value
+        assert loop.time() - began < 5, "the start asked a lasting refusal again"
+        assert inst.leases.failure is None and inst.failures == []
+    finally:
+        await close(inst)

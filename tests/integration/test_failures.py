@@ -134,7 +134,7 @@ async def test_G13_a_timer_cancelled_by_anyone_but_stop_stops_the_server() -> No
 async def test_a_start_that_fails_or_a_stop_cut_short_is_no_timer_death() -> None:
     """The timer ends with its owner: a start whose placement fails stops the timer it began
     (and closes its listener), and a stop cancelled before it reached the timer does not turn
-    the timer's end into a death (`LongTask.stopping`)."""
+    the timer's end into a death (`LongTask`'s `owner_stopping`)."""
     from notify.runtime.placement import LocalPlacement
 
     class FailingPlacement(LocalPlacement):

@@ -5,6 +5,7 @@ edge notices a lost owner batch, also the last one of a burst (the owner's beats
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -287,3 +288,58 @@ async def test_an_uplink_bounds_the_bytes_of_client_frames_it_queues() -> None:
         assert up.send(2, OPEN, b"{}") and up.send(2, CLOSED, b"{}")
     finally:
         await up.close()
+
+
+class _Owners:
+    """What an edge's uplinks ask of NATS, answered at once; what each got is kept."""
+
+    max_payload = 1 << 20
+
+    def __init__(self) -> None:
+        self.got: list[list[tuple[int, int, bytes]]] = []
+
+    async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+        self.got.append(decode_up(payload)[1])
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 5
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, what
+        await asyncio.sleep(0.01)
+
+
+async def test_a_dead_uplink_is_a_give_up_and_the_next_send_gets_a_new_one() -> None:
+    """An uplink whose sender died (G13: cancelled here, not by its owner) is reported as a
+    give-up (the edge closes what it routed there), and the node's next send to that owner
+    goes through a new uplink, not into the dead one's queue, which nobody sends."""
+    from notify.cluster.node import ClusterConfig, ClusterNode
+
+    node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
+    owners = _Owners()
+    node._nc = owners  # type: ignore[assignment]
+    first = node._uplink("own")
+    first._task.task.cancel()
+    await _until(lambda: node.stats.link_give_ups == 1, "the death reported as a give-up")
+    assert first.dead
+    second = node._uplink("own")
+    assert second is not first and not second.dead
+    second.send(1, FRAME, b'{"type":"publish"}')
+    await _until(lambda: bool(owners.got), "the entry sent by the new uplink")
+    assert owners.got == [[(1, FRAME, b'{"type":"publish"}')]]
+    await node.stop()
+
+
+async def test_an_uplinks_end_once_its_node_is_stopping_is_no_give_up() -> None:
+    """An uplink made after `stop()` closed the others (a frame routed meanwhile) ends with
+    the loop: that end is the stop's, and closes no connection as a give-up would."""
+    from notify.cluster.node import ClusterConfig, ClusterNode
+
+    node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
+    node._nc = _Owners()  # type: ignore[assignment]
+    await node.stop()
+    late = node._uplink("own")
+    late._task.task.cancel()  # as the loop's end cancels what is left
+    await _until(lambda: late.dead, "the late uplink ended")
+    await asyncio.sleep(0.01)
+    assert node.stats.link_give_ups == 0

@@ -50,3 +50,17 @@ async def test_an_exception_or_a_return_is_a_death() -> None:
     await a.stop()
     await b.stop()
     assert len(deaths) == 2
+
+
+async def test_an_end_once_the_owner_is_stopping_is_no_death() -> None:
+    """The owner's stop began (its own mark, read by `owner_stopping`) but has not reached
+    `stop()`: a cancel meanwhile, as the loop's end does to what is left, is its stop's."""
+    deaths: list[BaseException] = []
+    owner = {"stopping": False}
+    t = LongTask(forever(), name="loop", on_death=deaths.append,
+                 owner_stopping=lambda: owner["stopping"])
+    await asyncio.sleep(0)
+    owner["stopping"] = True
+    t.task.cancel()
+    await asyncio.sleep(0.01)
+    assert t.done() and deaths == []

@@ -4,11 +4,15 @@ bytes of a `batch` frame to the application holding the `Message` (issue 14).
     python -m bench sdkrecv                       # 200,000 messages in batches of 64
     python -m bench sdkrecv --profile             # the same under cProfile: where the time goes
     python -m bench sdkrecv --handler             # the callback style (Group.on_event)
+    python -m bench sdkrecv --atomic              # atomic messages: ACKed, held to `confirm`
 
 What it runs is the SDK's own code: `Client._receive` (orjson, `ClientProtocol.receive`, the
 dispatch to the group's queue) and `Group.next_event` (what `async for` calls), fed frames shaped
 as the server sends them. A subscriber process of `bench sdkfanout` spends this plus the socket
 and the event loop; this isolates the part the SDK controls, measured by process CPU time.
+`--atomic`: every message atomic, each batch followed by the `confirm` of its offsets (as a
+server whose members all ACK at once sends it), and the ACK frames the SDK queues encoded as
+its writer would (`data_to_send` and `orjson.dumps`, once per frame received).
 """
 
 from __future__ import annotations
@@ -24,19 +28,26 @@ import orjson
 from client_sdk.client import Client, Group
 
 
-def frames(n: int, batch: int, group: str, payload: bytes) -> list[bytes]:
-    """`n` FIFO messages of one sender, `batch` to a frame, as the server writes them."""
+def frames(n: int, batch: int, group: str, payload: bytes,
+           atomic: bool = False) -> list[bytes]:
+    """`n` FIFO messages of one sender, `batch` to a frame, as the server writes them (atomic:
+    each batch then confirmed by a frame of its own)."""
     body = orjson.loads(payload)
     out = []
     for start in range(1, n + 1, batch):
+        offsets = range(start, min(start + batch, n + 1))
         inner = [{"type": "deliver", "group": group, "offset": i, "stream": "fifo:pub", "seq": i,
-                  "sender": "pub", "view": 1, "atomic": False, "payload": body, "ts": 0.0}
-                 for i in range(start, min(start + batch, n + 1))]
+                  "sender": "pub", "view": 1, "atomic": atomic, "payload": body, "ts": 0.0}
+                 for i in offsets]
         out.append(orjson.dumps({"type": "batch", "frames": inner}))
+        if atomic:
+            out.append(orjson.dumps({"type": "confirm", "group": group,
+                                     "offsets": list(offsets)}))
     return out
 
 
-async def run(n: int, batch: int, handler: bool = False) -> tuple[float, int]:
+async def run(n: int, batch: int, handler: bool = False,
+              atomic: bool = False) -> tuple[float, int]:
     client = Client("ws://127.0.0.1:1", "sub")
     group = Group(client, "g", "members")
     client._groups["g"] = group
@@ -46,8 +57,15 @@ async def run(n: int, batch: int, handler: bool = False) -> tuple[float, int]:
                                   "members": ["sub", "pub"], "joined": ["sub"], "left": [],
                                   "epoch": 1, "offset": 0}))
     await group.next_event()  # the view
-    data = frames(n, batch, "g", b'{"x":"' + b"a" * 88 + b'"}')  # 100 B payloads
+    data = frames(n, batch, "g", b'{"x":"' + b"a" * 88 + b'"}', atomic)  # 100 B payloads
+    protocol = client.protocol
     got = 0
+
+    def receive(d: bytes) -> None:
+        client._receive(d)
+        if atomic:  # what the writer does with what the frame made the SDK owe
+            for frame in protocol.data_to_send():
+                orjson.dumps(frame)
     if handler:
         count = [0]
 
@@ -57,11 +75,11 @@ async def run(n: int, batch: int, handler: bool = False) -> tuple[float, int]:
         group.on_event(take)
         t0 = time.process_time()
         for d in data:
-            client._receive(d)
+            receive(d)
         return time.process_time() - t0, count[0]
     t0 = time.process_time()
     for d in data:
-        client._receive(d)
+        receive(d)
         while not group._queue.empty():
             await group.next_event()
             got += 1
@@ -76,17 +94,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--handler", action="store_true",
                    help="the callback style (`Group.on_event`) instead of `next_event`")
+    p.add_argument("--atomic", action="store_true",
+                   help="atomic messages, each batch confirmed (ACKs encoded as sent)")
     a = p.parse_args(argv)
     if a.profile:
         prof = cProfile.Profile()
         prof.enable()
-        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic))
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     else:
-        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic))
     assert got == a.messages, (got, a.messages)
-    print(f"sdkrecv ({'on_event' if a.handler else 'next_event'}): {got} messages in batches "
+    print(f"sdkrecv ({'on_event' if a.handler else 'next_event'}"
+          f"{', atomic' if a.atomic else ''}): {got} messages in batches "
           f"of {a.batch}: {cpu:.3f} CPU-s, "
           f"{cpu / got * 1e6:.2f} µs per message")
     return 0

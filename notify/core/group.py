@@ -831,14 +831,9 @@ class Group:
         if member not in self.slots:
             out.append(Send(conn, Error(ErrorCode.NOT_MEMBER, f"not a member of {self.name}")))
             return out
-        committed: list[Message] = []
+        committed, other = self.atomics.ack(member, offsets)
         unknown: list[int] = []
-        for offset in offsets:
-            if offset in self.atomics:
-                msg = self.atomics.ack(member, offset)
-                if msg is not None:
-                    committed.append(msg)
-                continue
+        for offset in other:
             done = self.topic.outcome(offset)
             if done is None:  # it left the window (a resume's ACK of what it held): decided
                 done = self.topic.decided(offset)

@@ -29,9 +29,11 @@ def death_of(task: asyncio.Task[Any]) -> BaseException:
 class LongTask:
     """A task run until `stop()`; `on_death(error)` is called once if it ends any other way.
 
-    `owner_stopping` says whether its owner's stop has begun: from then on any end is
-    expected, also before the owner reaches `stop()` (a stop that takes a while, or is
-    cancelled on the way). It reads the owner's own mark, so that the fact is kept once."""
+    `owner_stopping` says whether its owner's stop has begun: from then on a cancel is
+    expected, also before the owner reaches `stop()` (a stop cut short, whose loop then
+    cancels what is left). It reads the owner's own mark, so that the fact is kept once. An
+    exception or a return is a death even then: the task still kept its promises while its
+    owner drained (the server's timer fires the deadlines of its last seconds)."""
 
     def __init__(self, coro: Coroutine[Any, Any, None], *, name: str,
                  on_death: Callable[[BaseException], None],
@@ -43,8 +45,9 @@ class LongTask:
         self.task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        if not (self._stopping or self._owner_stopping()):
-            self._on_death(death_of(task))
+        if self._stopping or (task.cancelled() and self._owner_stopping()):
+            return
+        self._on_death(death_of(task))
 
     def done(self) -> bool:
         return self.task.done()

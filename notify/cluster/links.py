@@ -50,6 +50,7 @@ from notify.cluster.linkwire import (
     encode_up,
     up_size,
 )
+from notify.errortext import described
 from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
@@ -83,7 +84,8 @@ class Uplink:
     def __init__(self, nc: Client, subject: str, header: dict[str, Any], *,
                  on_give_up: Callable[[str], None], owner: str,
                  request_timeout: float = 2.0, give_up_after: float = 15.0,
-                 max_bytes: int = MAX_UPLINK_BYTES) -> None:
+                 max_bytes: int = MAX_UPLINK_BYTES,
+                 owner_stopping: Callable[[], bool] = lambda: False) -> None:
         self._nc, self._subject, self._header = nc, subject, header
         self.owner = owner
         self._on_give_up = on_give_up
@@ -97,7 +99,8 @@ class Uplink:
         #: bytes queued, and the most that client frames may fill (G14)
         self._bytes = 0
         self.max_bytes = max_bytes
-        self._task = LongTask(self._run(), name=f"uplink-{owner}", on_death=self._died)
+        self._task = LongTask(self._run(), name=f"uplink-{owner}", on_death=self._died,
+                              owner_stopping=owner_stopping)
 
     def send(self, conn: int, kind: int, data: bytes) -> bool:
         """Queue an entry; False for a client frame over `max_bytes` queued (G14: the edge
@@ -173,7 +176,7 @@ class Uplink:
     def _died(self, error: BaseException) -> None:
         # the loop catches what a request can raise; anything else is a bug: say so, and let
         # the edge close what it routed here (its clients resume) instead of queueing forever
-        log.error("uplink_died", owner=self.owner, error=repr(error))
+        log.error("uplink_died", owner=self.owner, error=described(error))
         self._on_give_up(self.owner)
 
 

@@ -97,6 +97,7 @@ from notify.core.auth import Identity
 from notify.core.errors import CloseCode
 from notify.core.events import Hello
 from notify.core.users import split_member
+from notify.errortext import described
 from notify.runtime.driver import MOVED
 from notify.runtime.placement import NoOwner, PlacementHost, RawFrame, Sample
 from notify.storage.jetstream import revocations_bucket
@@ -202,7 +203,8 @@ class ClusterNode:
         self._revocations = RevocationWatch(
             self._nc, revocations_bucket(c.stream), replicas=c.replicas,
             on_revoked=server.revoked, on_failure=self._fail,
-            idle_heartbeat=max(0.1, min(1.0, c.node_ttl / 4)))
+            idle_heartbeat=max(0.1, min(1.0, c.node_ttl / 4)),
+            owner_stopping=lambda: self._stopping)
         await self._revocations.start(c.connect_timeout)
         self.leases = ClusterLeases(
             self._nc, self.node,
@@ -212,7 +214,8 @@ class ClusterNode:
             replicas=c.replicas, settle=c.settle, standby=c.standby)
         await self.leases.start(c.connect_timeout)
         self._tick = LongTask(self._run_tick(), name="cluster tick",
-                              on_death=lambda e: self._fail(f"the cluster tick task died: {e!r}"),
+                              on_death=lambda e: self._fail(
+                                  f"the cluster tick task died: {described(e)}"),
                               owner_stopping=lambda: self._stopping)
         log.info("cluster_node_started", node=self.node, inc=self.inc, nats=c.servers)
 
@@ -339,7 +342,8 @@ class ClusterNode:
             up = self._uplinks[owner] = Uplink(
                 self._nc, in_subject(self.config.prefix, owner),
                 {"edge": self.node, "inc": self.inc}, owner=owner,
-                on_give_up=self._gave_up, give_up_after=self.config.give_up_after)
+                on_give_up=self._gave_up, give_up_after=self.config.give_up_after,
+                owner_stopping=lambda: self._stopping)
         return up
 
     def closed(self, conn: int, code: int, reason: str) -> None:

@@ -24,14 +24,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import nats.errors
 import orjson
 import structlog
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy, KeyValueConfig
 
-from notify.storage.natsloop import key_value
+from notify.errortext import described
+from notify.storage.natsloop import key_value, not_yet
 from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
@@ -41,8 +41,10 @@ class RevocationWatch:
     def __init__(self, nc: Client, bucket: str, *, replicas: int,
                  on_revoked: Callable[[str, float], None],
                  on_failure: Callable[[str], None],
-                 idle_heartbeat: float = 0.5, op_timeout: float = 5.0) -> None:
+                 idle_heartbeat: float = 0.5, op_timeout: float = 5.0,
+                 owner_stopping: Callable[[], bool] = lambda: False) -> None:
         self.nc, self.bucket, self.replicas = nc, bucket, replicas
+        self._owner_stopping = owner_stopping
         self._on_revoked, self._on_failure = on_revoked, on_failure
         self.idle_heartbeat, self.op_timeout = idle_heartbeat, op_timeout
         #: revocations delivered by the watch (a metric)
@@ -65,13 +67,13 @@ class RevocationWatch:
                     deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                     idle_heartbeat=self.idle_heartbeat, inactive_threshold=60.0)
                 break
-            except (TimeoutError, nats.errors.Error) as e:
-                if loop.time() + 0.2 > deadline:
+            except Exception as e:
+                if not not_yet(e) or loop.time() + 0.2 > deadline:
                     raise
-                log.info("revocation_watch_retry", bucket=self.bucket, error=str(e) or repr(e))
+                log.info("revocation_watch_retry", bucket=self.bucket, error=described(e))
                 await asyncio.sleep(0.2)
         self._task = LongTask(self._run(self._sub), name=f"revocation watch of {self.bucket}",
-                              on_death=self._died)
+                              on_death=self._died, owner_stopping=self._owner_stopping)
 
     async def _bucket(self, js: JetStreamContext) -> None:
         await key_value(js, KeyValueConfig(bucket=self.bucket, history=1, replicas=self.replicas))
@@ -84,7 +86,7 @@ class RevocationWatch:
                 record = orjson.loads(msg.data)
                 user, at = str(record["user"]), float(record["at"])
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                log.error("revocation_unreadable", subject=msg.subject, error=repr(e))
+                log.error("revocation_unreadable", subject=msg.subject, error=described(e))
                 continue
             self.heard += 1
             self._on_revoked(user, at)
@@ -92,7 +94,7 @@ class RevocationWatch:
             raise RuntimeError(f"the watch of {self.bucket} ended")
 
     def _died(self, error: BaseException) -> None:
-        log.critical("revocation_watch_died", bucket=self.bucket, error=repr(error),
+        log.critical("revocation_watch_died", bucket=self.bucket, error=described(error),
                      exc_info=error)
         self._on_failure(f"the revocation watch died: {error!r}")
 

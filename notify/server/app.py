@@ -421,10 +421,10 @@ class NotifyServer:
             r.headers["Content-Type"] = CONTENT_TYPE
             r.headers["Content-Length"] = str(len(r.body))
             return r
-        described = self.placement.describe() if path == "/cluster" else None
-        if described is not None:  # who owns what, as this node sees it
+        placement = self.placement.describe() if path == "/cluster" else None
+        if placement is not None:  # who owns what, as this node sees it
             r = ws.respond(200, "")
-            r.body = orjson.dumps(described)
+            r.body = orjson.dumps(placement)
             del r.headers["Content-Type"], r.headers["Content-Length"]
             r.headers["Content-Type"] = "application/json"
             r.headers["Content-Length"] = str(len(r.body))
@@ -782,8 +782,8 @@ class NotifyServer:
         stops the server (G13) instead of going unnoticed."""
         if self.halt_reason is not None:
             return
-        log.critical("timer_died", error=repr(error))
-        self.halt(f"the timer task died: {error!r}")
+        log.critical("timer_died", error=described(error))
+        self.halt(f"the timer task died: {described(error)}")
 
 
 #: seconds between two retention passes over the log

@@ -24,6 +24,8 @@ from nats.js.api import KeyValueConfig, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
+from notify.errortext import described
+
 T = TypeVar("T")
 
 log = structlog.get_logger("notify.storage")
@@ -79,8 +81,7 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
             except (TimeoutError, nats.errors.Error) as e:
                 if loop.time() + 0.2 > deadline:
                     raise
-                log.info(f"{what}_stream_retry", stream=config.name,
-                         error=str(e) or type(e).__name__)
+                log.info(f"{what}_stream_retry", stream=config.name, error=described(e))
                 await asyncio.sleep(0.2)
     except BaseException:
         with contextlib.suppress(Exception):
@@ -130,13 +131,21 @@ def _refused_for_now(refused: APIError) -> bool:
     return isinstance(refused, ServiceUnavailableError) or refused.err_code in _NOT_YET
 
 
+#: JetStream's refusals that are refused again however long one waits: the request is wrong
+#: for this cluster or account (subjects another stream holds, a config it cannot take, R>1
+#: without a cluster, a streams or bytes limit); from nats-server's error table
+_LASTING = frozenset({10065, 10052, 10074, 10027, 10113, 10122})
+
+
 def not_yet(error: BaseException) -> bool:
-    """Whether a start-up step that failed with `error` may pass if asked again: a timeout or
-    a lost connection, JetStream's "not yet" refusals (`_NOT_YET`, any 503), or a bucket or
-    stream not found yet (a server can answer for one just made before it knows it). Any
-    other refusal will be refused again: it ends the start at once, with what it said."""
+    """Whether a start-up step that failed with `error` may pass if asked again: a timeout, a
+    lost connection, any JetStream answer but the refusals known to last (`_LASTING`). A
+    cluster that is settling answers with many codes (503s, 500s such as "cluster can not
+    handle request" or a consumer's create failing on its peer, a bucket not known yet to
+    the server that answers), so what is retried is what is not known to be final; a lasting
+    refusal ends the start at once, with what it said."""
     if isinstance(error, APIError):
-        return isinstance(error, NotFoundError) or _refused_for_now(error)
+        return error.err_code not in _LASTING
     return isinstance(error, (TimeoutError, nats.errors.Error))
 
 

@@ -126,3 +126,22 @@ async def test_a_lookup_that_fails_otherwise_does_not_make_the_bucket() -> None:
     with pytest.raises(ServiceUnavailableError):
         await key_value(js, CONFIG)  # type: ignore[arg-type]
     assert js.calls == ["lookup"]
+
+
+def test_a_start_asks_again_all_but_the_refusals_known_to_last() -> None:
+    """`not_yet`, the start-up retries' rule (leases, the revocation watch): a settling cluster
+    answers with 500s too ("cluster can not handle request", a consumer's create failing on
+    its peer), so only what is known to be final ends a start at once."""
+    from nats.js.errors import APIError, ServerError
+
+    from notify.storage.natsloop import not_yet
+
+    assert not_yet(TimeoutError()) and not_yet(nats.errors.NoRespondersError())
+    assert not_yet(ServiceUnavailableError(code=503, err_code=10008))
+    assert not_yet(ServerError(code=500, err_code=10009, description="cluster can not handle"))
+    assert not_yet(ServerError(code=500, err_code=10012, description="consumer create"))
+    assert not_yet(BucketNotFoundError(code=404, err_code=10059))
+    assert not_yet(APIError(code=None, err_code=None))  # an answer without a code
+    assert not not_yet(BadRequestError(code=400, err_code=10065, description="overlap"))
+    assert not not_yet(ServerError(code=500, err_code=10074, description="replicas > 1"))
+    assert not not_yet(ValueError("bucket has max_age 3, leases need 4"))

@@ -322,12 +322,14 @@ async def test_a_dead_uplink_is_a_give_up_and_the_next_send_gets_a_new_one() -> 
     first._task.task.cancel()
     await _until(lambda: node.stats.link_give_ups == 1, "the death reported as a give-up")
     assert first.dead
-    second = node._uplink("own")
-    assert second is not first and not second.dead
-    second.send(1, FRAME, b'{"type":"publish"}')
-    await _until(lambda: bool(owners.got), "the entry sent by the new uplink")
-    assert owners.got == [[(1, FRAME, b'{"type":"publish"}')]]
-    await node.stop()
+    try:
+        second = node._uplink("own")
+        assert second is not first and not second.dead
+        second.send(1, FRAME, b'{"type":"publish"}')
+        await _until(lambda: bool(owners.got), "the entry sent by the new uplink")
+        assert owners.got == [[(1, FRAME, b'{"type":"publish"}')]]
+    finally:
+        await node.stop()
 
 
 async def test_an_uplinks_end_once_its_node_is_stopping_is_no_give_up() -> None:
@@ -339,7 +341,10 @@ async def test_an_uplinks_end_once_its_node_is_stopping_is_no_give_up() -> None:
     node._nc = _Owners()  # type: ignore[assignment]
     await node.stop()
     late = node._uplink("own")
-    late._task.task.cancel()  # as the loop's end cancels what is left
-    await _until(lambda: late.dead, "the late uplink ended")
-    await asyncio.sleep(0.01)
-    assert node.stats.link_give_ups == 0
+    try:
+        late._task.task.cancel()  # as the loop's end cancels what is left
+        await _until(lambda: late.dead, "the late uplink ended")
+        await asyncio.sleep(0.01)
+        assert node.stats.link_give_ups == 0
+    finally:
+        await late.close()

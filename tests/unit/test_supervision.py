@@ -52,7 +52,7 @@ async def test_an_exception_or_a_return_is_a_death() -> None:
     assert len(deaths) == 2
 
 
-async def test_an_end_once_the_owner_is_stopping_is_no_death() -> None:
+async def test_a_cancel_once_the_owner_is_stopping_is_no_death() -> None:
     """The owner's stop began (its own mark, read by `owner_stopping`) but has not reached
     `stop()`: a cancel meanwhile, as the loop's end does to what is left, is its stop's."""
     deaths: list[BaseException] = []
@@ -64,3 +64,19 @@ async def test_an_end_once_the_owner_is_stopping_is_no_death() -> None:
     t.task.cancel()
     await asyncio.sleep(0.01)
     assert t.done() and deaths == []
+
+
+async def test_an_exception_while_the_owner_is_stopping_is_still_a_death() -> None:
+    """The owner drains (its stop began) and still needs the task until it stops it: a
+    crash then is reported, not taken for the stop."""
+    deaths: list[BaseException] = []
+
+    async def fails_later() -> None:
+        await asyncio.sleep(0.01)
+        raise ValueError("broken while draining")
+
+    t = LongTask(fails_later(), name="timer", on_death=deaths.append,
+                 owner_stopping=lambda: True)
+    await asyncio.sleep(0.05)
+    assert [str(e) for e in deaths] == ["broken while draining"]
+    await t.stop()

@@ -319,6 +319,10 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     await server.stop()
     if hooks is not None:  # after the server: its last writes were hooked
         await hooks.stop()
+    if server.halt_reason is not None:  # a part died while it drained (G13): say so, non-zero
+        log.critical("fail_stop", reason=server.halt_reason,
+                     detail="the server stopped rather than break a promise; restart it")
+        raise SystemExit(EXIT_HALTED)
     log.info("stopped")
 
 

@@ -188,6 +188,18 @@ class ClusterNode:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self, server: PlacementHost) -> None:
+        """Connect, watch the revocations, start the leases and the tick. A start that fails
+        undoes what it began (the watch, the connection) before it raises: they would end
+        with the loop, and be taken for deaths after the error that ended the start."""
+        try:
+            await self._start(server)
+        except BaseException:
+            self._stopping = True
+            with contextlib.suppress(Exception):
+                await self.stop()
+            raise
+
+    async def _start(self, server: PlacementHost) -> None:
         self._server = server
         c = self.config
         self._nc = await asyncio.wait_for(nats.connect(
@@ -204,7 +216,7 @@ class ClusterNode:
             self._nc, revocations_bucket(c.stream), replicas=c.replicas,
             on_revoked=server.revoked, on_failure=self._fail,
             idle_heartbeat=max(0.1, min(1.0, c.node_ttl / 4)),
-            owner_stopping=lambda: self._stopping)
+            owner_stopping=self._stopping_now)
         await self._revocations.start(c.connect_timeout)
         self.leases = ClusterLeases(
             self._nc, self.node,
@@ -216,8 +228,13 @@ class ClusterNode:
         self._tick = LongTask(self._run_tick(), name="cluster tick",
                               on_death=lambda e: self._fail(
                                   f"the cluster tick task died: {described(e)}"),
-                              owner_stopping=lambda: self._stopping)
+                              owner_stopping=self._stopping_now)
         log.info("cluster_node_started", node=self.node, inc=self.inc, nats=c.servers)
+
+    def _stopping_now(self) -> bool:
+        """This node's stop began, or its server's (whose drain comes before it: a stop cut
+        short there ends the node's tasks with the loop)."""
+        return self._stopping or (self._server is not None and self._server.draining)
 
     @property
     def ready(self) -> bool:
@@ -343,7 +360,7 @@ class ClusterNode:
                 self._nc, in_subject(self.config.prefix, owner),
                 {"edge": self.node, "inc": self.inc}, owner=owner,
                 on_give_up=self._gave_up, give_up_after=self.config.give_up_after,
-                owner_stopping=lambda: self._stopping)
+                owner_stopping=self._stopping_now)
         return up
 
     def closed(self, conn: int, code: int, reason: str) -> None:

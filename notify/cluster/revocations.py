@@ -96,7 +96,7 @@ class RevocationWatch:
     def _died(self, error: BaseException) -> None:
         log.critical("revocation_watch_died", bucket=self.bucket, error=described(error),
                      exc_info=error)
-        self._on_failure(f"the revocation watch died: {error!r}")
+        self._on_failure(f"the revocation watch died: {described(error)}")
 
     async def stop(self) -> None:
         self._closed = True

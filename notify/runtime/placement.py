@@ -52,6 +52,11 @@ class PlacementHost(Protocol):
     @property
     def driver(self) -> Driver: ...
 
+    @property
+    def draining(self) -> bool:
+        """Its stop began (or it halted): what the placement's own tasks end with from now on
+        may be the stop's."""
+
     def restore_all(self) -> None:
         """Bring back every group the log knows (this process owns them all)."""
 

@@ -752,17 +752,28 @@ class JetStreamLog:
         return await self._again(self._read_revocations, self.timeout * 3, (NotFoundError,))
 
     async def _read_revocations(self) -> dict[str, float]:
+        """Every key's last value, read to the end the stream had: the entry delivered with
+        nothing pending after it (`delta == 0`). Not to the watcher's `None`: nats-py puts that
+        marker first when its consumer info says nothing is pending and nothing has arrived
+        yet, which is also true while the entries are on their way (a local run of
+        test_revocations_are_kept_on_jetstream... read {} with two users revoked)."""
         kv = await self._revocations_kv()
-        watcher = await kv.watchall(ignore_deletes=True)
+        if not (await kv.status()).values:
+            return {}
+        watcher = await kv.watchall()
         out: dict[str, float] = {}
         try:
-            while (entry := await watcher.updates(self.timeout)) is not None:  # type: ignore[no-untyped-call]
-                if entry.value:
+            while True:
+                entry = await watcher.updates(self.timeout)  # type: ignore[no-untyped-call]
+                if entry is None:
+                    continue  # the marker, maybe early: the entries say where the end is
+                if entry.value:  # (a delete or purge marker revokes nothing)
                     record = orjson.loads(entry.value)
                     out[record["user"]] = float(record["at"])
+                if not entry.delta:
+                    return out
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]
-        return out
 
     async def _revocations_kv(self) -> KeyValue:
         js = self._nc.jetstream(timeout=self.timeout)

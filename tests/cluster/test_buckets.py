@@ -144,4 +144,5 @@ def test_a_start_asks_again_all_but_the_refusals_known_to_last() -> None:
     assert not_yet(APIError(code=None, err_code=None))  # an answer without a code
     assert not not_yet(BadRequestError(code=400, err_code=10065, description="overlap"))
     assert not not_yet(ServerError(code=500, err_code=10074, description="replicas > 1"))
+    assert not not_yet(ServerError(code=500, err_code=10052, description="invalid config"))
     assert not not_yet(ValueError("bucket has max_age 3, leases need 4"))

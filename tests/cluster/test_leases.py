@@ -523,3 +523,52 @@ async def test_a_refusal_that_will_not_pass_ends_the_start_at_once(
         assert inst.leases.failure is None and inst.failures == []
     finally:
         await close(inst)
+
+
+@pytest.mark.timeout(60)
+async def test_a_node_whose_start_fails_undoes_it_and_reports_no_death_after(
+        nats_cluster: NatsCluster) -> None:
+    """A node's leases refused for good (10065, as above): the start raises that refusal, and
+    what it had begun (the revocation watch, the NATS connection) is stopped with it, not
+    left to end with the loop and be reported as a death after the real error (review of
+    c716929)."""
+    from notify.cluster.node import ClusterConfig, ClusterNode
+
+    squatter_nc = await connect(nats_cluster, 0)
+    try:
+        js = squatter_nc.jetstream(timeout=5)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while True:
+            try:
+                await js.add_stream(nats.js.api.StreamConfig(
+                    name="squatter", subjects=["$KV.notify_nodes.>"], num_replicas=3))
+                break
+            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                    nats.js.errors.BadRequestError):
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+        halts: list[str] = []
+
+        class Host:  # the server, as far as a node's start asks it
+            url, draining = "ws://127.0.0.1:1", False
+
+            def revoked(self, user: str, at: float) -> None:
+                pass
+
+            def halt(self, reason: str) -> None:
+                halts.append(reason)
+
+        node = ClusterNode(ClusterConfig(servers=nats_cluster.urls, node_id="n1",
+                                         connect_timeout=15.0))
+        with pytest.raises(nats.js.errors.BadRequestError):
+            await asyncio.wait_for(node.start(Host()), 20)  # type: ignore[arg-type]
+        watch = node._revocations
+        assert watch is not None and watch._task is not None and watch._task.done()
+        assert node._nc is not None and node._nc.is_closed
+        await asyncio.sleep(0.1)
+        assert halts == [] and node._failed is None
+    finally:
+        await asyncio.wait_for(squatter_nc.close(), 5)

@@ -235,3 +235,35 @@ async def test_a_group_frame_before_hello_is_refused_here_and_never_routed(
     err = await raw.expect("error")
     assert err["req"] == "j" and routed == []
     assert "elsewhere" not in srv.hub.groups
+
+
+def test_a_timer_death_while_the_server_drains_makes_serve_exit_non_zero(
+        tmp_path: Path) -> None:
+    """`notify serve` on SIGTERM drains (`--drain-delay`); its timer dies meanwhile. That death
+    halts the server (its deadlines are no longer kept), and `serve` must say so with its
+    fail-stop exit code, not end as a clean stop (review of c716929: a halt during a stop
+    exited 0)."""
+    import os
+    import signal
+
+    from notify import cli
+
+    def on_ready(server: NotifyServer) -> None:
+        heartbeats = server._heartbeats
+
+        class Breaking:  # what the timer calls on every turn, broken once the drain began
+            def __getattr__(self, name: str) -> object:
+                return getattr(heartbeats, name)
+
+            def tick(self, now: float) -> None:
+                if server.draining:
+                    raise RuntimeError("injected: the timer breaks while the server drains")
+                heartbeats.tick(now)
+
+        server._heartbeats = Breaking()  # type: ignore[assignment]
+        asyncio.get_running_loop().call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)
+
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["serve", "--port", "0", "--data-dir", str(tmp_path), "--store", "memory",
+                  "--drain-delay", "0.5"], on_ready=on_ready)
+    assert exited.value.code == cli.EXIT_HALTED

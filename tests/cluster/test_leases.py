@@ -493,6 +493,24 @@ async def test_a_campaign_whose_answer_is_lost_but_landed_is_known_as_ours(
         await close(solo)
 
 
+async def squat(nc: Client, bucket: str) -> None:
+    """A stream holding the KV `bucket`'s subjects: the cluster then refuses the bucket for
+    good (10065, "subjects overlap with an existing stream")."""
+    js = nc.jetstream(timeout=5)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while True:  # the cluster just started: its meta layer may not answer yet
+        try:
+            await js.add_stream(nats.js.api.StreamConfig(
+                name="squatter", subjects=[f"$KV.{bucket}.>"], num_replicas=3))
+            return
+        except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
+                nats.js.errors.BadRequestError):
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 @pytest.mark.timeout(60)
 async def test_a_refusal_that_will_not_pass_ends_the_start_at_once(
         nats_cluster: NatsCluster) -> None:
@@ -501,20 +519,8 @@ async def test_a_refusal_that_will_not_pass_ends_the_start_at_once(
     budget before (review: `_retry` took any `BadRequestError` as "not yet")."""
     inst = await instance(nats_cluster, "node0", 0)
     try:
-        js = inst.nc.jetstream(timeout=5)
-        squatter = nats.js.api.StreamConfig(
-            name="squatter", subjects=[f"$KV.{inst.leases.nodes_bucket}.>"], num_replicas=3)
+        await squat(inst.nc, inst.leases.nodes_bucket)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while True:  # the cluster just started: its meta layer may not answer yet
-            try:
-                await js.add_stream(squatter)
-                break
-            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
-                    nats.js.errors.BadRequestError):
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
         began = loop.time()
         with pytest.raises(nats.js.errors.BadRequestError) as refused:
             await asyncio.wait_for(inst.leases.start(15), 20)
@@ -536,20 +542,7 @@ async def test_a_node_whose_start_fails_undoes_it_and_reports_no_death_after(
 
     squatter_nc = await connect(nats_cluster, 0)
     try:
-        js = squatter_nc.jetstream(timeout=5)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while True:
-            try:
-                await js.add_stream(nats.js.api.StreamConfig(
-                    name="squatter", subjects=["$KV.notify_nodes.>"], num_replicas=3))
-                break
-            except (nats.errors.TimeoutError, nats.js.errors.ServiceUnavailableError,
-                    nats.js.errors.BadRequestError):
-                if loop.time() > deadline:
-                    raise
-                await asyncio.sleep(0.2)
-
+        await squat(squatter_nc, "notify_nodes")
         halts: list[str] = []
 
         class Host:  # the server, as far as a node's start asks it

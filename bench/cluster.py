@@ -267,8 +267,8 @@ async def client_members(url: str, groups: list[str], members: int, start: float
     counted = (received, published)
     window.cancel()
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(asyncio.gather(*(c.close() for c in clients),
-                                              return_exceptions=True), 20)
+        async with asyncio.timeout(20):
+            await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     return {"received": counted[0], "published": counted[1], "errors": errors[:5],
             "n_errors": len(errors), "stuck": len(stuck), "joined": len(clients),
             "cpu_s": round(cpu[1] - cpu[0], 3) if len(cpu) == 2 else None,

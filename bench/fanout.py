@@ -101,7 +101,8 @@ class Meter:
         self._need = total
         self._waiter = asyncio.get_running_loop().create_future()
         try:
-            await asyncio.wait_for(asyncio.shield(self._waiter), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._waiter)
         except TimeoutError:
             return False
         return True
@@ -154,7 +155,8 @@ class RawWS(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         proto = cls(uri, on_data)
         await loop.create_connection(lambda: proto, wsuri.host, wsuri.port)
-        await asyncio.wait_for(proto.opened, 10)
+        async with asyncio.timeout(10):
+            await proto.opened
         return proto
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -217,7 +219,8 @@ class RawWS(asyncio.Protocol):
             self._ws.send_close(1000)
             self._flush()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.lost), 1)
+            async with asyncio.timeout(1):
+                await asyncio.shield(self.lost)
         t.abort()
 
 
@@ -256,7 +259,8 @@ class ServerProc:
             *cmd, stdout=asyncio.subprocess.PIPE, stderr=self._log, cwd=root, env=env)
         assert self.proc.stdout is not None
         try:
-            line = await asyncio.wait_for(self.proc.stdout.readline(), 20)
+            async with asyncio.timeout(20):
+                line = await self.proc.stdout.readline()
         except TimeoutError:
             line = b""
         if not line.startswith(b"READY"):
@@ -285,7 +289,8 @@ class ServerProc:
             with contextlib.suppress(ProcessLookupError):
                 p.terminate()
             try:
-                await asyncio.wait_for(p.wait(), 10 if self.profile else 5)
+                async with asyncio.timeout(10 if self.profile else 5):
+                    await p.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     p.kill()
@@ -518,11 +523,13 @@ class NotifyLoad(Load):
         async def hello(m: NotifyMember) -> None:
             m.conn = await RawWS.connect(self.url, m.on_data)
             m.send({"type": "hello", "protocol": 1, "member": m.name})
-            await asyncio.wait_for(m.welcome, 10)
+            async with asyncio.timeout(10):
+                await m.welcome
 
         await asyncio.gather(*(hello(m) for m in everyone))
         self.pub.send({"type": "join", "req": "j", "group": GROUP})
-        await asyncio.wait_for(self.pub.installed.wait(), 10)
+        async with asyncio.timeout(10):
+            await self.pub.installed.wait()
         for m in self.recv:
             m.send({"type": "join", "req": "j", "group": GROUP})
         want = len(everyone)
@@ -685,7 +692,8 @@ async def run_system(system: str, a: argparse.Namespace, logdir: Path) -> Result
             load = NotifyLoad(url, a.members, payload, "total" if system == "total" else "fifo",
                               system == "atomic", a.window)
         try:
-            await asyncio.wait_for(load.setup(), 60)
+            async with asyncio.timeout(60):
+                await load.setup()
             if "saturation" in a.modes:
                 await saturation(load, srv, a.window, a.warmup, a.duration, res)
             if "rate" in a.modes:
@@ -701,7 +709,8 @@ async def run_system(system: str, a: argparse.Namespace, logdir: Path) -> Result
             res.errors = len(m.errors)
             res.error_sample = m.errors[:3]
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(load.teardown(), 10)
+                async with asyncio.timeout(10):
+                    await load.teardown()
     return res
 
 
@@ -813,7 +822,8 @@ async def main_async(a: argparse.Namespace) -> int:
                 print(f"[{time.monotonic() - t0:5.1f}s] {s} (run {rnd + 1}/{a.repeat}) ...",
                       file=sys.stderr, flush=True)
                 try:
-                    r = await asyncio.wait_for(run_system(s, a, Path(tmp)), budget)
+                    async with asyncio.timeout(budget):
+                        r = await run_system(s, a, Path(tmp))
                 except Exception as e:  # report and go on with the next system
                     print(f"  {s} failed: {type(e).__name__}: {e}", file=sys.stderr)
                     r = Result(s, errors=1, error_sample=[repr(e)])

@@ -193,7 +193,8 @@ class SimClient:
         # The request's time, not the install's: what the application asked for does not
         # depend on the server's timeouts (`whatif --method replay` replays it).
         self.log.write("client.join", time.time(), group=group, member=self.member)
-        await asyncio.wait_for(self.conn.join(group), 10)
+        async with asyncio.timeout(10):
+            await self.conn.join(group)
 
     async def _publish(self, group: str) -> None:
         assert self.conn is not None
@@ -202,9 +203,10 @@ class SimClient:
         order, atomic = ("fifo", False) if u < fifo else ("total", False) \
             if u < fifo + total else ("fifo", True)
         try:
-            await asyncio.wait_for(self.conn.publish(
-                group, {"sent_ts": time.time(), "from": self.member}, order=order,
-                atomic=atomic), 5)
+            async with asyncio.timeout(5):
+                await self.conn.publish(
+                    group, {"sent_ts": time.time(), "from": self.member}, order=order,
+                    atomic=atomic)
             self.stats.published += 1
         except TimeoutError:
             self.stats.errors += 1
@@ -233,7 +235,8 @@ class SimClient:
                 g = self.rng.choice(self.groups)
                 with contextlib.suppress(Exception):
                     self.log.write("client.leave", time.time(), group=g, member=self.member)
-                    await asyncio.wait_for(self.conn.leave(g), 5)
+                    async with asyncio.timeout(5):
+                        await self.conn.leave(g)
                     self.stats.leaves += 1
                     await asyncio.sleep(self._w(self.rng.uniform(1, 5)))
                     await self._join(g)
@@ -264,7 +267,8 @@ class SimClient:
                 await t
         if self.conn is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.conn.close(), 2)
+                async with asyncio.timeout(2):
+                    await self.conn.close()
         self.log.close()
 
 

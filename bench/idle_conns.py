@@ -87,7 +87,8 @@ async def worker(a: argparse.Namespace) -> None:
         ws = await Client.connect(a.url, on_data)
         conns.append(ws)
         ws.send(b'{"type":"hello","protocol":1,"member":"idle-%d"}' % i)
-        answer = await asyncio.wait_for(welcomed, 30)
+        async with asyncio.timeout(30):
+            answer = await welcomed
         if b'"type":"welcome"' not in answer:
             raise RuntimeError(answer[:200].decode(errors="replace"))
 

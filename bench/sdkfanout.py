@@ -111,7 +111,8 @@ async def _stop(p: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         p.terminate()
     try:
-        await asyncio.wait_for(p.wait(), 5)
+        async with asyncio.timeout(5):
+            await p.wait()
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             p.kill()
@@ -195,7 +196,8 @@ class Worker(_Child):
 
     async def recv(self, timeout: float) -> dict[str, Any]:
         assert self.proc is not None and self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        async with asyncio.timeout(timeout):
+            line = await self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"{self.name} exited; its log ({self.logfile}) ends:\n"
                                + self.logfile.read_text()[-2000:])
@@ -219,7 +221,8 @@ class Worker(_Child):
                 assert p.stdin is not None
                 p.stdin.close()
             try:
-                await asyncio.wait_for(p.wait(), 10)
+                async with asyncio.timeout(10):
+                    await p.wait()
             except TimeoutError:
                 await _stop(p)
         self._log.close()
@@ -392,7 +395,8 @@ class Harness:
         c1 = [srv.cpu(), *(w.cpu() for w in procs)]
         b1 = machine_busy()
         try:
-            published = await asyncio.wait_for(pub_task, max(deadline - time.monotonic(), 1))
+            async with asyncio.timeout(max(deadline - time.monotonic(), 1)):
+                published = await pub_task
         except TimeoutError:
             published = {"published": 0, "elapsed_s": float("nan"), "behind_s": float("nan"),
                          "errors": ["the publisher did not finish in time"], "n_errors": 1}
@@ -496,7 +500,8 @@ async def run_system(a: argparse.Namespace, system: str, logdir: Path, rnd: int)
     h = Harness(a, system, logdir, rnd)
     budget = 300 + 2 * a.messages * a.members / 5_000 + len(a.rates) * (a.rate_duration + 60)
     try:
-        return await asyncio.wait_for(h.execute(), budget)
+        async with asyncio.timeout(budget):
+            return await h.execute()
     except Exception as e:  # report and go on with the next system
         h.run.fail(f"{type(e).__name__}: {e}"[:2000])
         return h.run

@@ -76,6 +76,12 @@ def say(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+async def _within(seconds: float, close: Callable[[], Awaitable[object]]) -> None:
+    """`close()`, given up after `seconds`."""
+    async with asyncio.timeout(seconds):
+        await close()
+
+
 class Payload:
     """`{"n": seq, "t": send time (ns), "p": padding}` padded to `size` bytes of JSON."""
 
@@ -283,7 +289,8 @@ class Sub:
     async def wait_ready(self) -> None:
         """notify: until every member of this process sees the whole view."""
         if self._full is not None:
-            await asyncio.wait_for(self._full.wait(), 60)
+            async with asyncio.timeout(60):
+                await self._full.wait()
 
     async def command(self, c: dict[str, Any]) -> None:
         if c["cmd"] == "expect":
@@ -304,8 +311,7 @@ class Sub:
     async def close(self) -> None:
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*(asyncio.wait_for(c(), 5) for c in self.closers),
-                             return_exceptions=True)
+        await asyncio.gather(*(_within(5, c) for c in self.closers), return_exceptions=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -452,7 +458,8 @@ class Pub:
                     full.set()
 
         self.tasks.append(asyncio.create_task(drain()))
-        await asyncio.wait_for(full.wait(), 60)
+        async with asyncio.timeout(60):
+            await full.wait()
 
         async def one(p: dict[str, Any]) -> None:
             r = await group.publish(p, order=order, atomic=atomic)
@@ -520,8 +527,7 @@ class Pub:
     async def close(self) -> None:
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*(asyncio.wait_for(c(), 5) for c in self.closers),
-                             return_exceptions=True)
+        await asyncio.gather(*(_within(5, c) for c in self.closers), return_exceptions=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -533,7 +539,8 @@ async def main_async(a: argparse.Namespace) -> int:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     worker: Sub | Pub = Sub(a) if a.role == "sub" else Pub(a)
     try:
-        await asyncio.wait_for(worker.setup(), 90)
+        async with asyncio.timeout(90):
+            await worker.setup()
         say({"connected": True})
         if isinstance(worker, Sub):
             await worker.wait_ready()

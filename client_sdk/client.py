@@ -309,7 +309,9 @@ class Client:
             if main is not None:
                 main.cancel()
         if main is not None:
-            await asyncio.gather(main, return_exceptions=True)
+            # (wait, not gather: a gather that is cancelled waits for `main` all the same, so
+            # the caller's own timeout could not cut this short; `_run` raises nothing else)
+            await asyncio.wait((main,))
         if self.state is not ConnectionState.CLOSED:
             self._finish(NotifyError("client closed"), by_app=True)
 
@@ -556,8 +558,8 @@ class Client:
                     return False
                 continue
             if self._closing and self._ws is not None:
-                # close() came as the handshake ended, and Python 3.11's wait_for() can return
-                # the result instead of the cancellation: close() no longer sees this connection
+                # close() came during the handshake: it closes the connection it saw, then
+                # cancels us, and this new one is not the one it saw
                 await close_ws(self._ws)
                 return False
             gap_ms = 0.0 if self._lost_at is None else (time.time() - self._lost_at) * 1000

@@ -6,7 +6,6 @@ use `client_sdk.connect()` (client.py), which reconnects, resumes and queues pub
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import uuid
 from collections.abc import AsyncIterator
@@ -144,7 +143,8 @@ class Connection:
         return self._queues.setdefault(group, asyncio.Queue())
 
     async def next_event(self, group: str, timeout: float = 5.0) -> GroupEvent:
-        return await asyncio.wait_for(self._queues[group].get(), timeout)
+        async with asyncio.timeout(timeout):
+            return await self._queues[group].get()
 
     async def stream(self, group: str) -> AsyncIterator[GroupEvent]:
         q = self.events(group)
@@ -158,9 +158,7 @@ class Connection:
         ws = self._ws
         if ws is not None:
             ws.transport.abort()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await self._reader
+        await self._reader_ended()
         for ev in self._can_send.values():
             ev.clear()
 
@@ -174,9 +172,19 @@ class Connection:
     async def close(self) -> None:
         if self._ws is not None:
             await self._ws.close()
-        if self._reader is not None:
-            with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
-                await self._reader
+        await self._reader_ended()
+
+    async def _reader_ended(self) -> None:
+        """Wait for the reader to end (its socket is closed); raise what it raised but the
+        close. (`asyncio.wait`, not `await` under `suppress(CancelledError)`, which would also
+        swallow a cancel of the caller.)"""
+        reader = self._reader
+        if reader is None:
+            return
+        await asyncio.wait((reader,))
+        error = None if reader.cancelled() else reader.exception()
+        if error is not None and not isinstance(error, ConnectionClosed):
+            raise error
 
     async def __aenter__(self) -> Connection:
         return self

@@ -273,7 +273,8 @@ class Group:
             elif timeout is None:
                 e = await self._queue.get()
             else:
-                e = await asyncio.wait_for(self._queue.get(), timeout)
+                async with asyncio.timeout(timeout):
+                    e = await self._queue.get()
             if not self._room.is_set() and self._queue.qsize() <= self._low_water():
                 self._room.set()  # the reader may go on
             if type(e) is Message:  # the hot path

@@ -63,20 +63,23 @@ async def handshake(url: str, member: str, *, options: ClientOptions,
         hello = hello_frame(member, token=token, resume_session=resume_session)
     o = options
     try:
-        ws = await asyncio.wait_for(
-            ws_connect(url, max_size=None, compression=None, open_timeout=None,
-                       create_connection=DirectConnection,
-                       ping_interval=o.heartbeat_interval,
-                       ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
-                       # a stalled link cannot carry the closing handshake: do not wait
-                       # longer for it than for a pong
-                       close_timeout=min(o.heartbeat_timeout, 5.0)),
-            o.connect_timeout)
+        # (asyncio.timeout, never wait_for: Python 3.11's wait_for returns the result when a
+        # cancel lands as the awaited ends, and the caller's cancel is lost: pyproject's TID251)
+        async with asyncio.timeout(o.connect_timeout):
+            ws = await ws_connect(
+                url, max_size=None, compression=None, open_timeout=None,
+                create_connection=DirectConnection,
+                ping_interval=o.heartbeat_interval,
+                ping_timeout=max(o.heartbeat_timeout - o.heartbeat_interval, 0.05),
+                # a stalled link cannot carry the closing handshake: do not wait longer for
+                # it than for a pong
+                close_timeout=min(o.heartbeat_timeout, 5.0))
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
         raise ConnectError(f"cannot connect to {url}: {e}") from e
     try:
         await ws.send(orjson.dumps(hello), text=True)
-        welcome = orjson.loads(await asyncio.wait_for(ws.recv(), o.connect_timeout))
+        async with asyncio.timeout(o.connect_timeout):
+            welcome = orjson.loads(await ws.recv())
     except (ConnectionClosed, TimeoutError, OSError) as e:
         await close_ws(ws)
         raise ConnectError(f"no welcome from {url}: {e}") from e
@@ -97,7 +100,8 @@ async def close_ws(ws: ClientConnection, code: int = 1000, reason: str = "") -> 
     aborts the transport instead of leaving it registered with the loop, unclosed."""
     try:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(ws.close(code, reason), 5)
+            async with asyncio.timeout(5):
+                await ws.close(code, reason)
     finally:
         ws.transport.abort()  # nothing left to do once the handshake has closed it
 

@@ -94,7 +94,8 @@ async def demo(a: argparse.Namespace) -> int:
                         return e
                 raise AssertionError("the group ended")
 
-            m = await asyncio.wait_for(first_message(), 10)
+            async with asyncio.timeout(10):
+                m = await first_message()
             print(f"reader got {m.payload} from {m.sender} at offset {m.offset}")
             return 0 if m.payload.get("text") == "looks good" else 1
     finally:

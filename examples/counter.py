@@ -50,9 +50,10 @@ async def main() -> int:
     a = p.parse_args()
     start = asyncio.Barrier(a.replicas)
     total = a.replicas * a.increments
-    results = await asyncio.wait_for(asyncio.gather(*(
-        replica(a.url, f"replica-{i}", a.increments, total, start)
-        for i in range(a.replicas))), 60)
+    async with asyncio.timeout(60):
+        results = await asyncio.gather(*(
+            replica(a.url, f"replica-{i}", a.increments, total, start)
+            for i in range(a.replicas)))
     for i, (value, history) in enumerate(results):
         print(f"replica-{i}: value={value} after {len(history)} increments")
     converged = len({(v, tuple(h)) for v, h in results}) == 1

@@ -72,7 +72,8 @@ async def wait_for_items(path: Path, n: int, timeout: float = 20) -> list[str]:
                 return items
             await asyncio.sleep(0.05)
 
-    return await asyncio.wait_for(poll(), timeout)
+    async with asyncio.timeout(timeout):
+        return await poll()
 
 
 async def demo(url: str) -> int:

@@ -13,9 +13,19 @@ not say who cancelled: read as "stopped by us", it hid a cancel from elsewhere i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> BaseException | None:
+    """Cancel `task` and wait for its end; what it raised (None: cancelled, or it returned).
+
+    Not `task.cancel()` then `await task` under `suppress(CancelledError)`: that also swallows
+    a cancel of the caller itself while it waits, and the caller's own stop then goes on as if
+    never asked (the same lost cancel as Python 3.11's `wait_for`: pyproject's TID251)."""
+    task.cancel()
+    await asyncio.wait((task,))
+    return None if task.cancelled() else task.exception()
 
 
 def death_of(task: asyncio.Task[Any]) -> BaseException:
@@ -56,6 +66,4 @@ class LongTask:
         """End it (a death reported earlier stays reported; what it raised is not raised
         again here)."""
         self._stopping = True
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self.task
+        await cancel_and_wait(self.task)

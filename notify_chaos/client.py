@@ -62,6 +62,13 @@ from client_sdk.client import Client, Group
 from notify.eventlog import EventLog
 
 
+async def _until_set(event: asyncio.Event, seconds: float) -> None:
+    """Wait up to `seconds` (none if negative), less once `event` is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, seconds)):
+            await event.wait()
+
+
 def _options(o: dict[str, Any]) -> ClientOptions:
     return ClientOptions(
         backoff=Backoff(base=o["backoff_base"], cap=o["backoff_cap"]),
@@ -188,11 +195,7 @@ class ChaosClient:
             async for _ in grp:
                 pass
 
-        async def pause(seconds: float) -> None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), max(0.0, seconds))
-
-        await pause(cfg["start_at"] - time.time())
+        await _until_set(self.stop, cfg["start_at"] - time.time())
         while not self.stop.is_set() and time.time() < cfg["stop_at"]:
             for g in cfg["groups"]:
                 try:
@@ -205,7 +208,7 @@ class ChaosClient:
                 self.log.write("client.churn", time.time(), group=g, member=self.member,
                                action="join", view=grp.view.version if grp.view else None)
                 task = asyncio.create_task(drain(grp))
-                await pause(cfg["stay"])
+                await _until_set(self.stop, cfg["stay"])
                 try:
                     await grp.leave()
                     self.log.write("client.churn", time.time(), group=g, member=self.member,
@@ -215,7 +218,7 @@ class ChaosClient:
                                    action="leave", error=type(e).__name__)
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                await pause(cfg["away"])
+                await _until_set(self.stop, cfg["away"])
 
     async def subscribe(self) -> None:
         stop_file = Path(self.cfg["stop_file"])
@@ -227,8 +230,7 @@ class ChaosClient:
                     if all(self.delivered.get(g, 0) >= o for g, o in want.items()) \
                             or time.time() >= deadline:
                         return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), 0.1)
+            await _until_set(self.stop, 0.1)
 
     async def publish(self, groups: list[Group]) -> None:
         cfg = self.cfg
@@ -257,8 +259,7 @@ class ChaosClient:
         try:
             delay = cfg["start_at"] - time.time()
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stop.wait(), delay)
+                await _until_set(self.stop, delay)
             interval = 1.0 / cfg["rate"]
             t0, k = time.monotonic(), 0
             stop_s = cfg["stop_at"] - cfg["start_at"]
@@ -272,8 +273,7 @@ class ChaosClient:
                     if due >= t0 + w_to:
                         break
                     if due > now:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self.stop.wait(), due - now)
+                        await _until_set(self.stop, due - now)
                         continue
                     t = asyncio.create_task(one(groups[k % len(groups)], k))
                     inflight.add(t)

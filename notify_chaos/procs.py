@@ -190,7 +190,8 @@ class ClientProc:
     async def ready(self, timeout: float = 30.0) -> None:
         assert self.proc.stdout is not None
         stdout = self.proc.stdout
-        line = await asyncio.wait_for(asyncio.to_thread(stdout.readline), timeout)
+        async with asyncio.timeout(timeout):
+            line = await asyncio.to_thread(stdout.readline)
         if line.strip() != b"ready":
             await asyncio.to_thread(self.proc.wait, 5)
             raise RuntimeError(f"{self.name} did not get ready (exit {self.proc.returncode}); "
@@ -201,7 +202,8 @@ class ClientProc:
         assert self.proc.stdout is not None
         stdout = self.proc.stdout
         try:
-            got = await asyncio.wait_for(asyncio.to_thread(stdout.readline), timeout)
+            async with asyncio.timeout(timeout):
+                got = await asyncio.to_thread(stdout.readline)
         except TimeoutError:
             return False
         return bool(got.strip() == expect)
@@ -224,7 +226,8 @@ class ClientProc:
 
     async def wait(self, timeout: float) -> int | None:
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.to_thread(self.proc.wait)
         except TimeoutError:
             return None
 

@@ -101,7 +101,8 @@ class LinkProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await self._server.wait_closed()
 
     # -- faults ----------------------------------------------------------------------------------
 
@@ -157,7 +158,8 @@ class LinkProxy:
             writer.transport.abort()
             return
         try:
-            up_r, up_w = await asyncio.wait_for(self._connect_upstream(), 5)
+            async with asyncio.timeout(5):
+                up_r, up_w = await self._connect_upstream()
         except (OSError, TimeoutError):
             self.counters.refused += 1
             writer.transport.abort()

@@ -101,6 +101,7 @@ from notify.errortext import described
 from notify.runtime.driver import MOVED
 from notify.runtime.placement import NoOwner, PlacementHost, RawFrame, Sample
 from notify.storage.jetstream import revocations_bucket
+from notify.storage.natsloop import close_within
 from notify.supervision import LongTask
 
 log = structlog.get_logger("notify.cluster")
@@ -202,10 +203,10 @@ class ClusterNode:
     async def _start(self, server: PlacementHost) -> None:
         self._server = server
         c = self.config
-        self._nc = await asyncio.wait_for(nats.connect(
-            servers=c.servers, name=f"notify-{self.node}", connect_timeout=2,
-            max_reconnect_attempts=-1, reconnect_time_wait=0.2, allow_reconnect=True),
-            c.connect_timeout)
+        async with asyncio.timeout(c.connect_timeout):
+            self._nc = await nats.connect(
+                servers=c.servers, name=f"notify-{self.node}", connect_timeout=2,
+                max_reconnect_attempts=-1, reconnect_time_wait=0.2, allow_reconnect=True)
         header = {"node": self.node, "inc": self.inc}
         self._downlinks = Downlinks(self._nc, c.prefix, header)
         # (unsubscribed by the connection's drain at `stop`)
@@ -246,7 +247,8 @@ class ClusterNode:
         reconnect) without waiting for the leases to expire."""
         if self.leases is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.leases.stop(), 10)
+                async with asyncio.timeout(10):
+                    await self.leases.stop()
         if self._downlinks is not None:
             self._downlinks.flush()
 
@@ -263,9 +265,9 @@ class ClusterNode:
             task.cancel()
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._nc.drain(), 5)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._nc.close(), 5)
+                async with asyncio.timeout(5):
+                    await self._nc.drain()
+            await close_within(self._nc, 5)
 
     def _fail(self, reason: str) -> None:
         """A part of the node died (its lease tasks): it can no longer know what it owns, so

@@ -104,7 +104,8 @@ class RevocationWatch:
             await self._task.stop()
         if self._sub is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._sub.unsubscribe(), self.op_timeout)
+                async with asyncio.timeout(self.op_timeout):
+                    await self._sub.unsubscribe()
 
 
 __all__ = ["RevocationWatch"]

@@ -342,7 +342,8 @@ class NotifyServer:
             await self._timer.stop()
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), self.shutdown_grace)
+                async with asyncio.timeout(self.shutdown_grace):
+                    await self._server.wait_closed()
             raise
         log.info("listening", url=self.url, event_loop=loop_name(),
                  event_log=str(self.events.path) if self.events else None)
@@ -383,7 +384,8 @@ class NotifyServer:
                 log.debug("close", conn=conn, code=int(CloseCode.SHUTDOWN))
                 outbox.close(CloseCode.SHUTDOWN, "server shutting down; reconnect")
             try:
-                await asyncio.wait_for(self._server.wait_closed(), self.shutdown_grace)
+                async with asyncio.timeout(self.shutdown_grace):
+                    await self._server.wait_closed()
             except TimeoutError:
                 log.warning("shutdown_grace_expired", connections=len(self._outboxes))
         if self._timer is not None:

@@ -25,7 +25,6 @@ close must wait. Without a flusher (tests), the task runs for the outbox's life.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -36,6 +35,7 @@ from websockets.protocol import OPEN
 
 from notify.core.errors import CloseCode
 from notify.runtime.frames import BATCH_FRAMES, packed, runs
+from notify.supervision import cancel_and_wait
 
 log = structlog.get_logger("notify.server")
 
@@ -191,18 +191,15 @@ class Outbox:
     async def _close_after_drain(self, code: int, reason: str) -> None:
         task = self._task
         assert task is not None
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(task), _DRAIN_SECONDS)
+        await asyncio.wait((task,), timeout=_DRAIN_SECONDS)  # (however it ends; not cancelled)
         task.cancel()
         await self._ws.close(code, reason)
 
     async def stop(self) -> None:
         self._closing = True
         task = self._task
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None and (error := await cancel_and_wait(task)) is not None:
+            raise error
 
     def _flush(self, framed: dict[int | tuple[int, ...], tuple[list[bytes], bytes]]) -> None:
         """The flusher's turn: write what is queued straight to the transport if the socket

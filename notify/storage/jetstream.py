@@ -183,7 +183,13 @@ from notify.storage.base import (
     installs_between,
     last_ids,
 )
-from notify.storage.natsloop import LoopThread, found_or_made, key_value, open_stream
+from notify.storage.natsloop import (
+    LoopThread,
+    close_within,
+    found_or_made,
+    key_value,
+    open_stream,
+)
 
 log = structlog.get_logger("notify.storage")
 
@@ -589,7 +595,8 @@ class JetStreamLog:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                return await asyncio.wait_for(self._last_record(group), self.timeout)
+                async with asyncio.timeout(self.timeout):
+                    return await self._last_record(group)
             except Exception as e:
                 if loop.time() + 0.25 > deadline + 1.0:
                     raise _Unresolved(f"{why}; last record unreadable: {described(e)}") from e
@@ -655,7 +662,8 @@ class JetStreamLog:
                    key=lambda r: r[0])
 
     async def _last_seq(self, group: str) -> int:
-        return (await asyncio.wait_for(self._last_record(group), self.timeout))[0]
+        async with asyncio.timeout(self.timeout):
+            return (await self._last_record(group))[0]
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -679,8 +687,8 @@ class JetStreamLog:
         out: list[GroupInfo] = []
         for i in range(0, len(names), LIST_BATCH):
             batch = names[i:i + LIST_BATCH]
-            tails = await asyncio.wait_for(asyncio.gather(*(self._tail(g) for g in batch)),
-                                           self.timeout)
+            async with asyncio.timeout(self.timeout):
+                tails = await asyncio.gather(*(self._tail(g) for g in batch))
             out.extend(GroupInfo(g, t.view["view"], tuple(t.view["members"]), t.head)
                        for g, t in zip(batch, tails, strict=True) if t.view is not None)
         return out
@@ -952,7 +960,8 @@ class JetStreamLog:
         below the head, says those offsets are gone."""
         if limit < 1:
             raise ValueError(f"a page holds at least one message (limit {limit})")
-        tail = await asyncio.wait_for(self._tail(group), self.timeout)
+        async with asyncio.timeout(self.timeout):
+            tail = await self._tail(group)
         if tail.last == 0:
             return None
         oldest = await self._next_record(self._subject(group, "m"), 1)
@@ -1080,8 +1089,9 @@ class JetStreamLog:
         assert self.retention is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout * 4  # no group is started after it
-        info = await asyncio.wait_for(self._nc.jsm().stream_info(
-            self.stream, subjects_filter=f"{self.prefix}.*.m"), self.timeout)
+        async with asyncio.timeout(self.timeout):
+            info = await self._nc.jsm().stream_info(self.stream,
+                                                    subjects_filter=f"{self.prefix}.*.m")
         # groups with more than their head message, in token order from where the last pass
         # finished (round robin); in cluster mode, only those this node holds
         tokens = sorted(subject.split(".")[-2]
@@ -1162,8 +1172,9 @@ class JetStreamLog:
     async def _last_of(self, group: str, kind: str) -> tuple[int, bytes] | None:
         """The group's last record of `kind` (seq, data), from the stream leader; None: none."""
         try:
-            raw = await asyncio.wait_for(self._nc.jsm().get_msg(
-                self.stream, subject=self._subject(group, kind)), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                raw = await self._nc.jsm().get_msg(self.stream,
+                                                   subject=self._subject(group, kind))
         except NotFoundError:
             return None
         return raw.seq or 0, raw.data or b""
@@ -1429,7 +1440,7 @@ class JetStreamLog:
             await asyncio.wait(pending, timeout=self.timeout * 3)
         with contextlib.suppress(Exception):
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-                asyncio.wait_for(self._nc.close(), 5), self._loop))
+                close_within(self._nc, 5), self._loop))
         await asyncio.to_thread(self._stop_loop)
 
     def _stop_loop(self) -> None:

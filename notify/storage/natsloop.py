@@ -55,6 +55,14 @@ class LoopThread:
             self.loop.close()
 
 
+async def close_within(nc: Client, seconds: float) -> None:
+    """Close `nc`, giving up after `seconds` (a server that is gone cannot hold a stop); an
+    error closing is no news to anyone stopping."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(seconds):
+            await nc.close()
+
+
 async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: float,
                       what: str) -> Client:
     """Connect, and find the stream `config` names or make it. A cluster that just started (or
@@ -64,9 +72,10 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
     is."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    nc = await asyncio.wait_for(nats.connect(
-        servers=list(servers), connect_timeout=2, max_reconnect_attempts=-1,
-        reconnect_time_wait=0.2, allow_reconnect=True), timeout)
+    async with asyncio.timeout(timeout):
+        nc = await nats.connect(servers=list(servers), connect_timeout=2,
+                                max_reconnect_attempts=-1, reconnect_time_wait=0.2,
+                                allow_reconnect=True)
     try:
         js = nc.jsm()
         while True:
@@ -84,8 +93,7 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
                 log.info(f"{what}_stream_retry", stream=config.name, error=described(e))
                 await asyncio.sleep(0.2)
     except BaseException:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(nc.close(), 5)
+        await close_within(nc, 5)
         raise
 
 
@@ -155,4 +163,4 @@ async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
                                lambda: js.create_key_value(config))
 
 
-__all__ = ["LoopThread", "found_or_made", "key_value", "not_yet", "open_stream"]
+__all__ = ["LoopThread", "close_within", "found_or_made", "key_value", "not_yet", "open_stream"]

@@ -131,15 +131,15 @@ class JetStreamOutbox:
     async def _last(self, subject: str) -> tuple[int, bytes] | None:
         """The subject's last record, from the stream leader: (seq, data), or None."""
         try:
-            m = await asyncio.wait_for(
-                self._nc.jsm().get_msg(self.stream, subject=subject), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                m = await self._nc.jsm().get_msg(self.stream, subject=subject)
         except NotFoundError:
             return None
         return m.seq or 0, m.data or b""
 
     async def _subject_counts(self, subjects: str) -> dict[str, int]:
-        info = await asyncio.wait_for(
-            self._nc.jsm().stream_info(self.stream, subjects_filter=subjects), self.timeout)
+        async with asyncio.timeout(self.timeout):
+            info = await self._nc.jsm().stream_info(self.stream, subjects_filter=subjects)
         return dict(info.state.subjects or {})
 
     async def _recount(self) -> None:
@@ -327,8 +327,9 @@ class JetStreamOutbox:
 
     async def _next(self, subject: str, seq: int) -> Row | None:
         try:
-            m = await asyncio.wait_for(self._nc.jsm().get_msg(
-                self.stream, seq=seq, subject=subject, next=True), self.timeout)
+            async with asyncio.timeout(self.timeout):
+                m = await self._nc.jsm().get_msg(self.stream, seq=seq, subject=subject,
+                                                 next=True)
         except NotFoundError:
             return None
         headers = m.headers or {}
@@ -356,8 +357,8 @@ class JetStreamOutbox:
 
     async def _delete(self, seq: int) -> bool:
         try:
-            return bool(await asyncio.wait_for(
-                self._nc.jsm().delete_msg(self.stream, seq), self.timeout))
+            async with asyncio.timeout(self.timeout):
+                return bool(await self._nc.jsm().delete_msg(self.stream, seq))
         except NotFoundError:
             return False
         except nats.js.errors.APIError as e:

@@ -73,6 +73,7 @@ import structlog
 from notify.cluster.shards import shard_of
 from notify.core.actions import Write
 from notify.server.app import NotifyServer
+from notify.supervision import cancel_and_wait
 from notify.webhooks.backoff import delay
 from notify.webhooks.config import WebhookSettings
 from notify.webhooks.metrics import WebhookCollector
@@ -478,15 +479,15 @@ class Webhooks:
         if writer is not None and not writer.done():
             self._wake_writer.set()
             try:
-                await asyncio.wait_for(asyncio.shield(writer), STOP_GRACE)
+                async with asyncio.timeout(STOP_GRACE):
+                    await asyncio.shield(writer)
             except (TimeoutError, Exception) as e:
                 log.error("webhooks_stop_pending_lost", events=len(self._pending),
                           error=repr(e))
         for task in self._tasks.values():
             task.cancel()
         for task in self._tasks.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait(task)  # (what one raised was reported when it died)
         if self._session is not None:
             await self._session.close()
         if self.outbox is not None:

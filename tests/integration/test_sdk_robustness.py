@@ -28,6 +28,8 @@ from client_sdk import (
     RequestTimeout,
     ViewInstalled,
 )
+from client_sdk import connect as sdk_connect
+from client_sdk.handshake import DirectConnection
 from notify.core.config import Limits
 from tests.integration.conftest import TIMEOUT, MakeServer, OpenRaw, until
 
@@ -171,6 +173,40 @@ async def test_a_state_listener_that_raises_is_logged_and_isolated(
     await asyncio.wait_for(gb.publish("still working"), TIMEOUT)
     evs = await until(ga, lambda e: isinstance(e, Message))
     assert payloads(evs) == ["still working"]
+
+
+async def test_a_cancel_that_lands_as_the_welcome_is_read_is_not_lost(
+        make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task awaiting `connect()` that is cancelled while it waits ends cancelled, even when
+    the cancel lands in the loop turn the welcome arrives in. Python 3.11's `wait_for` (which
+    the handshake used) then returned the welcome and dropped the cancel: the caller went on
+    as if never cancelled (a prober whose stop hung, CI 2026-11-28). The cancel is scheduled
+    as the welcome's read ends, so it runs before anything that read wakes."""
+    srv = await make_server()
+    recv = DirectConnection.recv
+    task: asyncio.Task[Client] | None = None
+    asked: list[bool] = []
+
+    async def read_then_cancel(self: DirectConnection, *a: Any, **kw: Any) -> Any:
+        data = await recv(self, *a, **kw)
+        if not asked:  # (the welcome: the handshake's only recv)
+            assert task is not None
+            asyncio.get_running_loop().call_soon(lambda: asked.append(task.cancel()))
+        return data
+
+    monkeypatch.setattr(DirectConnection, "recv", read_then_cancel)
+
+    async def connecting() -> Client:
+        return await sdk_connect(srv.url, member="a", options=opts())
+
+    task = asyncio.get_running_loop().create_task(connecting())
+    done, _ = await asyncio.wait((task,), timeout=TIMEOUT)
+    assert task in done
+    if not task.cancelled():
+        await task.result().close()
+    assert asked, "the cancel was never asked"
+    # cancel() said True: the task had not ended, so it must end cancelled, its socket closed
+    assert not asked[0] or task.cancelled(), "the cancel was lost: connect() returned a client"
 
 
 @pytest.mark.parametrize("task", ["reader", "writer"])

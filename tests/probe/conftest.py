@@ -5,6 +5,7 @@ the prober in the test's event loop so they can read its counters directly."""
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
@@ -39,12 +40,17 @@ async def server(tmp_path: Path) -> AsyncIterator[Served]:
         await asyncio.to_thread(s.stop)
 
 
-async def until(what: str, cond: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    """Poll `cond` until it holds; fail naming `what` after `timeout` seconds."""
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.05)
-    assert cond(), what
+async def until(what: str, cond: Callable[[], bool], timeout: float = TIMEOUT,
+                state: Callable[[], object] | None = None) -> None:
+    """Poll `cond` until it holds; fail naming `what` (and `state()`, when given) after
+    `timeout` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not cond():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pass
+    assert cond(), f"{what}: not within {timeout} s" + (f"; {state()}" if state else "")
 
 
 class running:
@@ -63,8 +69,14 @@ class running:
         assert self.task is not None
         done_early = self.task.done()
         self.task.cancel()
-        async with asyncio.timeout(TIMEOUT):
-            await asyncio.gather(self.task, return_exceptions=True)
+        # (wait, not gather under a timeout: a cancelled gather waits for its task anyway, so
+        # a prober that swallowed its cancel hung the test past every bound)
+        await asyncio.wait((self.task,), timeout=TIMEOUT)
+        if not self.task.done():
+            stack = io.StringIO()
+            for t in asyncio.all_tasks():
+                t.print_stack(file=stack)
+            raise AssertionError(f"the prober did not end when cancelled: {stack.getvalue()}")
         if done_early and not self.task.cancelled() and self.task.exception() is not None:
             raise self.task.exception()  # type: ignore[misc]
 

@@ -49,8 +49,10 @@ async def test_a_healthy_server_counts_only_good_events(server: Served) -> None:
     m, t = p.metrics, server.ws
     async with running(p):
         await until("every SLI counted good events", lambda: all(
-            (m.count(sli, t, good=True) >= 3) for sli in SLIS), timeout=30)
-        await until("API deliveries", lambda: m.count("delivery", t, good=True, path="api") >= 3)
+            (m.count(sli, t, good=True) >= 3) for sli in SLIS), timeout=25,
+            state=lambda: counts(p, t))
+        await until("API deliveries", lambda: m.count("delivery", t, good=True, path="api") >= 3,
+                    timeout=20, state=lambda: counts(p, t))
     c = counts(p, t)
     for sli, (good, total) in c.items():
         assert good == total, f"{sli}: {total - good} bad of {total} on a healthy server: {c}"

@@ -124,7 +124,8 @@ async def main() -> int:
         for t in done:
             t.result()  # an error in a task is this process's error
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(group.leave(), 5)
+            async with asyncio.timeout(5):
+                await group.leave()
     return 0
 
 

@@ -262,9 +262,11 @@ class SimClient:
     async def close(self) -> None:
         for t in self.consumers:
             t.cancel()
-        for t in self.consumers:
-            with contextlib.suppress(BaseException):
-                await t
+        if self.consumers:  # (wait, not await under suppress: a cancel of ours goes on)
+            await asyncio.wait(self.consumers)
+        for t in self.consumers:  # (what one raised is no news at the close)
+            if not t.cancelled():
+                t.exception()
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):

@@ -387,8 +387,7 @@ class Harness:
                            return_when=asyncio.FIRST_COMPLETED)
         if pub_task.done() and pub_task.exception() is not None and not subs_task.done():
             subs_task.cancel()  # the publisher died: nothing more is coming
-            with contextlib.suppress(asyncio.CancelledError):
-                await subs_task
+            await asyncio.wait((subs_task,))
             raise RuntimeError(f"phase {self.phase}: the publisher failed: "
                                f"{pub_task.exception()}")
         complete = await subs_task

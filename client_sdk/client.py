@@ -308,12 +308,14 @@ class Client:
         finally:  # even when the application's own timeout cuts this close short
             if main is not None:
                 main.cancel()
-        if main is not None:
-            # (wait, not gather: a gather that is cancelled waits for `main` all the same, so
-            # the caller's own timeout could not cut this short; `_run` raises nothing else)
-            await asyncio.wait((main,))
-        if self.state is not ConnectionState.CLOSED:
-            self._finish(NotifyError("client closed"), by_app=True)
+        try:
+            if main is not None:
+                # (wait, not gather: a gather that is cancelled waits for `main` all the same,
+                # so the caller's own timeout could not cut this short; `_run` raises nothing)
+                await asyncio.wait((main,))
+        finally:  # cut short or not: what waits is answered, the groups end
+            if self.state is not ConnectionState.CLOSED:
+                self._finish(NotifyError("client closed"), by_app=True)
 
     def _finish(self, error: NotifyError, *, by_app: bool = False) -> None:
         if not by_app and self.failure is None:

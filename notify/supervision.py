@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> BaseException | None:
@@ -24,8 +26,36 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> BaseException | None:
     a cancel of the caller itself while it waits, and the caller's own stop then goes on as if
     never asked (the same lost cancel as Python 3.11's `wait_for`: pyproject's TID251)."""
     task.cancel()
-    await asyncio.wait((task,))
+    try:
+        await asyncio.wait((task,))
+    except asyncio.CancelledError:  # we are stopped too: what it raises is still retrieved
+        task.add_done_callback(_retrieved)
+        raise
     return None if task.cancelled() else task.exception()
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def in_own_task(coro: Coroutine[Any, Any, T], seconds: float) -> T:
+    """`await coro`, given up after `seconds` (TimeoutError, `coro` cancelled), in a task of
+    its own: for a library call that swallows a cancel (nats-py's `drain()` and `close()`
+    catch CancelledError and go on), so that it cannot swallow ours. (What `wait_for` was
+    for, without 3.11's lost cancel.)"""
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait((task,), timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise TimeoutError(f"not done within {seconds} s")
+    return task.result()
 
 
 def death_of(task: asyncio.Task[Any]) -> BaseException:

@@ -530,15 +530,24 @@ class ClusterLeases:
                      step: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         """`step()`, asked again until `deadline` while what it fails with may pass (`not_yet`:
         the cluster settling); a refusal that will not pass (a bucket made with another
-        config, say) ends the start at once, as `found_or_made` does."""
+        config, say) ends the start at once, as `found_or_made` does. A last try that the
+        deadline cuts short raises TimeoutError naming the refusal before it."""
         loop = asyncio.get_running_loop()
+        last: Exception | None = None
         while True:
             try:
                 async with asyncio.timeout(max(0.01, deadline - loop.time())):
                     return await step()
             except Exception as e:
-                if not not_yet(e) or loop.time() + 0.2 > deadline:
+                if not not_yet(e):
                     raise
+                if loop.time() + 0.2 > deadline:
+                    if isinstance(e, TimeoutError) and last is not None:
+                        # the bound cut the last try short: the tries before say why
+                        raise TimeoutError(f"{what}: not done by the deadline; before that: "
+                                           f"{described(last)}") from last
+                    raise
+                last = e
                 log.info("lease_start_retry", what=what, error=described(e))
             await asyncio.sleep(0.2)
 

@@ -102,7 +102,7 @@ from notify.runtime.driver import MOVED
 from notify.runtime.placement import NoOwner, PlacementHost, RawFrame, Sample
 from notify.storage.jetstream import revocations_bucket
 from notify.storage.natsloop import close_within
-from notify.supervision import LongTask
+from notify.supervision import LongTask, in_own_task
 
 log = structlog.get_logger("notify.cluster")
 
@@ -265,8 +265,7 @@ class ClusterNode:
             task.cancel()
         if self._nc is not None:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(5):
-                    await self._nc.drain()
+                await in_own_task(self._nc.drain(), 5)  # (nats-py's drain() swallows a cancel)
             await close_within(self._nc, 5)
 
     def _fail(self, reason: str) -> None:

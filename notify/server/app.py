@@ -505,13 +505,15 @@ class NotifyServer:
             left = self._per_ip.pop(ip, 1) - 1
             if left > 0:
                 self._per_ip[ip] = left
-            await outbox.stop()
-            code = ws.close_code if ws.close_code is not None else 1006
-            session = self.hub.session_of(conn)
-            log.debug("conn_close", conn=conn, code=code,
-                      member=session.member if session is not None else None)
-            self.driver.closed(conn, code, ws.close_reason or "")
-            self.placement.closed(conn, code, ws.close_reason or "")
+            try:
+                await outbox.stop()
+            finally:  # (even when this handler is cancelled meanwhile)
+                code = ws.close_code if ws.close_code is not None else 1006
+                session = self.hub.session_of(conn)
+                log.debug("conn_close", conn=conn, code=code,
+                          member=session.member if session is not None else None)
+                self.driver.closed(conn, code, ws.close_reason or "")
+                self.placement.closed(conn, code, ws.close_reason or "")
 
     def _received(self, conn: int, frame: One, raw: RawFrame) -> None:
         """One frame from a local connection (`raw`: as it came, or how to make it)."""

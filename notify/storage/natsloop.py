@@ -25,6 +25,7 @@ from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 from nats.js.kv import KeyValue
 
 from notify.errortext import described
+from notify.supervision import in_own_task
 
 T = TypeVar("T")
 
@@ -59,8 +60,7 @@ async def close_within(nc: Client, seconds: float) -> None:
     """Close `nc`, giving up after `seconds` (a server that is gone cannot hold a stop); an
     error closing is no news to anyone stopping."""
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(seconds):
-            await nc.close()
+        await in_own_task(nc.close(), seconds)  # (nats-py's close() swallows a cancel)
 
 
 async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: float,
@@ -68,8 +68,8 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
     """Connect, and find the stream `config` names or make it. A cluster that just started (or
     just lost a node) can time out a stream request while its meta layer settles, and a new
     stream answers publishes only once its Raft group has a leader: asked again until
-    `timeout` (each retry logged as `<what>_stream_retry`). An existing stream is used as it
-    is."""
+    `timeout` (each retry logged as `<what>_stream_retry`), unless the refusal is one that
+    lasts (`not_yet`). An existing stream is used as it is."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with asyncio.timeout(timeout):
@@ -88,7 +88,7 @@ async def open_stream(servers: Sequence[str], config: StreamConfig, timeout: flo
                     return nc
                 raise TimeoutError(f"stream {config.name} has no leader yet")
             except (TimeoutError, nats.errors.Error) as e:
-                if loop.time() + 0.2 > deadline:
+                if not not_yet(e) or loop.time() + 0.2 > deadline:
                     raise
                 log.info(f"{what}_stream_retry", stream=config.name, error=described(e))
                 await asyncio.sleep(0.2)
@@ -140,21 +140,32 @@ def _refused_for_now(refused: APIError) -> bool:
 
 
 #: JetStream's refusals that are refused again however long one waits: the request is wrong
-#: for this cluster or account (subjects another stream holds, a config it cannot take, R>1
-#: without a cluster, a streams or bytes limit); from nats-server's error table
-_LASTING = frozenset({10065, 10052, 10074, 10027, 10113, 10122})
+#: for this cluster or account (10065 subjects another stream holds, 10052 a config it cannot
+#: take, 10074 R>1 without a cluster), or over the account's limits (10027 streams, 10026
+#: consumers, 10113 and 10122 bytes, 10002 resources, 10028 memory, 10047 storage), or
+#: JetStream is off for the account (10039); from nats-server's error table
+_LASTING = frozenset({10065, 10052, 10074, 10027, 10026, 10113, 10122, 10002, 10028, 10047,
+                      10039})
+
+#: nats-py's own errors that asking again cannot mend: a client that is closed stays closed
+#: (it reconnects by itself otherwise), and a refused login, a bad subject or a payload over
+#: the server's limit are refused again
+_LASTING_CLIENT = (nats.errors.ConnectionClosedError, nats.errors.AuthorizationError,
+                   nats.errors.BadSubjectError, nats.errors.MaxPayloadError)
 
 
 def not_yet(error: BaseException) -> bool:
     """Whether a start-up step that failed with `error` may pass if asked again: a timeout, a
-    lost connection, any JetStream answer but the refusals known to last (`_LASTING`). A
+    lost connection, any JetStream answer but the refusals known to last (`_LASTING`,
+    `_LASTING_CLIENT`). A
     cluster that is settling answers with many codes (503s, 500s such as "cluster can not
     handle request" or a consumer's create failing on its peer, a bucket not known yet to
     the server that answers), so what is retried is what is not known to be final; a lasting
     refusal ends the start at once, with what it said."""
     if isinstance(error, APIError):
         return error.err_code not in _LASTING
-    return isinstance(error, (TimeoutError, nats.errors.Error))
+    return isinstance(error, (TimeoutError, nats.errors.Error)) and \
+        not isinstance(error, _LASTING_CLIENT)
 
 
 async def key_value(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:

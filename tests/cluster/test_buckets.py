@@ -145,4 +145,11 @@ def test_a_start_asks_again_all_but_the_refusals_known_to_last() -> None:
     assert not not_yet(BadRequestError(code=400, err_code=10065, description="overlap"))
     assert not not_yet(ServerError(code=500, err_code=10074, description="replicas > 1"))
     assert not not_yet(ServerError(code=500, err_code=10052, description="invalid config"))
+    for over_a_limit in (10002, 10026, 10027, 10028, 10047, 10113, 10122):
+        assert not not_yet(BadRequestError(code=400, err_code=over_a_limit))
+    assert not not_yet(BadRequestError(code=503, err_code=10039, description="JS not enabled"))
+    for client_side in (nats.errors.ConnectionClosedError(), nats.errors.AuthorizationError(),
+                        nats.errors.BadSubjectError(), nats.errors.MaxPayloadError()):
+        assert not not_yet(client_side)
+    assert not_yet(nats.errors.TimeoutError()) and not_yet(nats.errors.NoServersError())
     assert not not_yet(ValueError("bucket has max_age 3, leases need 4"))

@@ -532,6 +532,52 @@ async def test_a_refusal_that_will_not_pass_ends_the_start_at_once(
 
 
 @pytest.mark.timeout(60)
+async def test_a_stream_refused_for_good_is_not_asked_again(nats_cluster: NatsCluster) -> None:
+    """`open_stream` (the log's and the webhooks' streams) ends at once on a refusal that
+    lasts (`not_yet`): it asked any refusal again for its whole timeout before."""
+    from nats.js.api import StreamConfig
+
+    from notify.storage.natsloop import close_within, open_stream
+
+    nc = await connect(nats_cluster, 0)
+    try:
+        await squat(nc, "taken")
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(nats.js.errors.BadRequestError) as refused:
+            await open_stream(nats_cluster.urls, StreamConfig(
+                name="late", subjects=["$KV.taken.>"], num_replicas=3), 15, "test")
+        assert refused.value.err_code == 10065, refused.value
+        assert loop.time() - began < 8, "open_stream asked a lasting refusal again (15 s)"
+    finally:
+        await close_within(nc, 5)
+
+
+async def test_a_start_cut_short_by_its_deadline_says_why_the_tries_before_failed() -> None:
+    """The tries that were refused "not yet" (a settling cluster's 500), then one the deadline
+    cut short: the start's error names the refusal, not a bare TimeoutError."""
+    from nats.js.errors import ServerError
+
+    leases = ClusterLeases(None, "n1", info={},  # type: ignore[arg-type]  (no NATS is used)
+                           on_actions=lambda _: None, on_failure=lambda _: None)
+    tries: list[int] = []
+
+    async def step() -> None:
+        tries.append(1)
+        if len(tries) < 3:
+            raise ServerError(code=500, err_code=10009,
+                              description="JetStream cluster can not handle request")
+        await asyncio.sleep(10)  # (the deadline cuts this one short)
+
+    deadline = asyncio.get_running_loop().time() + 1.0
+    with pytest.raises(TimeoutError) as cut:
+        await leases._retry(deadline, "the nodes bucket", step)
+    assert len(tries) == 3
+    assert "10009" in str(cut.value) and "the nodes bucket" in str(cut.value), cut.value
+    assert isinstance(cut.value.__cause__, ServerError)
+
+
+@pytest.mark.timeout(60)
 async def test_a_node_whose_start_fails_undoes_it_and_reports_no_death_after(
         nats_cluster: NatsCluster) -> None:
     """A node's leases refused for good (10065, as above): the start raises that refusal, and

@@ -13,6 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from websockets.frames import Frame as WsFrame
+from websockets.frames import Opcode
 
 from client_sdk import (
     Backoff,
@@ -178,23 +180,25 @@ async def test_a_state_listener_that_raises_is_logged_and_isolated(
 async def test_a_cancel_that_lands_as_the_welcome_is_read_is_not_lost(
         make_server: MakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """A task awaiting `connect()` that is cancelled while it waits ends cancelled, even when
-    the cancel lands in the loop turn the welcome arrives in. Python 3.11's `wait_for` (which
-    the handshake used) then returned the welcome and dropped the cancel: the caller went on
-    as if never cancelled (a prober whose stop hung, CI 2026-11-28). The cancel is scheduled
-    as the welcome's read ends, so it runs before anything that read wakes."""
+    the cancel lands in the loop turn the welcome arrives in; and the socket it opened is
+    closed. Python 3.11's `wait_for` (which the handshake used) returned the welcome then and
+    dropped the cancel: the caller went on as if never cancelled (a prober whose stop hung,
+    CI 2026-11-28). The cancel is made as the welcome's frame is taken off the socket, before
+    anything that waits for it has run."""
     srv = await make_server()
-    recv = DirectConnection.recv
+    process_event = DirectConnection.process_event
     task: asyncio.Task[Client] | None = None
     asked: list[bool] = []
+    sockets: list[DirectConnection] = []
 
-    async def read_then_cancel(self: DirectConnection, *a: Any, **kw: Any) -> Any:
-        data = await recv(self, *a, **kw)
-        if not asked:  # (the welcome: the handshake's only recv)
+    def take_then_cancel(self: DirectConnection, event: Any) -> None:
+        process_event(self, event)
+        if not asked and isinstance(event, WsFrame) and event.opcode is Opcode.TEXT:
             assert task is not None
-            asyncio.get_running_loop().call_soon(lambda: asked.append(task.cancel()))
-        return data
+            sockets.append(self)
+            asked.append(task.cancel())  # (the welcome: the server's first frame)
 
-    monkeypatch.setattr(DirectConnection, "recv", read_then_cancel)
+    monkeypatch.setattr(DirectConnection, "process_event", take_then_cancel)
 
     async def connecting() -> Client:
         return await sdk_connect(srv.url, member="a", options=opts())
@@ -204,9 +208,9 @@ async def test_a_cancel_that_lands_as_the_welcome_is_read_is_not_lost(
     assert task in done
     if not task.cancelled():
         await task.result().close()
-    assert asked, "the cancel was never asked"
-    # cancel() said True: the task had not ended, so it must end cancelled, its socket closed
-    assert not asked[0] or task.cancelled(), "the cancel was lost: connect() returned a client"
+    assert asked == [True], "the cancel came after connect() had ended: the test missed"
+    assert task.cancelled(), "the cancel was lost: connect() returned a client"
+    assert sockets[0].transport.is_closing()  # (aborted by the handshake: nobody holds it)
 
 
 @pytest.mark.parametrize("task", ["reader", "writer"])
@@ -309,8 +313,6 @@ async def test_the_direct_read_stops_at_the_frame_that_fills_a_group(
     another group of the same client is taken by a handler; the reader then waits for room,
     and once the application takes the events every message arrives once, in order. Without
     the check the queue would take all `n` (the server's bound is far above them here)."""
-    from client_sdk.handshake import DirectConnection
-
     bound, n = 20, 300
     srv = await make_server()
     b = await sdk(srv.url, "b", opts(max_queued_events=bound))

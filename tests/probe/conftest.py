@@ -67,7 +67,6 @@ class running:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.task is not None
-        done_early = self.task.done()
         self.task.cancel()
         # (wait, not gather under a timeout: a cancelled gather waits for its task anyway, so
         # a prober that swallowed its cancel hung the test past every bound)
@@ -77,8 +76,9 @@ class running:
             for t in asyncio.all_tasks():
                 t.print_stack(file=stack)
             raise AssertionError(f"the prober did not end when cancelled: {stack.getvalue()}")
-        if done_early and not self.task.cancelled() and self.task.exception() is not None:
-            raise self.task.exception()  # type: ignore[misc]
+        error = None if self.task.cancelled() else self.task.exception()
+        if error is not None:  # (ended early, or raised as it was cancelled)
+            raise error
 
 
 def prober(target: str, **kw: object) -> Prober:

@@ -1,11 +1,15 @@
 """`notify.supervision.LongTask`: only its owner's `stop()` ends it quietly; a return, an
-exception or a cancel from anywhere else is reported once as a death."""
+exception or a cancel from anywhere else is reported once as a death. `cancel_and_wait` and
+`in_own_task`: a cancel of the caller while it waits reaches the caller (the idioms they replace
+swallowed it)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from notify.supervision import LongTask
+import pytest
+
+from notify.supervision import LongTask, cancel_and_wait, in_own_task
 
 
 async def forever() -> None:
@@ -80,3 +84,71 @@ async def test_an_exception_while_the_owner_is_stopping_is_still_a_death() -> No
     await asyncio.sleep(0.05)
     assert [str(e) for e in deaths] == ["broken while draining"]
     await t.stop()
+
+
+async def slow_to_end(ended: asyncio.Event) -> None:
+    """Takes a moment to end once cancelled (a drain, a close), then ends cancelled."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await asyncio.sleep(0.05)
+        ended.set()
+
+
+async def swallows_a_cancel() -> str:
+    """As nats-py's drain() and close(): a cancel is caught, and it goes on to its end."""
+    try:
+        await asyncio.sleep(10)
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.05)
+    return "closed"
+
+
+async def test_a_caller_stopped_while_it_waits_for_a_task_it_cancelled_is_stopped() -> None:
+    """`task.cancel()` then `await task` under `suppress(CancelledError)` returned normally
+    here: the caller's own cancel was taken for the task's."""
+    ended = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(slow_to_end(ended))
+    await asyncio.sleep(0)
+    caller = asyncio.get_running_loop().create_task(cancel_and_wait(task))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    await asyncio.wait((caller,), timeout=2)
+    assert caller.cancelled()
+    await asyncio.wait_for(ended.wait(), 2)  # (the task still ends; nothing is left running)
+    assert task.cancelled()
+
+
+async def test_cancel_and_wait_says_what_the_task_raised() -> None:
+    async def fails_on_cancel() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("broke while stopping") from None
+
+    task = asyncio.get_running_loop().create_task(fails_on_cancel())
+    await asyncio.sleep(0)
+    error = await cancel_and_wait(task)
+    assert isinstance(error, RuntimeError) and str(error) == "broke while stopping"
+
+
+async def test_in_own_task_a_call_that_swallows_a_cancel_cannot_swallow_the_callers() -> None:
+    caller = asyncio.get_running_loop().create_task(in_own_task(swallows_a_cancel(), 5))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    await asyncio.wait((caller,), timeout=2)
+    assert caller.cancelled()
+    # without a task of its own, the same call ends the caller normally (the cancel is lost)
+    plain = asyncio.get_running_loop().create_task(swallows_a_cancel())
+    await asyncio.sleep(0.01)
+    plain.cancel()
+    await asyncio.wait((plain,), timeout=2)
+    assert not plain.cancelled() and plain.result() == "closed"
+
+
+async def test_in_own_task_gives_up_at_its_bound_and_cancels_the_call() -> None:
+    ended = asyncio.Event()
+    with pytest.raises(TimeoutError):
+        await in_own_task(slow_to_end(ended), 0.05)
+    await asyncio.wait_for(ended.wait(), 2)
+    assert await in_own_task(asyncio.sleep(0, "done"), 1) == "done"

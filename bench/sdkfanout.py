@@ -388,6 +388,8 @@ class Harness:
         if pub_task.done() and pub_task.exception() is not None and not subs_task.done():
             subs_task.cancel()  # the publisher died: nothing more is coming
             await asyncio.wait((subs_task,))
+            if not subs_task.cancelled():
+                subs_task.exception()  # (no news: the publisher's failure is raised)
             raise RuntimeError(f"phase {self.phase}: the publisher failed: "
                                f"{pub_task.exception()}")
         complete = await subs_task

@@ -303,12 +303,12 @@ class Client:
         if main is asyncio.current_task():
             main = None
         try:
-            if ws is not None:
-                await close_ws(ws)
-        finally:  # even when the application's own timeout cuts this close short
-            if main is not None:
-                main.cancel()
-        try:
+            try:
+                if ws is not None:
+                    await close_ws(ws)
+            finally:  # even when the application's own timeout cuts this close short
+                if main is not None:
+                    main.cancel()
             if main is not None:
                 # (wait, not gather: a gather that is cancelled waits for `main` all the same,
                 # so the caller's own timeout could not cut this short; `_run` raises nothing)
@@ -318,6 +318,8 @@ class Client:
                 self._finish(NotifyError("client closed"), by_app=True)
 
     def _finish(self, error: NotifyError, *, by_app: bool = False) -> None:
+        if self.state is ConnectionState.CLOSED:
+            return  # (finished already: a close cut short, then `main` failing as it ends)
         if not by_app and self.failure is None:
             self.failure = error
         self._set_state(ConnectionState.CLOSED)

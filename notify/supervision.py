@@ -39,23 +39,34 @@ def _retrieved(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
+#: the tasks `in_own_task` gave up on, until they end (the loop keeps only weak references)
+_given_up: set[asyncio.Task[Any]] = set()
+
+
 async def in_own_task(coro: Coroutine[Any, Any, T], seconds: float) -> T:
-    """`await coro`, given up after `seconds` (TimeoutError, `coro` cancelled), in a task of
-    its own: for a library call that swallows a cancel (nats-py's `drain()` and `close()`
-    catch CancelledError and go on), so that it cannot swallow ours. (What `wait_for` was
-    for, without 3.11's lost cancel.)"""
+    """`await coro` in a task of its own, given up after `seconds` (TimeoutError): for a
+    library call that swallows a cancel (nats-py's `drain()` and `close()` catch
+    CancelledError and go on), so that it cannot swallow ours. (What `wait_for` was for,
+    without 3.11's lost cancel.) A task given up on, past the bound or because we are
+    cancelled, is cancelled, which such a call may ignore: it is kept until it ends, and what
+    it raises then is retrieved."""
     task = asyncio.ensure_future(coro)
     try:
         done, _ = await asyncio.wait((task,), timeout=seconds)
     except asyncio.CancelledError:
-        task.cancel()
-        task.add_done_callback(_retrieved)
+        _give_up(task)
         raise
     if not done:
-        task.cancel()
-        task.add_done_callback(_retrieved)
+        _give_up(task)
         raise TimeoutError(f"not done within {seconds} s")
     return task.result()
+
+
+def _give_up(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    _given_up.add(task)
+    task.add_done_callback(_given_up.discard)
+    task.add_done_callback(_retrieved)
 
 
 def death_of(task: asyncio.Task[Any]) -> BaseException:

@@ -547,7 +547,8 @@ class ClusterLeases:
                         raise TimeoutError(f"{what}: not done by the deadline; before that: "
                                            f"{described(last)}") from last
                     raise
-                last = e
+                if not isinstance(e, TimeoutError):
+                    last = e  # (a refusal says more than a try that timed out)
                 log.info("lease_start_retry", what=what, error=described(e))
             await asyncio.sleep(0.2)
 

@@ -141,11 +141,13 @@ def _refused_for_now(refused: APIError) -> bool:
 
 #: JetStream's refusals that are refused again however long one waits: the request is wrong
 #: for this cluster or account (10065 subjects another stream holds, 10052 a config it cannot
-#: take, 10074 R>1 without a cluster), or over the account's limits (10027 streams, 10026
-#: consumers, 10113 and 10122 bytes, 10002 resources, 10028 memory, 10047 storage), or
-#: JetStream is off for the account (10039); from nats-server's error table
-_LASTING = frozenset({10065, 10052, 10074, 10027, 10026, 10113, 10122, 10002, 10028, 10047,
-                      10039})
+#: take, 10074 R>1 without a cluster), or over the account's limits (10027 streams, 10113 and
+#: 10122 bytes, 10002 resources, 10028 memory, 10047 storage); from nats-server's error table.
+#: Not here, though they sound final: 10039 "JetStream not enabled for account", which a
+#: cluster's meta leader answers while the account is being set up at start (nats-server
+#: issue 2874: retry), and 10026 "maximum consumers", which a restarted node meets until its
+#: previous life's ephemeral consumers expire.
+_LASTING = frozenset({10065, 10052, 10074, 10027, 10113, 10122, 10002, 10028, 10047})
 
 #: nats-py's own errors that asking again cannot mend: a client that is closed stays closed
 #: (it reconnects by itself otherwise), and a refused login, a bad subject or a payload over

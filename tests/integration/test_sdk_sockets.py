@@ -70,7 +70,8 @@ async def test_close_while_reconnecting_mid_handshake_closes_that_connection(
 async def test_close_cut_short_still_closes_the_socket(
         make_server: MakeServer, proxy_to: Any, sdk: Any) -> None:
     """A close whose handshake cannot finish (a stalled link) and that the application gives up
-    on (its own timeout cancels `close()`): the socket is closed all the same."""
+    on (its own timeout cancels `close()`): the socket is closed all the same, and the client
+    is CLOSED."""
     srv = await make_server(suspect_timeout=30.0)
     proxy = await proxy_to(srv)
     client = await sdk(proxy.url, "a")
@@ -80,3 +81,4 @@ async def test_close_cut_short_still_closes_the_socket(
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(client.close(), 0.2)
     assert ws.transport.is_closing()
+    assert client.state is ConnectionState.CLOSED  # what waited is answered, the groups end

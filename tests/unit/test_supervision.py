@@ -6,6 +6,7 @@ swallowed it)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -152,3 +153,40 @@ async def test_in_own_task_gives_up_at_its_bound_and_cancels_the_call() -> None:
         await in_own_task(slow_to_end(ended), 0.05)
     await asyncio.wait_for(ended.wait(), 2)
     assert await in_own_task(asyncio.sleep(0, "done"), 1) == "done"
+
+
+async def breaks_as_it_stops() -> None:
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("broke while stopping") from None
+
+
+@pytest.mark.parametrize("how", ["cancel_and_wait", "in_own_task"])
+async def test_what_a_task_given_up_on_raises_later_is_retrieved(how: str) -> None:
+    """The caller is stopped (or its bound passes) before the task ends, and the task then
+    raises: nothing logs "Task exception was never retrieved" when it is collected."""
+    loop = asyncio.get_running_loop()
+    contexts: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: contexts.append(context))
+    try:
+        if how == "cancel_and_wait":
+            task = loop.create_task(breaks_as_it_stops())
+            await asyncio.sleep(0)
+            caller = loop.create_task(cancel_and_wait(task))
+            await asyncio.sleep(0.01)
+            caller.cancel()
+            await asyncio.wait((caller,), timeout=2)
+            assert caller.cancelled()
+            await asyncio.wait((task,), timeout=2)
+            del task, caller  # (the caller's cancel holds its frame, which holds the task)
+        else:
+            with pytest.raises(TimeoutError):
+                await in_own_task(breaks_as_it_stops(), 0.01)
+            await asyncio.sleep(0.2)  # (it ends, and raises, after we gave up on it)
+        gc.collect()
+        await asyncio.sleep(0)
+        assert not [c for c in contexts if "never retrieved" in str(c.get("message"))], contexts
+    finally:
+        loop.set_exception_handler(None)

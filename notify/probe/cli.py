@@ -1,14 +1,21 @@
 """`notify probe URL [URL...]`: the arguments and the entry point (notify/cli.py adds the
-subcommand). Runs until interrupted, or for `--duration` seconds."""
+subcommand). Runs until SIGTERM or SIGINT, or for `--duration` seconds; either way it stops
+gracefully: each session leaves the probe group (no member is left for the server to suspect)
+and the exit code is 0."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import signal
 import sys
+from typing import TYPE_CHECKING
 
 from notify.probe.config import ProbeConfig
+
+if TYPE_CHECKING:
+    from notify.probe.prober import Prober
 
 __all__ = ["SLI_SETTINGS", "add_arguments", "flag", "run"]
 
@@ -74,6 +81,28 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"notify probe: {e}", file=sys.stderr)
         return 2
-    asyncio.run(prober.run(duration=a.duration, metrics_port=a.metrics_port,
-                           metrics_host=a.metrics_host))
+    return asyncio.run(_until_stopped(prober, a))
+
+
+async def _until_stopped(prober: Prober, a: argparse.Namespace) -> int:
+    """`prober.run()` until its duration, or a SIGTERM/SIGINT, which cancels it: the prober's
+    stop closes its sessions (they leave the group) before we return."""
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    assert me is not None
+    signalled: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        signalled.append(sig.name)
+        me.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await prober.run(duration=a.duration, metrics_port=a.metrics_port,
+                         metrics_host=a.metrics_host)
+    except asyncio.CancelledError:
+        if not signalled:
+            raise
+        print(f"notify probe: stopped ({signalled[0]})", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ stopped at teardown and the prober's tasks are cancelled and awaited."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -219,6 +220,45 @@ async def test_the_cli_serves_the_slis_and_exits_after_its_duration(server: Serv
         assert "notify_probe_resume_good_total" in body, body
         out, _ = await asyncio.to_thread(proc.communicate, timeout=TIMEOUT)
         assert proc.returncode == 0, out.decode(errors="replace")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(TIMEOUT)
+
+
+async def test_the_cli_stops_on_sigterm_and_its_members_leave(server: Served) -> None:
+    """SIGTERM, what a service manager sends, stops `notify probe` gracefully: exit 0, and its
+    two members have left the probe group by then. (Killed by the signal's default action, it
+    left them for the server to suspect, seconds later.)"""
+    (port,) = free_ports(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "notify.cli", "probe", server.ws, "--rate", "20",
+         "--reconnect-every", "0", "--view-change-every", "0", "--metrics-port", str(port),
+         "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+
+            async def members() -> list[str]:
+                async with http.get(f"{server.api}/api/v1/groups/probe", headers=auth) as r:
+                    return list((await r.json()).get("members", []))
+
+            body = ""
+            for _ in range(80):
+                await asyncio.sleep(0.25)
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                        body = await r.text()
+                if 'notify_probe_delivery_good_total{path="sdk"' in body:
+                    break
+            assert 'notify_probe_delivery_good_total{path="sdk"' in body, body
+            assert len(await members()) == 2
+            proc.send_signal(signal.SIGTERM)
+            out, _ = await asyncio.to_thread(proc.communicate, timeout=TIMEOUT)
+            assert proc.returncode == 0, out.decode(errors="replace")
+            assert await members() == [], "the probe's members were left for the server to suspect"
     finally:
         if proc.poll() is None:
             proc.kill()

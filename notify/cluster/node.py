@@ -195,9 +195,8 @@ class ClusterNode:
         try:
             await self._start(server)
         except BaseException:
-            self._stopping = True
             with contextlib.suppress(Exception):
-                await self.stop()
+                await self.stop()  # (which marks the node stopping first)
             raise
 
     async def _start(self, server: PlacementHost) -> None:

@@ -159,11 +159,10 @@ _LASTING_CLIENT = (nats.errors.ConnectionClosedError, nats.errors.AuthorizationE
 def not_yet(error: BaseException) -> bool:
     """Whether a start-up step that failed with `error` may pass if asked again: a timeout, a
     lost connection, any JetStream answer but the refusals known to last (`_LASTING`,
-    `_LASTING_CLIENT`). A
-    cluster that is settling answers with many codes (503s, 500s such as "cluster can not
-    handle request" or a consumer's create failing on its peer, a bucket not known yet to
-    the server that answers), so what is retried is what is not known to be final; a lasting
-    refusal ends the start at once, with what it said."""
+    `_LASTING_CLIENT`). A cluster that is settling answers with many codes (503s, 500s such
+    as "cluster can not handle request" or a consumer's create failing on its peer, a bucket
+    not known yet to the server that answers), so what is retried is what is not known to be
+    final; a lasting refusal ends the start at once, with what it said."""
     if isinstance(error, APIError):
         return error.err_code not in _LASTING
     return isinstance(error, (TimeoutError, nats.errors.Error)) and \

@@ -5,6 +5,7 @@ bytes of a `batch` frame to the application holding the `Message` (issue 14).
     python -m bench sdkrecv --profile             # the same under cProfile: where the time goes
     python -m bench sdkrecv --handler             # the callback style (Group.on_event)
     python -m bench sdkrecv --atomic              # atomic messages: ACKed, held to `confirm`
+    python -m bench sdkrecv --iterator            # `async for` in a task of its own (README style)
 
 What it runs is the SDK's own code: `Client._receive` (orjson, `ClientProtocol.receive`, the
 dispatch to the group's queue) and `Group.next_event` (what `async for` calls), fed frames shaped
@@ -13,6 +14,9 @@ and the event loop; this isolates the part the SDK controls, measured by process
 `--atomic`: every message atomic, each batch followed by the `confirm` of its offsets (as a
 server whose members all ACK at once sends it), and the ACK frames the SDK queues encoded as
 its writer would (`data_to_send` and `orjson.dumps`, once per frame received).
+`--iterator`: the application reads with `async for event in group` in a task of its own, and the
+loop turns once after each frame, as it does between two frames off a socket: so the task is woken
+once per frame, which the other modes (one task) never pay.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ def frames(n: int, batch: int, group: str, payload: bytes,
 
 
 async def run(n: int, batch: int, handler: bool = False,
-              atomic: bool = False) -> tuple[float, int]:
+              atomic: bool = False, iterator: bool = False) -> tuple[float, int]:
     client = Client("ws://127.0.0.1:1", "sub")
     group = Group(client, "g", "members")
     client._groups["g"] = group
@@ -77,6 +81,23 @@ async def run(n: int, batch: int, handler: bool = False,
         for d in data:
             receive(d)
         return time.process_time() - t0, count[0]
+    if iterator:
+        taken = [0]
+
+        async def application() -> None:
+            async for _event in group:
+                taken[0] += 1
+                if taken[0] == n:
+                    return
+
+        app = asyncio.get_running_loop().create_task(application())
+        await asyncio.sleep(0)  # it waits on the empty queue, as between bursts
+        t0 = time.process_time()
+        for d in data:
+            receive(d)
+            await asyncio.sleep(0)  # the loop's turn between two frames: the application runs
+        await app
+        return time.process_time() - t0, taken[0]
     t0 = time.process_time()
     for d in data:
         receive(d)
@@ -94,19 +115,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true")
     p.add_argument("--handler", action="store_true",
                    help="the callback style (`Group.on_event`) instead of `next_event`")
+    p.add_argument("--iterator", action="store_true",
+                   help="`async for` in a task of its own, woken once per frame")
     p.add_argument("--atomic", action="store_true",
                    help="atomic messages, each batch confirmed (ACKs encoded as sent)")
     a = p.parse_args(argv)
     if a.profile:
         prof = cProfile.Profile()
         prof.enable()
-        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic, a.iterator))
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     else:
-        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic))
+        cpu, got = asyncio.run(run(a.messages, a.batch, a.handler, a.atomic, a.iterator))
     assert got == a.messages, (got, a.messages)
-    print(f"sdkrecv ({'on_event' if a.handler else 'next_event'}"
+    style = "on_event" if a.handler else "async for" if a.iterator else "next_event"
+    print(f"sdkrecv ({style}"
           f"{', atomic' if a.atomic else ''}): {got} messages in batches "
           f"of {a.batch}: {cpu:.3f} CPU-s, "
           f"{cpu / got * 1e6:.2f} µs per message")

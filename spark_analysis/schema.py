@@ -114,16 +114,26 @@ def _required_missing() -> Column:
                         for f in _field_order()], F.lit(None).cast(_STR))
 
 
+#: `_bad` of a line with nothing but white space: left out, and counted as nothing
+BLANK = "blank"
+
+
 def parse_lines(lines: DataFrame) -> DataFrame:
-    """Lines (`value` column) -> the wide table plus a `_bad` column (reason, or null if good)."""
+    """Lines (`value` column) -> the wide table plus a `_bad` column (reason, or null if good).
+
+    A blank line is told apart only among the lines that failed to parse (`BLANK`), not by a
+    filter in front of the parse: trimming every line copied it, about 3.5 of the 2 cores'
+    seconds of a 10 M log's load, for the few lines that are blank."""
     parsed = lines.select(F.from_json("value", EVENT_SCHEMA, {"mode": "PERMISSIVE"}).alias("e"),
                           F.col("value"))
     known = F.col("event").isin(list(EVENTS))
     # from_json yields null fields for a line that is not JSON or has a mistyped field; telling
     # "not JSON" from "wrong type" would need a second parse, so both count as invalid_json
     # unless the line at least starts like an object.
+    line = F.trim("_line")
     bad = (F.when(F.col("ts").isNull() | F.col("event").isNull() | F.col("node").isNull(),
-                  F.when(F.trim("_line").startswith("{"), F.lit("missing_or_mistyped_common"))
+                  F.when(line == "", F.lit(BLANK))
+                  .when(line.startswith("{"), F.lit("missing_or_mistyped_common"))
                   .otherwise(F.lit("not_json")))
            .when(~known, F.lit("unknown_event"))
            .otherwise(_required_missing()))
@@ -141,7 +151,10 @@ def read_events(spark: SparkSession, logs: str) -> tuple[DataFrame, Observation]
     the parse (10 M lines: 33 columns spilled to disk)."""
     lines = (spark.read.option("recursiveFileLookup", "true")
              .option("pathGlobFilter", "*.jsonl*").text(logs))
-    rows = parse_lines(lines.where(F.length(F.trim("value")) > 0))
+    # (no `where` on the parsed columns before `observe`: the optimizer pushes it under the
+    # projection, and each line is parsed once more per field it reads: 60 s against 23 s for
+    # 10 M lines)
+    rows = parse_lines(lines)
     bad = Observation()  # a fresh random name: never matches an earlier cached read's plan
     rows = rows.observe(bad, *[F.count(F.when(F.col("_bad") == r, 1)).alias(r)
                                for r in BAD_REASONS])

@@ -39,6 +39,17 @@ def test_schema_counts_bad_lines_and_keeps_good_ones(spark: SparkSession, tmp_pa
     assert again.source == "parquet" and again.df.count() == good
 
 
+def test_blank_lines_are_skipped_and_not_counted(spark: SparkSession, tmp_path: Path) -> None:
+    """Empty lines and lines of spaces are no events and no bad lines (found among the lines
+    that did not parse, not by trimming every line); spaces around something that is not
+    JSON still make a bad line."""
+    junk = ["", "   ", "  nope  ", '  {"ts": 1.0, "node": "x"}  ']
+    logs = handmade.write(handmade.clean_history(), tmp_path / "logs", junk=junk)
+    ev = load_events(spark, str(logs), str(tmp_path / "out"))
+    assert ev.df.count() == sum(len(v) for v in handmade.clean_history().values())
+    assert ev.bad_lines == {"not_json": 1, "missing_or_mistyped_common": 1}
+
+
 def test_check_passes_a_clean_history(spark: SparkSession, tmp_path: Path) -> None:
     logs = handmade.write(handmade.clean_history(), tmp_path / "logs")
     r = check(load_events(spark, str(logs)))

@@ -114,7 +114,7 @@ def _required_missing() -> Column:
                         for f in _field_order()], F.lit(None).cast(_STR))
 
 
-#: `_bad` of a line with nothing but white space: left out, and counted as nothing
+#: `_bad` of an empty line or one of spaces only (what `trim` removes): left out, counted as nothing
 BLANK = "blank"
 
 

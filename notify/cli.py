@@ -50,6 +50,8 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--tls-key", "server", str, "PEM private key of --tls-cert"),
     ("--max-connections", "server", int, "open connections (default 100,000; 0 = no limit)"),
     ("--max-connections-per-ip", "server", int, "per client address (default 0 = no limit)"),
+    ("--listen-backlog", "server", int,
+     "connections the kernel queues before the server accepts them (default 4096)"),
     ("--shutdown-grace", "server", float, "seconds clients get to go on SIGTERM (default 5)"),
     ("--drain-delay", "server", float,
      "on SIGTERM, seconds of /readyz 503 before the listener closes (default 0)"),
@@ -248,6 +250,7 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                           verifier=verifier, origins=srv.origins or None,
                           ssl=settings.ssl_context(), max_connections=srv.max_connections,
                           max_connections_per_ip=srv.max_connections_per_ip,
+                          listen_backlog=srv.listen_backlog,
                           shutdown_grace=srv.shutdown_grace, drain_delay=srv.drain_delay,
                           placement=cluster)
     hooks = None

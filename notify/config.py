@@ -71,6 +71,11 @@ class ServerSettings(_Section):
     origins: list[str] = Field(default_factory=list)
     max_connections: int = Field(default=100_000, ge=0)
     max_connections_per_ip: int = Field(default=0, ge=0)
+    #: connections the kernel completes while the server has not accepted them yet (`listen`'s
+    #: backlog; the kernel caps it at net.core.somaxconn). asyncio's default of 100 overflowed
+    #: when 2,000 clients connected at once (a restart's reconnections): the SYNs dropped were
+    #: sent again a second later, and accepting took twice as long
+    listen_backlog: int = Field(default=4096, ge=1)
     shutdown_grace: float = Field(default=5.0, ge=0)
     #: on SIGTERM, seconds of `/readyz` 503 before the listener closes (load balancer drain)
     drain_delay: float = Field(default=0.0, ge=0)

@@ -97,7 +97,7 @@ class NotifyServer:
                  origins: Sequence[str] | None = None,
                  ssl: ssl_module.SSLContext | None = None,
                  max_connections: int = 0, max_connections_per_ip: int = 0,
-                 shutdown_grace: float = 5.0, drain_delay: float = 0.0,
+                 listen_backlog: int = 4096, shutdown_grace: float = 5.0, drain_delay: float = 0.0,
                  on_halt: Callable[[str], None] | None = None,
                  placement: Placement | None = None) -> None:
         config = config or CoreConfig(event_log=event_log is not None)
@@ -109,6 +109,8 @@ class NotifyServer:
         self.origins = None if origins is None else list(origins)
         self.ssl = ssl
         self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
+        #: `listen`'s backlog (ServerSettings.listen_backlog says why not asyncio's 100)
+        self.listen_backlog = listen_backlog
         self.shutdown_grace, self.drain_delay = shutdown_grace, drain_delay
         self.draining = False
         self.metrics = Metrics(self)
@@ -329,6 +331,7 @@ class NotifyServer:
             origins=None if self.origins is None else [*self.origins, None],  # type: ignore[list-item]
             process_request=self._process_request,
             ssl=self.ssl,
+            backlog=self.listen_backlog,
         )
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]

@@ -109,6 +109,8 @@ class NotifyServer:
         self.origins = None if origins is None else list(origins)
         self.ssl = ssl
         self.max_connections, self.max_connections_per_ip = max_connections, max_connections_per_ip
+        if listen_backlog < 1:  # (asyncio's loop would then accept nothing, and spin)
+            raise ValueError(f"listen_backlog must be at least 1, not {listen_backlog}")
         #: `listen`'s backlog (ServerSettings.listen_backlog says why not asyncio's 100)
         self.listen_backlog = listen_backlog
         self.shutdown_grace, self.drain_delay = shutdown_grace, drain_delay

@@ -1,6 +1,7 @@
 """`bench.sdkrecv` in its smallest form: every mode hands the application every message it was
 fed, once (the figure it prints is per message taken, so a mode that dropped or doubled some
-would print a wrong one). Times nothing (STYLE.md: benchmarks measure, tests do not)."""
+would print a wrong one; the iterator's application takes until the feed ends, so a doubled
+message would count twice). Times nothing (STYLE.md: benchmarks measure, tests do not)."""
 
 from __future__ import annotations
 

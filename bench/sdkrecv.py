@@ -116,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--profile", action="store_true")
-    style = p.add_mutually_exclusive_group()
-    style.add_argument("--handler", action="store_true",
-                       help="the callback style (`Group.on_event`) instead of `next_event`")
-    style.add_argument("--iterator", action="store_true",
-                       help="`async for` in a task of its own, woken once per frame")
+    styles = p.add_mutually_exclusive_group()
+    styles.add_argument("--handler", action="store_true",
+                        help="the callback style (`Group.on_event`) instead of `next_event`")
+    styles.add_argument("--iterator", action="store_true",
+                        help="`async for` in a task of its own, woken once per frame")
     p.add_argument("--atomic", action="store_true",
                    help="atomic messages, each batch confirmed (ACKs encoded as sent)")
     a = p.parse_args(argv)

@@ -303,19 +303,18 @@ class Client:
         if main is asyncio.current_task():
             main = None
         try:
-            try:
-                if ws is not None:
-                    await close_ws(ws)
-            finally:  # even when the application's own timeout cuts this close short
-                if main is not None:
-                    main.cancel()
+            if ws is not None:
+                await close_ws(ws)
             if main is not None:
+                main.cancel()
                 # (wait, not gather: a gather that is cancelled waits for `main` all the same,
                 # so the caller's own timeout could not cut this short; `_run` raises nothing)
                 await asyncio.wait((main,))
-        finally:  # cut short or not: what waits is answered, the groups end
-            if self.state is not ConnectionState.CLOSED:
-                self._finish(NotifyError("client closed"), by_app=True)
+        finally:  # even when the application's own timeout cuts this close short: `main`
+            # stops, what waits is answered, the groups end (`_finish` runs once)
+            if main is not None:
+                main.cancel()
+            self._finish(NotifyError("client closed"), by_app=True)
 
     def _finish(self, error: NotifyError, *, by_app: bool = False) -> None:
         if self.state is ConnectionState.CLOSED:

@@ -79,8 +79,8 @@ EVENTS: dict[str, tuple[str, ...]] = {
 }
 
 #: every reason `parse_lines` can give for a bad line (`BLANK`, no bad line, is not one): a
-#: finite set, so that `read_events` can
-#: count them all in one observed aggregate while the cleaned table is written
+#: finite set, so that `read_events` can count them all in one observed aggregate while the
+#: cleaned table is written
 BAD_REASONS: tuple[str, ...] = (
     "not_json", "missing_or_mistyped_common", "unknown_event",
     *sorted({f"missing_{f}" for fields in EVENTS.values() for f in fields}))

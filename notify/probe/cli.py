@@ -96,7 +96,8 @@ async def _until_stopped(prober: Prober, a: argparse.Namespace) -> int:
         signalled.append(sig.name)
         me.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         await prober.run(duration=a.duration, metrics_port=a.metrics_port,
@@ -105,4 +106,7 @@ async def _until_stopped(prober: Prober, a: argparse.Namespace) -> int:
         if not signalled:
             raise
         print(f"notify probe: stopped ({signalled[0]})", file=sys.stderr)
+    finally:  # (a signal after the run must not cancel this task as it returns)
+        for sig in signals:
+            loop.remove_signal_handler(sig)
     return 0

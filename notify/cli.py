@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from client_sdk import ViewInstalled
     from notify.api.keys import Keyring
     from notify.server.app import NotifyServer
+    from notify.storage.base import MessageLog
 
 #: called once `notify serve` is listening (tools that embed it: `devtools.devdemo`)
 OnReady = Callable[["NotifyServer"], object]
@@ -190,7 +191,6 @@ def settings_from_args(a: argparse.Namespace) -> Settings:
 async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None:
     from notify.server.app import NotifyServer
     from notify.server.auth import TokenVerifier
-    from notify.storage.base import MessageLog
     from notify.storage.memory import MemoryLog
     from notify.storage.sqlite import SqliteLog
 
@@ -219,25 +219,24 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
     most = max([config.limits.retain_messages, *(r.messages for r in config.retention)])
     if srv.cluster:
         from notify.cluster.node import ClusterConfig, ClusterNode
-        from notify.storage.jetstream import JetStreamLog
 
         assert srv.node_id is not None
-        store = await asyncio.to_thread(
-            JetStreamLog, srv.cluster, stream=srv.nats_stream, replicas=srv.replicas,
-            max_msgs_per_subject=most, owner=srv.node_id, retention=config.retention_for)
+        store = await _jetstream(
+            srv.cluster, stream=srv.nats_stream, replicas=srv.replicas,
+            max_msgs_per_subject=most, owner=srv.node_id, retention=config.retention_for,
+            max_payload_bytes=config.limits.max_frame_bytes)
         cluster = ClusterNode(ClusterConfig(srv.cluster, srv.node_id, replicas=srv.replicas,
                                             stream=srv.nats_stream, lease_ttl=srv.lease_ttl,
                                             node_ttl=min(3.0, srv.lease_ttl / 2),
                                             heartbeat=min(1.0, srv.lease_ttl / 6),
                                             standby=srv.standby))
     elif srv.store == "jetstream":
-        from notify.storage.jetstream import JetStreamLog
-
         # (no stream-wide max_age: it would empty a quiet group's subjects, the head and the
         # pruned record too; the rules' ages are applied by prune, which keeps them)
-        store = await asyncio.to_thread(
-            JetStreamLog, srv.nats, stream=srv.nats_stream, replicas=srv.nats_replicas,
-            max_msgs_per_subject=most, retention=config.retention_for)
+        store = await _jetstream(
+            srv.nats, stream=srv.nats_stream, replicas=srv.nats_replicas,
+            max_msgs_per_subject=most, retention=config.retention_for,
+            max_payload_bytes=config.limits.max_frame_bytes)
     elif srv.store == "sqlite":
         store = SqliteLog(Path(srv.data_dir) / "notify.db", durability=srv.durability,
                           retain_messages=config.limits.retain_messages,
@@ -327,6 +326,17 @@ async def _serve(a: argparse.Namespace, on_ready: OnReady | None = None) -> None
                      detail="the server stopped rather than break a promise; restart it")
         raise SystemExit(EXIT_HALTED)
     log.info("stopped")
+
+
+async def _jetstream(servers: list[str], **kw: Any) -> MessageLog:
+    """The JetStream log, made off the loop (it connects). NATS servers whose `max_payload`
+    cannot hold the record of the largest message stop the start, saying what to change."""
+    from notify.storage.jetstream import JetStreamLog, MaxPayloadTooSmall
+
+    try:
+        return await asyncio.to_thread(JetStreamLog, servers, **kw)
+    except MaxPayloadTooSmall as e:
+        raise SystemExit(f"notify serve: {e}") from None
 
 
 def _api_keys(settings: Settings) -> Keyring | None:

@@ -106,7 +106,7 @@ class NatsNode:
 
 def config_text(node: NatsNode, store: Path, routes: Sequence[int], *,
                 cluster_name: str = "notify-test", max_file_store: str = "1G",
-                max_memory_store: str = "256M") -> str:
+                max_memory_store: str = "256M", max_payload: str = "8MB") -> str:
     """The config of `node`: JetStream with `sync_interval: always` (see the module docstring)
     and bounded stores, routes to every cluster port in `routes` (its own included: nats-server
     ignores a route to itself, and one list serves every node), and the HTTP monitor, which
@@ -114,8 +114,9 @@ def config_text(node: NatsNode, store: Path, routes: Sequence[int], *,
     route_urls = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
     return (f'server_name: {node.name}\nlisten: 127.0.0.1:{node.client}\n'
             f'http: 127.0.0.1:{node.http}\n'
-            # a client frame may be 1 MiB (max_frame_bytes) and crosses between nodes whole
-            f'max_payload: 8MB\n'
+            # a message's record must fit whole: max_frame_bytes (1 MiB) and its metadata
+            # (docs/cluster.md, "What NATS must be")
+            f'max_payload: {max_payload}\n'
             f'jetstream {{ store_dir: "{store}", sync_interval: always, '
             f'max_file_store: {max_file_store}, max_memory_store: {max_memory_store} }}\n'
             f'cluster {{ name: {cluster_name}, listen: 127.0.0.1:{node.cluster}, '
@@ -241,7 +242,8 @@ def plan(root: Path, *, binary: Path, size: int = 3,
          http_ports: Sequence[int] | None = None,
          stores: Sequence[Path] | None = None,
          cluster_name: str = "notify-test", max_file_store: str = "1G",
-         max_memory_store: str = "256M", stem: str = "") -> NatsCluster:
+         max_memory_store: str = "256M", max_payload: str = "8MB",
+         stem: str = "") -> NatsCluster:
     """Lay out a cluster of `size` nodes `n1..nN` under `root` (configs `root/<stem>nN.conf`,
     logs `root/<stem>nN.log`, stores `root/js-nN` unless `stores` says otherwise, created if
     missing) and write their configs; nothing is started. Ports not given are free loopback
@@ -267,7 +269,8 @@ def plan(root: Path, *, binary: Path, size: int = 3,
         n.store.mkdir(parents=True, exist_ok=True)
         n.config.write_text(config_text(n, n.store, route, cluster_name=cluster_name,
                                         max_file_store=max_file_store,
-                                        max_memory_store=max_memory_store))
+                                        max_memory_store=max_memory_store,
+                                        max_payload=max_payload))
     return cluster
 
 

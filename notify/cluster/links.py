@@ -13,8 +13,9 @@ Core NATS is at most once, so each direction says what it does about loss:
   would leave its member connected at the owner, a zombie nobody suspects (cluster review S8),
   while the owner ignores one for a connection it does not know. They are kept across one
   give-up only: an owner that answers nothing for two give-ups in a row is gone, and its
-  successor does not know those connections. The link's numbering goes on across give-ups
-  (the owner applies each number once, so a link that started again at 1 would be ignored).
+  successor does not know those connections. The link's numbering goes on across give-ups,
+  and into the uplink that replaces one whose sender died (the owner applies each number once,
+  so a link that started again at 1 would be ignored until it passed the old numbers).
 - **Owner → edge** (`Downlinks`): frames for clients leave on the next turn of the loop as one
   batch per edge, published without waiting (an owner must never wait for an edge: that is
   what per-member outboxes are for, G11). Each batch carries a per-link sequence number; an
@@ -43,11 +44,14 @@ from nats.aio.client import Client
 from notify.cluster.linkwire import (
     CLOSED,
     FRAME,
+    MAX_CONNS,
     DownEntry,
     UpEntry,
+    down_entries,
     down_size,
     encode_down,
     encode_up,
+    up_entries,
     up_size,
 )
 from notify.errortext import described
@@ -70,6 +74,10 @@ BEAT_AFTER = 0.25
 BEAT_COUNT = 4
 
 
+#: what a request raises once the node's NATS connection is draining or closed (its stop)
+_CLOSING = (nats.errors.ConnectionClosedError, nats.errors.ConnectionDrainingError)
+
+
 def in_subject(prefix: str, node: str) -> str:
     return f"{prefix}.in.{node}"
 
@@ -85,14 +93,20 @@ class Uplink:
                  on_give_up: Callable[[str], None], owner: str,
                  request_timeout: float = 2.0, give_up_after: float = 15.0,
                  max_bytes: int = MAX_UPLINK_BYTES,
-                 owner_stopping: Callable[[], bool] = lambda: False) -> None:
+                 owner_stopping: Callable[[], bool] = lambda: False,
+                 after: Uplink | None = None) -> None:
         self._nc, self._subject, self._header = nc, subject, header
         self.owner = owner
         self._on_give_up = on_give_up
+        self._owner_stopping = owner_stopping
         self.request_timeout, self.give_up_after = request_timeout, give_up_after
         self._queue: list[UpEntry] = []
         self._wake = asyncio.Event()
-        self._seq = itertools.count(1)
+        #: the link's numbering, which a new uplink `after` a dead one to the same owner goes
+        #: on with: the owner applies each number of this edge incarnation once, and would
+        #: ignore a link that started again at 1 (module docstring)
+        self._seq: itertools.count[int] = after._seq if after is not None \
+            else itertools.count(1)
         self.batches = self.retries = self.give_ups = 0
         #: give-ups since the last answered request (CLOSED entries survive only the first)
         self._failing = 0
@@ -108,8 +122,9 @@ class Uplink:
         go (they are small, and losing one leaves a zombie at the owner)."""
         if kind == FRAME and self._bytes + len(data) > self.max_bytes:
             return False
-        self._queue.append((conn, kind, data))
-        self._bytes += len(data)
+        for entry in up_entries(conn, kind, data, self._nc.max_payload - _HEADER_ROOM):
+            self._queue.append(entry)
+            self._bytes += len(entry[2])
         self._wake.set()
         return True
 
@@ -156,7 +171,9 @@ class Uplink:
                         self._failing = 0
                         break
                     except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
-                            nats.errors.ConnectionReconnectingError) as e:
+                            nats.errors.ConnectionReconnectingError,
+                            # reconnecting, with nats-py's buffer for that full
+                            nats.errors.OutboundBufferLimitError) as e:
                         if loop.time() + delay >= deadline:
                             self.give_ups += 1
                             self._failing += 1
@@ -174,6 +191,11 @@ class Uplink:
                         delay = min(delay * 2, 1.0)
 
     def _died(self, error: BaseException) -> None:
+        if isinstance(error, _CLOSING) and self._owner_stopping():
+            # the node's stop closed the connection under an uplink made meanwhile (a frame
+            # routed during the stop): that end is the stop's
+            log.debug("uplink_ended_by_stop", owner=self.owner, error=described(error))
+            return
         # the loop catches what a request can raise; anything else is a bug: say so, and let
         # the edge close what it routed here (its clients resume) instead of queueing forever
         log.error("uplink_died", owner=self.owner, error=described(error))
@@ -283,6 +305,9 @@ class Downlinks:
         pending, self._pending = self._pending, {}
         room = self._nc.max_payload - _HEADER_ROOM
         for edge, entries in pending.items():
+            if any(len(conns) > MAX_CONNS or down_size(conns, data) > room
+                   for _kind, conns, data in entries):
+                entries = [part for entry in entries for part in down_entries(entry, room)]
             start = 0
             while start < len(entries):
                 size, end = 0, start

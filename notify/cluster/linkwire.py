@@ -18,6 +18,14 @@ Owner → edge entries are `(kind, conns, data)`: `DATA` is serialised frame(s) 
 `conns` (a `deliver` to ten members on one edge crosses once); `CLOSE` closes them (code,
 reason, drain). A *beat* (links.py, `DownlinkBeats`) is an owner → edge batch whose header
 has `beat` (the last sequence sent on the link) instead of `seq`, and no entries.
+
+An entry too large for one NATS message (a client frame near `max_frame_bytes`, a history page,
+the view of a large group: the servers' `max_payload` is 1 MiB by default) crosses as `PIECE`
+entries, in order, on its link: each holds its entry's own kind, its index and whether it is
+the last, then a slice of the data (`in_pieces`); a down entry's conns ride on its last piece.
+The receiving side joins them (`Pieces`). A link loses nothing silently (a lost owner batch is a
+gap, a lost edge batch a give-up: both close the connections concerned), so a piece that is
+missing only means that its entry is dropped with the rest of what was lost.
 """
 
 from __future__ import annotations
@@ -31,10 +39,15 @@ from notify.core.auth import Grants, Identity, Perm
 
 OPEN, FRAME, CLOSED, REFRESH = 1, 2, 3, 4
 DATA, CLOSE = 1, 2
+#: a slice of an entry too large for one NATS message (either direction)
+PIECE = 8
 
 _UP = struct.Struct("<qBI")  # conn, kind, length
 _DOWN = struct.Struct("<BHI")  # kind, number of conns, length
 _CONN = struct.Struct("<q")
+_PIECE = struct.Struct("<BBI")  # the entry's kind, 1 on its last piece, the piece's index
+#: the most conns one down entry names (its count is 16 bits)
+MAX_CONNS = 0xFFFF
 
 UpEntry = tuple[int, int, bytes]
 DownEntry = tuple[int, list[int], bytes]
@@ -50,6 +63,94 @@ def up_size(data: bytes) -> int:
 
 def down_size(conns: list[int], data: bytes) -> int:
     return _DOWN.size + _CONN.size * len(conns) + len(data)
+
+
+def up_entries(conn: int, kind: int, data: bytes, room: int) -> list[UpEntry]:
+    """The edge → owner entry `(conn, kind, data)` as entries that each fit in `room` bytes:
+    itself, or its pieces."""
+    if up_size(data) <= room:
+        return [(conn, kind, data)]
+    return [(conn, PIECE, piece) for piece in in_pieces(kind, data, room - _UP.size)]
+
+
+def down_entries(entry: DownEntry, room: int) -> list[DownEntry]:
+    """The owner → edge `entry` as entries that each fit in `room` bytes: its conns in chunks
+    (a count is 16 bits), and a chunk's data in pieces when that is still too large, the
+    chunk on the last piece."""
+    kind, conns, data = entry
+    per = max(1, min(MAX_CONNS, room // 2 // _CONN.size))
+    out: list[DownEntry] = []
+    for start in range(0, len(conns), per):
+        chunk = conns[start:start + per]
+        if down_size(chunk, data) <= room:
+            out.append((kind, chunk, data))
+            continue
+        pieces = in_pieces(kind, data, room - _DOWN.size - _CONN.size * len(chunk))
+        out.extend((PIECE, [], piece) for piece in pieces[:-1])
+        out.append((PIECE, chunk, pieces[-1]))
+    return out
+
+
+def in_pieces(kind: int, data: bytes, room: int) -> list[bytes]:
+    """`data` (an entry of kind `kind`) as the data of `PIECE` entries of at most `room` bytes
+    each, in order."""
+    step = room - _PIECE.size
+    if step < 1:
+        raise ValueError(f"no room for a piece in {room} bytes")
+    count = max(1, -(-len(data) // step))
+    view = memoryview(data)
+    return [_PIECE.pack(kind, i == count - 1, i) + view[i * step:(i + 1) * step]
+            for i in range(count)]
+
+
+class Pieces:
+    """The receiving side's pieces of entries not yet whole, at most one entry per sending
+    node (a link carries one entry's pieces in a row, so a piece of another entry, or a whole
+    entry, in between means the rest was lost). Emptied as entries complete, and by `cut` when
+    a link loses something or its node goes."""
+
+    def __init__(self) -> None:
+        #: node -> (its incarnation, the pieces so far, or None while the rest of an entry
+        #: that lost a piece goes by)
+        self._held: dict[str, tuple[str, list[bytes] | None]] = {}
+        #: entries dropped because a piece of theirs was lost
+        self.dropped = 0
+
+    def join(self, node: str, inc: str, data: bytes) -> tuple[int, bytes] | None:
+        """Take one `PIECE` entry's data from `node`: its entry's kind and whole data once
+        this was the last piece, else None."""
+        try:
+            kind, last, index = _PIECE.unpack_from(data)
+        except struct.error as e:
+            raise LinkError(f"truncated piece: {e}") from e
+        held = self._held.get(node)
+        if index == 0:
+            self.cut(node)
+            held = self._held[node] = (inc, [])
+        elif held is None or held[0] != inc or held[1] is None or len(held[1]) != index:
+            if held is None or held[0] != inc or held[1] is not None:
+                self.dropped += 1  # (once per entry: its later pieces find it dropping)
+            if last:
+                self._held.pop(node, None)
+            else:
+                self._held[node] = (inc, None)
+            return None
+        parts = held[1]
+        assert parts is not None
+        parts.append(data[_PIECE.size:])
+        if not last:
+            return None
+        del self._held[node]
+        return kind, b"".join(parts)
+
+    def cut(self, node: str) -> None:
+        """`node`'s link lost something, or it went: an entry in pieces cannot complete."""
+        held = self._held.pop(node, None)
+        if held is not None and held[1] is not None:
+            self.dropped += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
 
 
 def encode_up(header: dict[str, Any], entries: list[UpEntry]) -> bytes:

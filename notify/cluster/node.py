@@ -74,8 +74,10 @@ from notify.cluster.linkwire import (
     DATA,
     FRAME,
     OPEN,
+    PIECE,
     REFRESH,
     LinkError,
+    Pieces,
     decode_down,
     decode_up,
     identity_json,
@@ -170,6 +172,8 @@ class ClusterNode:
         self._uplinks: dict[str, Uplink] = {}
         self._dedup = UplinkDedup()
         self._gaps = DownlinkGaps()
+        #: entries in pieces (linkwire), from owners and from edges
+        self._pieces_down, self._pieces_up = Pieces(), Pieces()
         self._failed: str | None = None
         #: `stop()` began: the tick's end is no death and an uplink's no give-up any more
         self._stopping = False
@@ -360,7 +364,7 @@ class ClusterNode:
                 self._nc, in_subject(self.config.prefix, owner),
                 {"edge": self.node, "inc": self.inc}, owner=owner,
                 on_give_up=self._gave_up, give_up_after=self.config.give_up_after,
-                owner_stopping=self._stopping_now)
+                owner_stopping=self._stopping_now, after=up)
         return up
 
     def closed(self, conn: int, code: int, reason: str) -> None:
@@ -447,7 +451,19 @@ class ClusterNode:
         if not self._gaps.check(owner, inc, seq):
             self._link_gap(owner, seq, "batch")
         server = self._server
+        pieces = self._pieces_down
         for kind, conns, data in entries:
+            if kind == PIECE:
+                try:
+                    whole = pieces.join(owner, inc, data)
+                except LinkError as e:
+                    log.error("bad_owner_batch", error=str(e))
+                    return
+                if whole is None:
+                    continue
+                kind, data = whole
+            elif pieces:
+                pieces.cut(owner)  # (a gap was seen: the entry in pieces was lost with it)
             for conn in conns:
                 if not self.router.is_opened(conn, owner):
                     continue  # not (or no longer) routed there: an old owner's frame
@@ -460,6 +476,7 @@ class ClusterNode:
     def _link_gap(self, owner: str, seq: int, seen: str) -> None:
         """Frames for our clients were lost on the way: they resume, and get them again."""
         self.stats.link_gaps += 1
+        self._pieces_down.cut(owner)
         log.warning("owner_batch_gap", owner=owner, seq=seq, seen=seen)
         self._apply(self.router.link_lost(owner))
 
@@ -473,8 +490,16 @@ class ClusterNode:
             log.error("bad_edge_batch", error=str(e))
             return
         if self._dedup.fresh(edge, inc, seq):
+            pieces = self._pieces_up
             for conn, kind, data in entries:
                 try:
+                    if kind == PIECE:
+                        whole = pieces.join(edge, inc, data)
+                        if whole is None:
+                            continue
+                        kind, data = whole
+                    elif pieces:
+                        pieces.cut(edge)  # (the edge gave up on the rest of that entry)
                     await self._apply_entry(edge, inc, conn, kind, data)
                 except Exception:  # a bug of ours: that frame is lost, not the link (G12)
                     log.exception("edge_entry_failed", edge=edge, kind=kind)
@@ -623,6 +648,8 @@ class ClusterNode:
             for _vid, inc, conn in conns:
                 self._downlink_close(node, inc, conn, int(CloseCode.SHUTDOWN), MOVED)
         self._gaps.forget(node)
+        self._pieces_up.cut(node)
+        self._pieces_down.cut(node)
 
     # -- introspection ----------------------------------------------------------------------------
 
@@ -658,6 +685,9 @@ class ClusterNode:
              "resumed)", cs.link_gaps),
             ("counter", "cluster_link_give_ups", "owners that did not answer in time (their "
              "clients resumed)", cs.link_give_ups),
+            ("counter", "cluster_link_pieces_dropped", "entries too large for one NATS message "
+             "dropped because a piece of theirs was lost (with a gap or a give-up)",
+             self._pieces_up.dropped + self._pieces_down.dropped),
             ("counter", "cluster_groups_dropped", "groups dropped (shard lost or fenced)",
              driver.groups_dropped if driver is not None else 0),
             ("counter", "cluster_conns_moved", "client connections told to reconnect because "

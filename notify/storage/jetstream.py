@@ -262,6 +262,30 @@ class FenceError(Exception):
 
 #: the reason a write is answered with when another writer appended to the group since this
 #: one loaded it (10071): the group has a new owner, and this one must stop serving it
+#: bytes of a message record besides its payload, at most: the metadata line (its strings
+#: are 256 characters each, 6 bytes a character when escaped), the headers of its batch
+#: (`_batch_once`: the expected subject holds the escaped group name) and room to spare
+RECORD_ROOM = 16 << 10
+
+
+class MaxPayloadTooSmall(ValueError):
+    """The NATS servers' `max_payload` cannot hold the record of the largest message the
+    server accepts: found at start, not at the first such message (whose append would have
+    the servers drop the node's connection, again at every try)."""
+
+
+def fits(max_payload: int, max_payload_bytes: int) -> None:
+    """Refuse to start (`MaxPayloadTooSmall`) where a message of `max_payload_bytes` of payload
+    (the server's `max_frame_bytes`) would not fit in one NATS message of `max_payload`."""
+    need = max_payload_bytes + RECORD_ROOM
+    if max_payload < need:
+        raise MaxPayloadTooSmall(
+            f"the NATS servers' max_payload is {max_payload} bytes, and the record of a message "
+            f"of max_frame_bytes ({max_payload_bytes}) needs up to {need}: set max_payload to "
+            f"at least {need} in every nats-server's configuration (`max_payload: 8MB`), or "
+            f"lower max_frame_bytes to {max_payload - RECORD_ROOM} or less")
+
+
 FENCED = "fenced: another writer owns the group now"
 #: the reason a write is answered with (as a `Fenced`) when the log could not say, within the
 #: write's bound, whether it is stored: the group is dropped and rebuilt from the log
@@ -281,7 +305,7 @@ class JetStreamLog:
                  owner: str | None = None,
                  retention: Callable[[str], Retention] | None = None,
                  prune_groups: int = 10_000, prune_records: int = 100_000,
-                 ids_bytes: int = 512 << 10) -> None:
+                 ids_bytes: int = 512 << 10, max_payload_bytes: int | None = None) -> None:
         self.servers = [servers] if isinstance(servers, str) else list(servers)
         self.stream, self.prefix, self.replicas = stream, prefix, replicas
         self.max_msgs_per_subject, self.max_age = max_msgs_per_subject, max_age
@@ -343,6 +367,12 @@ class JetStreamLog:
         try:
             self._nc: Client = self._call(self._connect(connect_timeout),
                                           connect_timeout + 5)
+            if max_payload_bytes is not None:  # (the servers' limit is known once connected)
+                try:
+                    fits(self._nc.max_payload, max_payload_bytes)
+                except MaxPayloadTooSmall:
+                    self._call(self._nc.close(), 5)
+                    raise
             # now, not on first use: making a bucket is a meta-layer operation, which stalls
             # for seconds right after a server died, when loads are needed most (if it cannot
             # be done now, it is tried again by the first checkpoint operation)

@@ -23,13 +23,17 @@ from notify.cluster.linkwire import (
     DATA,
     FRAME,
     OPEN,
+    PIECE,
     LinkError,
+    Pieces,
     decode_down,
     decode_up,
+    down_entries,
     encode_down,
     encode_up,
     identity_json,
     identity_of,
+    up_entries,
 )
 from notify.core.auth import Grants, Identity
 
@@ -297,9 +301,12 @@ class _Owners:
 
     def __init__(self) -> None:
         self.got: list[list[tuple[int, int, bytes]]] = []
+        self.seqs: list[int] = []
 
     async def request(self, subject: str, payload: bytes, timeout: float) -> None:
-        self.got.append(decode_up(payload)[1])
+        header, entries = decode_up(payload)
+        self.got.append(entries)
+        self.seqs.append(header["seq"])
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
@@ -312,13 +319,18 @@ async def _until(check: Callable[[], bool], what: str) -> None:
 async def test_a_dead_uplink_is_a_give_up_and_the_next_send_gets_a_new_one() -> None:
     """An uplink whose sender died (G13: cancelled here, not by its owner) is reported as a
     give-up (the edge closes what it routed there), and the node's next send to that owner
-    goes through a new uplink, not into the dead one's queue, which nobody sends."""
+    goes through a new uplink, not into the dead one's queue, which nobody sends. The new one
+    numbers its batches on from the dead one's: the owner applies each number of this edge
+    incarnation once, and took a new uplink's batch 1 for one it had (its frames lost)."""
     from notify.cluster.node import ClusterConfig, ClusterNode
 
     node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
     owners = _Owners()
     node._nc = owners  # type: ignore[assignment]
     first = node._uplink("own")
+    first.send(1, FRAME, b'{"type":"join"}')
+    await _until(lambda: owners.seqs == [1], "the first uplink's batch")
+    owners.got.clear()
     first._task.task.cancel()
     await _until(lambda: node.stats.link_give_ups == 1, "the death reported as a give-up")
     assert first.dead
@@ -328,6 +340,7 @@ async def test_a_dead_uplink_is_a_give_up_and_the_next_send_gets_a_new_one() -> 
         second.send(1, FRAME, b'{"type":"publish"}')
         await _until(lambda: bool(owners.got), "the entry sent by the new uplink")
         assert owners.got == [[(1, FRAME, b'{"type":"publish"}')]]
+        assert owners.seqs == [1, 2]
     finally:
         await node.stop()
 
@@ -348,3 +361,159 @@ async def test_an_uplinks_end_once_its_node_is_stopping_is_no_give_up() -> None:
         assert node.stats.link_give_ups == 0
     finally:
         await late.close()
+
+
+# -- entries too large for one NATS message (linkwire: pieces) -----------------------------------
+
+
+def _joined(pieces: Pieces, node: str, entries: list[tuple[int, bytes]],
+            inc: str = "i") -> list[tuple[int, bytes]]:
+    """What a receiver makes of (kind, data) entries in order: the whole ones."""
+    out = []
+    for kind, data in entries:
+        if kind == PIECE:
+            whole = pieces.join(node, inc, data)
+            if whole is not None:
+                out.append(whole)
+        else:
+            pieces.cut(node)
+            out.append((kind, data))
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 99, 100, 101, 1000, 4321])
+def test_an_edge_entry_too_large_crosses_in_pieces_and_is_joined(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + b"z" * (size % 256)
+    entries = up_entries(5, FRAME, data, room=113)
+    if size + 13 <= 113:
+        assert entries == [(5, FRAME, data)]
+    else:
+        assert {k for _c, k, _d in entries} == {PIECE} and len(entries) > 1
+    for _conn, _kind, piece in entries:  # each fits, and decodes as sent
+        assert len(encode_up({}, [(5, PIECE, piece)])) - len(encode_up({}, [])) <= 113
+    back = decode_up(encode_up({"seq": 1}, entries))[1]
+    pieces = Pieces()
+    assert _joined(pieces, "e", [(k, d) for _c, k, d in back]) == [(FRAME, data)]
+    assert not pieces and pieces.dropped == 0
+
+
+def test_an_owner_entry_is_split_by_conns_then_in_pieces_each_fitting() -> None:
+    conns = list(range(70_000))  # more than a 16-bit count
+    room = 1 << 20
+    parts = down_entries((DATA, conns, b"d" * 10), room)
+    assert [c for _k, cs, _d in parts for c in cs] == conns
+    assert all(len(cs) <= 0xFFFF and k == DATA for k, cs, _d in parts)
+    big = b"p" * 3000
+    parts = down_entries((DATA, [1, 2], big), room=1000)
+    assert [k for k, _c, _d in parts] == [PIECE] * len(parts) and len(parts) == 4
+    assert [cs for _k, cs, _d in parts] == [[], [], [], [1, 2]]  # conns on the last piece
+    assert all(len(encode_down({}, [p])) - len(encode_down({}, [])) <= 1000 for p in parts)
+    pieces = Pieces()
+    assert _joined(pieces, "o", [(k, d) for k, _c, d in parts]) == [(DATA, big)]
+
+
+def test_a_lost_piece_drops_its_entry_and_nothing_else() -> None:
+    first = up_entries(1, FRAME, b"a" * 500, room=113)
+    second = up_entries(1, FRAME, b"b" * 500, room=113)
+    pieces = Pieces()
+    # a piece in the middle lost: the entry is dropped; the next, whole, still joins
+    got = _joined(pieces, "e", [(k, d) for _c, k, d in first[:2] + first[3:] + second])
+    assert got == [(FRAME, b"b" * 500)] and pieces.dropped == 1
+    # its last pieces lost, then a whole entry: the pieces are cut, the entry goes through
+    got = _joined(pieces, "e", [(k, d) for _c, k, d in first[:-1]] + [(FRAME, b"small")])
+    assert got == [(FRAME, b"small")] and pieces.dropped == 2 and not pieces
+    # its first piece lost: the rest cannot join (of two pieces, or of more)
+    pair = up_entries(1, FRAME, b"c" * 150, room=113)
+    assert len(pair) == 2
+    got = _joined(pieces, "e", [(k, d) for _c, k, d in pair[1:]])
+    got += _joined(pieces, "e", [(k, d) for _c, k, d in first[1:]])
+    assert got == [] and not pieces and pieces.dropped == 4
+    # pieces of a node's earlier incarnation do not join with the new one's
+    got = _joined(pieces, "e", [(k, d) for _c, k, d in first[:2]], inc="old")
+    got += _joined(pieces, "e", [(k, d) for _c, k, d in first[2:]], inc="new")
+    assert got == [] and not pieces
+
+
+def test_a_truncated_piece_is_a_link_error() -> None:
+    with pytest.raises(LinkError):
+        Pieces().join("e", "i", b"\x01")
+
+
+async def test_an_uplink_sends_a_frame_larger_than_a_nats_message_in_pieces() -> None:
+    from notify.cluster.links import Uplink
+
+    class Small(_Owners):
+        max_payload = 4096
+
+    owner = Small()
+    up = Uplink(owner, "notify.in.own", {"edge": "e", "inc": "i"},  # type: ignore[arg-type]
+                owner="own", on_give_up=lambda owner: None)
+    try:
+        frame = b'{"type":"publish","payload":"' + b"x" * 20_000 + b'"}'
+        up.send(3, FRAME, frame)
+        await _until(lambda: sum(len(b) for b in owner.got) >= 6, "every piece sent")
+        assert all(len(encode_up({"edge": "e", "inc": "i", "seq": 99}, batch)) <= 4096
+                   for batch in owner.got)
+        pieces = Pieces()
+        got = _joined(pieces, "e", [(k, d) for batch in owner.got for _c, k, d in batch])
+        assert got == [(FRAME, frame)]
+    finally:
+        await up.close()
+
+
+async def test_an_uplink_asks_again_while_nats_reconnects_with_its_buffer_full() -> None:
+    """nats-py refuses a publish while it reconnects and its pending buffer is full
+    (OutboundBufferLimitError): that is a request to ask again, as a reconnecting connection
+    is, not the uplink's death (which closed every connection routed to that owner)."""
+    import nats.errors
+
+    from notify.cluster.links import Uplink
+
+    class Reconnecting(_Owners):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refused = 0
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            if self.refused < 2:
+                self.refused += 1
+                raise nats.errors.OutboundBufferLimitError
+            await super().request(subject, payload, timeout)
+
+    owner = Reconnecting()
+    gave_up: list[str] = []
+    up = Uplink(owner, "notify.in.own", {"edge": "e", "inc": "i"},  # type: ignore[arg-type]
+                owner="own", on_give_up=gave_up.append)
+    try:
+        up.send(1, FRAME, b'{"type":"publish"}')
+        await _until(lambda: bool(owner.got), "the batch, asked again")
+        assert owner.got == [[(1, FRAME, b'{"type":"publish"}')]] and owner.seqs == [1]
+        assert owner.refused == 2 and up.retries == 2 and not gave_up and not up.dead
+    finally:
+        await up.close()
+
+
+async def test_an_uplink_whose_connection_the_stop_closed_ends_quietly() -> None:
+    """An uplink made during the node's stop (a frame routed meanwhile) meets the connection
+    the stop closed: that end is the stop's. No give-up (which closes connections), no
+    `uplink_died` error (which says: a bug)."""
+    import nats.errors
+    from structlog.testing import capture_logs
+
+    from notify.cluster.node import ClusterConfig, ClusterNode
+
+    class Closed(_Owners):
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            raise nats.errors.ConnectionClosedError
+
+    node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
+    node._nc = Closed()  # type: ignore[assignment]
+    await node.stop()
+    with capture_logs() as logs:
+        late = node._uplink("own")
+        late.send(1, CLOSED, b'{"code":1001,"reason":""}')
+        await _until(lambda: late.dead, "the late uplink ended")
+        await asyncio.sleep(0.01)
+    assert node.stats.link_give_ups == 0
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == []
+    assert "uplink_ended_by_stop" in [e["event"] for e in logs]

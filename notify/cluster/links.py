@@ -100,8 +100,13 @@ class Uplink:
         self._on_give_up = on_give_up
         self._owner_stopping = owner_stopping
         self.request_timeout, self.give_up_after = request_timeout, give_up_after
-        self._queue: list[UpEntry] = []
+        #: entries to send; a new uplink `after` a dead one takes over its CLOSED entries
+        #: (the connections it closed must not stay open at the owner, cluster review S8)
+        self._queue: list[UpEntry] = [] if after is None else \
+            [x for x in after._queue if x[1] == CLOSED][-MAX_KEPT_CLOSED:]
         self._wake = asyncio.Event()
+        if self._queue:
+            self._wake.set()
         #: the link's numbering, which a new uplink `after` a dead one to the same owner goes
         #: on with: the owner applies each number of this edge incarnation once, and would
         #: ignore a link that started again at 1 (module docstring)
@@ -111,7 +116,7 @@ class Uplink:
         #: give-ups since the last answered request (CLOSED entries survive only the first)
         self._failing = 0
         #: bytes queued, and the most that client frames may fill (G14)
-        self._bytes = 0
+        self._bytes = sum(len(data) for _c, _k, data in self._queue)
         self.max_bytes = max_bytes
         self._task = LongTask(self._run(), name=f"uplink-{owner}", on_death=self._died,
                               owner_stopping=owner_stopping)

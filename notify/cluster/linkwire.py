@@ -106,8 +106,10 @@ def in_pieces(kind: int, data: bytes, room: int) -> list[bytes]:
 class Pieces:
     """The receiving side's pieces of entries not yet whole, at most one entry per sending
     node (a link carries one entry's pieces in a row, so a piece of another entry, or a whole
-    entry, in between means the rest was lost). Emptied as entries complete, and by `cut` when
-    a link loses something or its node goes."""
+    entry, in between means the rest was lost). Emptied as entries complete, by `cut` when a
+    whole entry arrives or the node goes, and by the next entry after a `lost`. `dropped`
+    counts the entries lost in pieces (approximately: with no entry ids, one whose first and
+    last pieces both went in the same loss as another's is not told apart)."""
 
     def __init__(self) -> None:
         #: node -> (its incarnation, the pieces so far, or None while the rest of an entry
@@ -144,10 +146,22 @@ class Pieces:
         return kind, b"".join(parts)
 
     def cut(self, node: str) -> None:
-        """`node`'s link lost something, or it went: an entry in pieces cannot complete."""
+        """A whole entry from `node`, or `node` went: an entry in pieces cannot complete."""
         held = self._held.pop(node, None)
         if held is not None and held[1] is not None:
             self.dropped += 1
+
+    def lost(self, node: str) -> None:
+        """`node`'s link lost a batch: an entry in pieces cannot complete, and the rest of its
+        pieces may still come (they find it dropping, and are not counted again)."""
+        held = self._held.get(node)
+        if held is None:
+            return
+        if held[1] is None:  # (the pieces after the loss may be another entry's)
+            del self._held[node]
+        else:
+            self.dropped += 1
+            self._held[node] = (held[0], None)
 
     def __bool__(self) -> bool:
         return bool(self._held)

@@ -329,10 +329,10 @@ class ClusterNode:
                 if a.shard is not None and a.reason != MOVED:
                     log.warning("no_owner", shard=a.shard, conns=len(a.conns), why=a.reason)
                 self._close_edge_conns(a.conns, a.reason)
-            elif isinstance(a, ClosedAt):
-                link = self._uplinks.get(a.owner)
-                if link is not None:
-                    link.send(a.conn, CLOSED, orjson.dumps({"code": a.code, "reason": a.reason}))
+            elif isinstance(a, ClosedAt) and a.owner in self._uplinks:
+                # (opened there through an uplink: through its successor if it died)
+                self._uplink(a.owner).send(
+                    a.conn, CLOSED, orjson.dumps({"code": a.code, "reason": a.reason}))
 
     def refuse(self, conn: int, group: str, raw: bytes, *, remote: bool) -> bool:
         """A group frame that reached this node late: if the group is not ours (any more),
@@ -458,12 +458,13 @@ class ClusterNode:
                     whole = pieces.join(owner, inc, data)
                 except LinkError as e:
                     log.error("bad_owner_batch", error=str(e))
+                    self._link_gap(owner, seq, "bad piece")  # (the rest of the batch is lost)
                     return
                 if whole is None:
                     continue
                 kind, data = whole
             elif pieces:
-                pieces.cut(owner)  # (a gap was seen: the entry in pieces was lost with it)
+                pieces.cut(owner)  # (the owner started again: its link too)
             for conn in conns:
                 if not self.router.is_opened(conn, owner):
                     continue  # not (or no longer) routed there: an old owner's frame
@@ -476,7 +477,7 @@ class ClusterNode:
     def _link_gap(self, owner: str, seq: int, seen: str) -> None:
         """Frames for our clients were lost on the way: they resume, and get them again."""
         self.stats.link_gaps += 1
-        self._pieces_down.cut(owner)
+        self._pieces_down.lost(owner)
         log.warning("owner_batch_gap", owner=owner, seq=seq, seen=seen)
         self._apply(self.router.link_lost(owner))
 

@@ -260,12 +260,12 @@ class FenceError(Exception):
         self.code = code
 
 
-#: the reason a write is answered with when another writer appended to the group since this
-#: one loaded it (10071): the group has a new owner, and this one must stop serving it
 #: bytes of a message record besides its payload, at most: the metadata line (its strings
 #: are 256 characters each, 6 bytes a character when escaped), the headers of its batch
 #: (`_batch_once`: the expected subject holds the escaped group name) and room to spare
 RECORD_ROOM = 16 << 10
+#: the smallest max_frame_bytes a server takes (notify/config.py)
+MIN_FRAME_BYTES = 1024
 
 
 class MaxPayloadTooSmall(ValueError):
@@ -282,10 +282,13 @@ def fits(max_payload: int, max_payload_bytes: int) -> None:
         raise MaxPayloadTooSmall(
             f"the NATS servers' max_payload is {max_payload} bytes, and the record of a message "
             f"of max_frame_bytes ({max_payload_bytes}) needs up to {need}: set max_payload to "
-            f"at least {need} in every nats-server's configuration (`max_payload: 8MB`), or "
-            f"lower max_frame_bytes to {max_payload - RECORD_ROOM} or less")
+            f"at least {need} in every nats-server's configuration (`max_payload: 8MB`)"
+            + (f", or lower max_frame_bytes to {max_payload - RECORD_ROOM} or less"
+               if max_payload - RECORD_ROOM >= MIN_FRAME_BYTES else ""))
 
 
+#: the reason a write is answered with when another writer appended to the group since this
+#: one loaded it (10071): the group has a new owner, and this one must stop serving it
 FENCED = "fenced: another writer owns the group now"
 #: the reason a write is answered with (as a `Fenced`) when the log could not say, within the
 #: write's bound, whether it is stored: the group is dropped and rebuilt from the log

@@ -130,13 +130,20 @@ async def test_the_askers_wait_ends_at_its_deadline_or_at_once_without_an_owner(
             await asker.ask_owner(group, b'{"op": "remove"}', 1.5)
         waited = time.monotonic() - t0
         assert heard == [b'{"op": "remove"}'] and 1.4 <= waited < 5.0
-        # n2 gone (nobody listens on its subject): no wait for the deadline
+        # n2 gone (nobody listens on its subject): no wait for the deadline. The server
+        # says "no responders" once it has taken the unsubscribe in, which can lag even on one
+        # server (1 run in 8 here timed out instead): asked again until it does, each answer
+        # then at once
         await sub.unsubscribe()
         await silent.flush()
-        t0 = time.monotonic()
-        with pytest.raises(NoOwner, match="did not answer: NoRespondersError"):
-            await asker.ask_owner(group, b'{"op": "remove"}', 10.0)
-        assert time.monotonic() - t0 < 5.0
+        for _attempt in range(10):
+            t0 = time.monotonic()
+            with pytest.raises(NoOwner, match="did not answer") as refused:
+                await asker.ask_owner(group, b'{"op": "remove"}', 2.0)
+            if "NoRespondersError" in str(refused.value):
+                break
+        assert "NoRespondersError" in str(refused.value)
+        assert time.monotonic() - t0 < 1.0
     finally:
         await silent.close()
         await nc.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 
@@ -517,3 +518,55 @@ async def test_an_uplink_whose_connection_the_stop_closed_ends_quietly() -> None
     assert node.stats.link_give_ups == 0
     assert [e["event"] for e in logs if e["log_level"] == "error"] == []
     assert "uplink_ended_by_stop" in [e["event"] for e in logs]
+
+
+def test_a_gap_drops_the_entry_in_pieces_once() -> None:
+    """An owner batch lost in the middle of an entry's pieces: the entry is dropped and
+    counted once, though the rest of its pieces still come; the next entry joins."""
+    entry = up_entries(1, FRAME, b"a" * 500, room=113)
+    assert len(entry) >= 6
+    after = up_entries(1, FRAME, b"b" * 300, room=113)
+    pieces = Pieces()
+    got = _joined(pieces, "o", [(k, d) for _c, k, d in entry[:2]])
+    pieces.lost("o")  # the batch with the third piece went
+    got += _joined(pieces, "o", [(k, d) for _c, k, d in entry[3:] + after])
+    assert got == [(FRAME, b"b" * 300)] and pieces.dropped == 1 and not pieces
+
+
+async def test_the_closes_a_dead_uplink_held_go_with_the_next() -> None:
+    """Cluster review S8 again: an uplink whose sender died held the CLOSED entries of
+    connections the edge had closed; lost, their members would stay connected at the owner.
+    The uplink that replaces it sends them first, and a close after the death goes there too
+    (not into the dead one's queue, which nobody sends)."""
+    from notify.cluster.node import ClusterConfig, ClusterNode
+    from notify.cluster.routing import ClosedAt
+
+    class Held(_Owners):
+        def __init__(self) -> None:
+            super().__init__()
+            self.answer = asyncio.Event()
+
+        async def request(self, subject: str, payload: bytes, timeout: float) -> None:
+            await self.answer.wait()
+            await super().request(subject, payload, timeout)
+
+    node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
+    owner = Held()
+    node._nc = owner  # type: ignore[assignment]
+    node._server = SimpleNamespace(draining=False)  # type: ignore[assignment]
+    first = node._uplink("own")
+    first.send(1, FRAME, b'{"type":"join"}')
+    await asyncio.sleep(0)  # that batch in flight; what follows waits in the queue
+    first.send(2, FRAME, b'{"type":"publish"}')
+    first.send(3, CLOSED, b'{"code":1006,"reason":"a"}')
+    first._task.task.cancel()
+    await _until(lambda: node.stats.link_give_ups == 1, "the death reported as a give-up")
+    try:
+        node._apply([ClosedAt("own", 1, 1001, "b")])
+        owner.answer.set()
+        await _until(lambda: bool(owner.got), "the new uplink's batch")
+        assert owner.got == [[(3, CLOSED, b'{"code":1006,"reason":"a"}'),
+                              (1, CLOSED, b'{"code":1001,"reason":"b"}')]]
+        assert owner.seqs == [2]  # (batch 1 went with the dead one, unanswered)
+    finally:
+        await node.stop()

@@ -100,10 +100,12 @@ class Uplink:
         self._on_give_up = on_give_up
         self._owner_stopping = owner_stopping
         self.request_timeout, self.give_up_after = request_timeout, give_up_after
-        #: entries to send; a new uplink `after` a dead one takes over its CLOSED entries
-        #: (the connections it closed must not stay open at the owner, cluster review S8)
+        #: entries to send, and the batch in flight; a new uplink `after` a dead one takes
+        #: over the CLOSED entries of both (the connections it closed must not stay open at
+        #: the owner, cluster review S8; a batch it may have sent again is applied once)
         self._queue: list[UpEntry] = [] if after is None else \
-            [x for x in after._queue if x[1] == CLOSED][-MAX_KEPT_CLOSED:]
+            [x for x in after._flight + after._queue if x[1] == CLOSED][-MAX_KEPT_CLOSED:]
+        self._flight: list[UpEntry] = []
         self._wake = asyncio.Event()
         if self._queue:
             self._wake.set()
@@ -164,7 +166,7 @@ class Uplink:
             await self._wake.wait()
             self._wake.clear()
             while self._queue:
-                batch = self._take()
+                batch = self._flight = self._take()
                 payload = encode_up({**self._header, "seq": next(self._seq)}, batch)
                 deadline = loop.time() + self.give_up_after
                 delay = 0.05
@@ -174,6 +176,7 @@ class Uplink:
                                                timeout=self.request_timeout)
                         self.batches += 1
                         self._failing = 0
+                        self._flight = []
                         break
                     except (nats.errors.TimeoutError, nats.errors.NoRespondersError,
                             nats.errors.ConnectionReconnectingError,
@@ -185,7 +188,7 @@ class Uplink:
                             kept = [x for x in batch + self._queue if x[1] == CLOSED] \
                                 if self._failing == 1 else []
                             dropped = len(batch) + len(self._queue) - len(kept)
-                            self._queue = kept[-MAX_KEPT_CLOSED:]
+                            self._queue, self._flight = kept[-MAX_KEPT_CLOSED:], []
                             self._bytes = sum(len(data) for _c, _k, data in self._queue)
                             log.warning("uplink_gave_up", owner=self.owner, dropped=dropped,
                                         kept_closed=len(self._queue), error=type(e).__name__)

@@ -556,6 +556,7 @@ async def test_the_closes_a_dead_uplink_held_go_with_the_next() -> None:
     node._server = SimpleNamespace(draining=False)  # type: ignore[assignment]
     first = node._uplink("own")
     first.send(1, FRAME, b'{"type":"join"}')
+    first.send(4, CLOSED, b'{"code":1006,"reason":"c"}')
     await asyncio.sleep(0)  # that batch in flight; what follows waits in the queue
     first.send(2, FRAME, b'{"type":"publish"}')
     first.send(3, CLOSED, b'{"code":1006,"reason":"a"}')
@@ -565,7 +566,8 @@ async def test_the_closes_a_dead_uplink_held_go_with_the_next() -> None:
         node._apply([ClosedAt("own", 1, 1001, "b")])
         owner.answer.set()
         await _until(lambda: bool(owner.got), "the new uplink's batch")
-        assert owner.got == [[(3, CLOSED, b'{"code":1006,"reason":"a"}'),
+        assert owner.got == [[(4, CLOSED, b'{"code":1006,"reason":"c"}'),
+                              (3, CLOSED, b'{"code":1006,"reason":"a"}'),
                               (1, CLOSED, b'{"code":1001,"reason":"b"}')]]
         assert owner.seqs == [2]  # (batch 1 went with the dead one, unanswered)
     finally:

@@ -23,12 +23,10 @@ from notify_chaos.natsrun import NatsCluster, free_ports, nats_server_binary, pl
 from tests.cluster.nodes import NotifyCluster, make_cluster, nodes_running
 from tests.cluster.test_cluster import (  # noqa: F401  (the `clients` fixture)
     TIMEOUT,
-    Collector,
-    client,
     clients,
-    group_on,
+    member_cut_off_at_an_edge,
+    metric,
 )
-from tests.integration.proxy import FaultyProxy
 
 #: the NATS servers' max_payload here, and a max_frame_bytes whose records fit in it
 MAX_PAYLOAD = "256KB"
@@ -57,21 +55,7 @@ def small_cluster(small_nats: NatsCluster, tmp_path: Path) -> Iterator[NotifyClu
 @pytest.mark.timeout(150)
 async def test_a_history_page_larger_than_a_nats_message_reaches_the_edge(
         small_cluster: NotifyCluster, clients: list[Client]) -> None:  # noqa: F811
-    cluster = small_cluster
-    owner, edge = cluster.nodes[0], cluster.nodes[1]
-    g = group_on(cluster, owner.name)
-    proxy = await FaultyProxy(edge.port).start()
-    cols: list[Collector] = []
-    try:
-        a = await client(clients, owner.url, "a")
-        b = await client(clients, proxy.url, "b")
-        ga = await asyncio.wait_for(a.join(g), TIMEOUT)
-        gb = await asyncio.wait_for(b.join(g), TIMEOUT)
-        cols += [Collector(ga), Collector(gb)]
-        await asyncio.gather(*(col.wait_for(lambda s: s.views and s.views[-1][0] == 2)
-                               for col in cols))
-        proxy.block()
-        proxy.cut()
+    async with member_cut_off_at_an_edge(small_cluster, clients) as (owner, ga, cols, proxy):
         big = "x" * (FRAME - 1_000)  # each in one NATS message; ten of them in one page
         for i in range(12):
             await asyncio.wait_for(ga.publish({"i": i, "pad": big}), TIMEOUT)
@@ -81,17 +65,8 @@ async def test_a_history_page_larger_than_a_nats_message_reaches_the_edge(
         assert [m.payload["i"] for m in cols[1].messages] == list(range(12))
         assert all(m.payload["pad"] == big for m in cols[1].messages)
         assert cols[1].views == [(2, ("a", "b"))]  # resumed once, no view change
-        metrics = edge.http("/metrics")[1].decode()
-        gaps = [line for line in metrics.splitlines()
-                if line.startswith("notify_cluster_link_gaps")]
-        assert gaps and float(gaps[0].split()[-1]) == 0, gaps
-        pages = [line for line in owner.http("/metrics")[1].decode().splitlines()
-                 if line.startswith("notify_history_pages_total")]
-        assert pages and float(pages[0].split()[-1]) >= 1, pages  # the owner served pages
-    finally:
-        for col in cols:
-            await col.stop()
-        await proxy.close()
+        assert metric(small_cluster.nodes[1], "notify_cluster_link_gaps_total") == 0
+        assert metric(owner, "notify_history_pages_total") >= 1  # the owner served pages
 
 
 @pytest.mark.timeout(120)

@@ -497,7 +497,8 @@ async def test_an_uplink_asks_again_while_nats_reconnects_with_its_buffer_full()
 async def test_an_uplink_whose_connection_the_stop_closed_ends_quietly() -> None:
     """An uplink made during the node's stop (a frame routed meanwhile) meets the connection
     the stop closed: that end is the stop's. No give-up (which closes connections), no
-    `uplink_died` error (which says: a bug)."""
+    `uplink_died` error (which says: a bug). The control: the same end while the node runs
+    is both."""
     import nats.errors
     from structlog.testing import capture_logs
 
@@ -507,17 +508,28 @@ async def test_an_uplink_whose_connection_the_stop_closed_ends_quietly() -> None
         async def request(self, subject: str, payload: bytes, timeout: float) -> None:
             raise nats.errors.ConnectionClosedError
 
-    node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
-    node._nc = Closed()  # type: ignore[assignment]
-    await node.stop()
-    with capture_logs() as logs:
-        late = node._uplink("own")
-        late.send(1, CLOSED, b'{"code":1001,"reason":""}')
-        await _until(lambda: late.dead, "the late uplink ended")
-        await asyncio.sleep(0.01)
-    assert node.stats.link_give_ups == 0
-    assert [e["event"] for e in logs if e["log_level"] == "error"] == []
-    assert "uplink_ended_by_stop" in [e["event"] for e in logs]
+    async def late_uplink(stopped: bool) -> tuple[ClusterNode, list[str], BaseException]:
+        node = ClusterNode(ClusterConfig(servers=[], node_id="edge"))
+        node._nc = Closed()  # type: ignore[assignment]
+        node._server = SimpleNamespace(draining=False)  # type: ignore[assignment]
+        if stopped:
+            await node.stop()
+        with capture_logs() as logs:
+            late = node._uplink("own")
+            late.send(1, CLOSED, b'{"code":1001,"reason":""}')
+            await _until(lambda: late.dead, "the uplink ended")
+            await asyncio.sleep(0.01)
+        error = late._task.task.exception()
+        assert error is not None
+        if not stopped:
+            await node.stop()
+        return node, [e["event"] for e in logs if e["log_level"] == "error"], error
+
+    node, errors, error = await late_uplink(stopped=False)
+    assert node.stats.link_give_ups == 1 and errors == ["uplink_died"]
+    node, errors, error = await late_uplink(stopped=True)
+    assert isinstance(error, nats.errors.ConnectionClosedError)
+    assert node.stats.link_give_ups == 0 and errors == []
 
 
 def test_a_gap_drops_the_entry_in_pieces_once() -> None:

@@ -313,20 +313,22 @@ class Downlinks:
         pending, self._pending = self._pending, {}
         room = self._nc.max_payload - _HEADER_ROOM
         for edge, entries in pending.items():
-            if any(len(conns) > MAX_CONNS or down_size(conns, data) > room
-                   for _kind, conns, data in entries):
-                entries = [part for entry in entries for part in down_entries(entry, room)]
-            start = 0
-            while start < len(entries):
-                size, end = 0, start
-                while end < len(entries):
-                    s = down_size(entries[end][1], entries[end][2])
-                    if end > start and size + s > room:
-                        break
-                    size += s
-                    end += 1
-                self._publish(edge, entries[start:end])
-                start = end
+            batch: list[DownEntry] = []
+            size, i = 0, 0
+            while i < len(entries):
+                entry = entries[i]
+                s = down_size(entry[1], entry[2])
+                if s > room or len(entry[1]) > MAX_CONNS:  # in parts (linkwire), packed as any
+                    entries[i:i + 1] = down_entries(entry, room)
+                    continue
+                if batch and size + s > room:
+                    self._publish(edge, batch)
+                    batch, size = [], 0
+                batch.append(entry)
+                size += s
+                i += 1
+            if batch:
+                self._publish(edge, batch)
 
     def _publish(self, edge: str, entries: list[DownEntry]) -> None:
         seq = next(self._seq[edge])

@@ -130,8 +130,11 @@ class Pieces:
             self.cut(node)
             held = self._held[node] = (inc, [])
         elif held is None or held[0] != inc or held[1] is None or len(held[1]) != index:
-            if held is None or held[0] != inc or held[1] is not None:
-                self.dropped += 1  # (once per entry: its later pieces find it dropping)
+            # a piece before this one was lost: the entry is dropped, and counted once (its
+            # later pieces find it dropping)
+            dropping = held is not None and held[0] == inc and held[1] is None
+            if not dropping:
+                self.dropped += 1
             if last:
                 self._held.pop(node, None)
             else:

@@ -584,3 +584,18 @@ async def test_the_closes_a_dead_uplink_held_go_with_the_next() -> None:
         assert owner.seqs == [2]  # (batch 1 went with the dead one, unanswered)
     finally:
         await node.stop()
+
+
+def test_a_node_that_goes_takes_its_entries_in_pieces_with_it() -> None:
+    """The node's `Pieces` tables (G14: what removes their entries): a partial entry held from
+    a node that died is dropped with it, in both directions."""
+    from notify.cluster.node import ClusterConfig, ClusterNode
+
+    node = ClusterNode(ClusterConfig(servers=[], node_id="me"))
+    node._server = SimpleNamespace(draining=False)  # type: ignore[assignment]
+    first = up_entries(1, FRAME, b"a" * 500, room=113)[0][2]
+    for pieces in (node._pieces_up, node._pieces_down):
+        assert pieces.join("gone", "i", first) is None and pieces
+    node._node_down("gone")
+    assert not node._pieces_up and not node._pieces_down
+    assert node._pieces_up.dropped == node._pieces_down.dropped == 1

@@ -753,7 +753,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run each Python server under cProfile, stats to DIR/server-SYSTEM-ROUND"
                         ".prof (read with `python -m pstats`; the CPU figures are then not "
                         "comparable)")
+    p.add_argument("--profile-clients", metavar="DIR", default=None,
+                   help="the same for every client process (bench/sdkfanout_worker.py), stats "
+                        "to DIR/ROLE-SYSTEM-FIRST-PID.prof")
     a = p.parse_args(argv)
+    for d in (a.profile_server, a.profile_clients):
+        if d:
+            os.makedirs(d, exist_ok=True)
+    if a.profile_clients:  # (the workers inherit the environment)
+        os.environ["SDKFANOUT_PROFILE_WORKERS"] = os.path.abspath(a.profile_clients)
     if a.quick:
         a.messages, a.rate_duration, a.rounds = 2_000, 1.0, 1
     a.rates = [float(x) for x in str(a.rates).split(",") if x]

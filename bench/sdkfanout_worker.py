@@ -53,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -586,7 +587,17 @@ def main(argv: list[str] | None = None) -> int:
         structlog.configure(
             wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
             logger_factory=structlog.PrintLoggerFactory(sys.stderr))
-    return eventloop.run(main_async(a), a.event_loop)
+    profile_dir = os.environ.get("SDKFANOUT_PROFILE_WORKERS")  # (bench sdkfanout --profile-clients)
+    if not profile_dir:
+        return eventloop.run(main_async(a), a.event_loop)
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        try:
+            return eventloop.run(main_async(a), a.event_loop)
+        finally:
+            name = f"{a.role}-{a.system}-{a.first}-{os.getpid()}.prof"
+            prof.dump_stats(os.path.join(profile_dir, name))
 
 
 if __name__ == "__main__":

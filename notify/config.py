@@ -143,6 +143,7 @@ class LimitSettings(_Section):
     window_messages: int = Field(default=_L.window_messages, ge=1)
     window_bytes: int = Field(default=_L.window_bytes, ge=1)
     max_groups_per_session: int = Field(default=_L.max_groups_per_session, ge=1)
+    max_group_members: int = Field(default=_L.max_group_members, ge=1)
     max_instances_per_user: int = Field(default=_L.max_instances_per_user, ge=1)
     publish_rate: float = Field(default=_L.publish_rate, ge=0)
     publish_burst: int = Field(default=_L.publish_burst, ge=1)
@@ -310,6 +311,7 @@ class Settings(BaseSettings):
                    retain_messages=lim.retain_messages, retain_bytes=lim.retain_bytes,
                    window_messages=lim.window_messages, window_bytes=lim.window_bytes,
                    max_groups_per_session=lim.max_groups_per_session,
+                   max_group_members=lim.max_group_members,
                    max_instances_per_user=lim.max_instances_per_user,
                    publish_rate=lim.publish_rate, publish_burst=lim.publish_burst,
                    max_pending_atomic=lim.max_pending_atomic),

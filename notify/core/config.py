@@ -76,6 +76,10 @@ class Limits:
     #: and bytes queued for one member (a few large frames can weigh what many small ones do)
     max_outbound_bytes: int = 16 << 20
     max_groups_per_session: int = 1_000
+    #: members one group may have. Every view change sends the whole member list to every
+    #: member (n² ids on the wire), and the cluster stores each view as one record: both grow
+    #: with it. A join past it is refused `group_full`; nobody already in is affected
+    max_group_members: int = 1_000
     #: sessions (client instances: tabs, devices, processes) one user may have at once; a new
     #: one past it first retires the user's oldest disconnected one, else is refused
     max_instances_per_user: int = 32

@@ -22,6 +22,9 @@ class ErrorCode(StrEnum):
     ALREADY_MEMBER = "already_member"
     JOIN_PENDING = "join_pending"
     TOO_MANY_GROUPS = "too_many_groups"
+    #: a join that would take the group past `max_group_members` (its view, with the joins
+    #: already pending and without the members already leaving)
+    GROUP_FULL = "group_full"
     UNKNOWN_OFFSET = "unknown_offset"  # ack for an offset that is not an atomic message
     WRONG_VIEW = "wrong_view"  # flush_ok for a view that is not being proposed
     OFFSET_UNAVAILABLE = "offset_unavailable"  # resume point older than retention / other epoch

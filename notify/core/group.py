@@ -298,6 +298,8 @@ class Group:
             del self._expelled[member]
         slot = self.slots.get(member)
         m = self.membership
+        #: already counted against `max_group_members`: its join does not grow the group
+        counted = m.counts(member)
         if slot is not None and not m.is_leaving(member):
             if join.resume is not None:
                 return self._resume(member, slot, conn, join, now)
@@ -314,6 +316,11 @@ class Group:
         # removed): a fresh join, installed in the view after the removal.
         if m.is_joining(member):
             out.append(Send(conn, Error(ErrorCode.JOIN_PENDING, f"join of {self.name} pending",
+                                        join.req)))
+            return out
+        if not counted and m.size_after() >= (most := self.config.limits.max_group_members):
+            out.append(Send(conn, Error(ErrorCode.GROUP_FULL, f"{self.name} has {most} members "
+                                        "(max_group_members), with the joins pending",
                                         join.req)))
             return out
         if join.resume is not None:

@@ -462,6 +462,7 @@ class Hub:
                                        "max_outbound_bytes": lim.max_outbound_bytes,
                                        "max_payload_depth": lim.max_payload_depth,
                                        "max_groups": lim.max_groups_per_session,
+                                       "max_group_members": lim.max_group_members,
                                        "suspect_timeout_ms": int(t.suspect_timeout * 1000),
                                        "publish_rate": int(lim.publish_rate),
                                        "publish_burst": lim.publish_burst,

@@ -149,6 +149,26 @@ class Membership:
         p = self.proposal
         return member in self.leaves or (p is not None and member in p.leaving)
 
+    def counts(self, member: MemberId) -> bool:
+        """Whether `member` is one of `size_after`'s: in the view, and not on a way out that
+        no resume can call off."""
+        if member not in self.view:
+            return False
+        reason = self.leave_reason(member)
+        return reason is None or reason.cancellable
+
+    def size_after(self) -> int:
+        """How many members the view may have once every change requested so far is
+        installed: its members, less those whose removal is certain, plus those joining. A
+        member that went quiet still counts (its resume calls its removal off, G7)."""
+        p = self.proposal
+        leaving = self.leaves.keys() | p.leaving.keys() if p is not None else self.leaves.keys()
+        joining = len(self.joins) + (len(p.joining) if p is not None else 0)
+        members = self.view.members
+        if not leaving:
+            return len(members) + joining
+        return sum(1 for m in members if m not in leaving or self.counts(m)) + joining
+
     def request_join(self, member: MemberId, join: Join, now: float) -> None:
         self.joins[member] = join
         self._arm_hold(now)

@@ -195,6 +195,23 @@ async def test_errors_unreachable_bad_member_queue_full_group_left(
     assert twice.value.code == "already_member"
 
 
+async def test_a_full_group_refuses_a_join_and_its_members_carry_on(
+        make_server: MakeServer, sdk: Any) -> None:
+    srv = await make_server(limits=Limits(max_group_members=2))
+    a, b, c = await sdk(srv.url, "a"), await sdk(srv.url, "b"), await sdk(srv.url, "c")
+    ga, gb = await a.join("g"), await b.join("g")
+    await until(ga, lambda e: isinstance(e, ViewInstalled) and len(e.members) == 2)
+    with pytest.raises(ServerRefused) as refused:
+        await c.join("g")
+    assert refused.value.code == "group_full"
+    await ga.publish("still here")
+    assert payloads(await until(gb, lambda e: isinstance(e, Message))) == ["still here"]
+    await gb.leave()
+    gc = await c.join("g")  # b's place
+    installed = await until(gc, lambda e: isinstance(e, ViewInstalled))
+    assert installed[-1].members == (a.member, c.member)
+
+
 @contextlib.contextmanager
 def socket_closed_port() -> Any:
     import socket

@@ -612,9 +612,16 @@ class ClientProtocol:
 
     def _receive_one(self, f: Frame, events: list[GroupEvent], replies: list[Reply]) -> None:
         try:
-            if f.get("type") == "deliver":
+            kind = f.get("type")
+            if kind == "deliver":
                 self._deliver(f, events)
                 return
+            if kind == "confirm" or kind == "abort":
+                g = self.groups.get(f["group"])
+                if g is not None and g.gap is None and g.state_buffer is None:
+                    # what `_route` would do with what they release: the application's now
+                    self._decide(g, f["offsets"], kind == "confirm", events)
+                    return
             if f.get("type") == "history_page":  # for the application now, ahead of the gap
                 self._history_page(f, events)
                 return
@@ -655,10 +662,7 @@ class ClientProtocol:
         elif t == "confirm" or t == "abort":
             g = self.groups.get(f["group"])
             if g is not None:
-                for off in f["offsets"]:
-                    if off in g.atomic:
-                        g.atomic[off] = t == "confirm"
-                self._release(g, events)
+                self._decide(g, f["offsets"], t == "confirm", events)
         elif t == "view_change":
             self._view_change(f, events)
         elif t == "view_install":
@@ -751,15 +755,29 @@ class ClientProtocol:
         if m.offset > g.top:
             g.top = m.offset
         if m.atomic:
+            # Held, and nothing is released by it: a stream's held messages start with an
+            # undecided atomic one (`_release_stream` stops there, and only `confirm`/`abort`
+            # decide one), and this one is undecided too.
             g.atomic[m.offset] = None
-            self._acks.setdefault(g.name, []).append(m.offset)
-        if s.held or m.atomic:
+            acks = self._acks.get(g.name)
+            if acks is None:
+                self._acks[g.name] = [m.offset]
+            else:
+                acks.append(m.offset)
             s.held.append(m)
-            if not m.atomic:
-                return
-            self._release_stream(g, s, events)
+        elif s.held:
+            s.held.append(m)
         else:
             events.append(m)
+
+    def _decide(self, g: GroupProtocol, offsets: list[int], committed: bool,
+                events: list[GroupEvent]) -> None:
+        """A `confirm` (committed) or an `abort` of the atomic messages at `offsets`."""
+        atomic = g.atomic
+        for off in offsets:
+            if off in atomic:
+                atomic[off] = committed
+        self._release(g, events)
 
     def _release(self, g: GroupProtocol, events: list[GroupEvent]) -> None:
         # (called with `raw`: `_route` puts what it releases in the state buffer if need be)

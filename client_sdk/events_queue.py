@@ -55,6 +55,13 @@ class EventQueue(Generic[T]):
                 getter.set_result(None)
                 return
 
+    def pop_if(self, kind: type[T]) -> T | None:
+        """The oldest item if it is exactly of type `kind` (taken), else None (nothing taken)."""
+        items = self._items
+        if items and type(items[0]) is kind:
+            return items.popleft()
+        return None
+
     def empty(self) -> bool:
         return not self._items
 

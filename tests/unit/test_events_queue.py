@@ -30,3 +30,18 @@ async def test_getters_that_time_out_leave_no_entry() -> None:
     assert len(q._getters) == 0
     q.put_nowait(7)
     assert await asyncio.wait_for(q.get(), 1) == 7
+
+
+def test_pop_if_takes_the_oldest_only_when_it_is_of_that_very_type() -> None:
+    class Sub(int):
+        pass
+
+    q: EventQueue[object] = EventQueue()
+    assert q.pop_if(int) is None  # empty
+    q.put_nowait(1)
+    q.put_nowait("two")
+    assert q.pop_if(str) is None and q.qsize() == 2  # the oldest is not a str: nothing taken
+    assert q.pop_if(int) == 1
+    assert q.pop_if(int) is None and q.get_nowait() == "two"
+    q.put_nowait(Sub(3))
+    assert q.pop_if(int) is None and q.qsize() == 1  # exactly the type, not a subclass

@@ -250,14 +250,14 @@ class Group:
         return self._events()
 
     async def _events(self) -> AsyncIterator[GroupEvent]:
-        queue, room, delivered = self._queue, self._room, self._delivered
+        queue, room = self._queue, self._room
         while True:
             if room.is_set() and self._handler is None:
                 # `_next`'s hot path, inlined: a message already queued, while the reader
                 # is not held back, costs no coroutine of its own (issue 34, iterator row)
                 m = queue.pop_if(Message)
                 if m is not None:
-                    delivered[m.stream] = m.seq
+                    self._delivered[m.stream] = m.seq  # (a dict an install may replace)
                     yield m
                     continue
             e = await self._next(None)

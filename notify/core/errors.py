@@ -23,7 +23,8 @@ class ErrorCode(StrEnum):
     JOIN_PENDING = "join_pending"
     TOO_MANY_GROUPS = "too_many_groups"
     #: a join that would take the group past `max_group_members` (its view, with the joins
-    #: already pending and without the members already leaving)
+    #: already pending and without the members whose removal is certain; a member that only
+    #: went quiet still counts: its resume would call its removal off)
     GROUP_FULL = "group_full"
     UNKNOWN_OFFSET = "unknown_offset"  # ack for an offset that is not an atomic message
     WRONG_VIEW = "wrong_view"  # flush_ok for a view that is not being proposed

@@ -299,7 +299,7 @@ class Group:
         slot = self.slots.get(member)
         m = self.membership
         #: already counted against `max_group_members`: its join does not grow the group
-        counted = m.counts(member)
+        counted = slot is not None and m.may_stay(member)
         if slot is not None and not m.is_leaving(member):
             if join.resume is not None:
                 return self._resume(member, slot, conn, join, now)

@@ -149,25 +149,26 @@ class Membership:
         p = self.proposal
         return member in self.leaves or (p is not None and member in p.leaving)
 
-    def counts(self, member: MemberId) -> bool:
-        """Whether `member` is one of `size_after`'s: in the view, and not on a way out that
-        no resume can call off."""
-        if member not in self.view:
-            return False
+    def may_stay(self, member: MemberId) -> bool:
+        """Whether `member` of the view may still be in it once the changes requested so far
+        are installed: it is not leaving, or only because it went quiet (a resume calls that
+        removal off, G7)."""
         reason = self.leave_reason(member)
         return reason is None or reason.cancellable
 
     def size_after(self) -> int:
-        """How many members the view may have once every change requested so far is
-        installed: its members, less those whose removal is certain, plus those joining. A
-        member that went quiet still counts (its resume calls its removal off, G7)."""
+        """The most members the view may have once every change requested so far is
+        installed: its members that may stay, and those joining (a member both leaving and
+        joining afresh counts once)."""
         p = self.proposal
+        joining = self.joins.keys() | p.joining.keys() if p is not None else self.joins.keys()
         leaving = self.leaves.keys() | p.leaving.keys() if p is not None else self.leaves.keys()
-        joining = len(self.joins) + (len(p.joining) if p is not None else 0)
         members = self.view.members
         if not leaving:
-            return len(members) + joining
-        return sum(1 for m in members if m not in leaving or self.counts(m)) + joining
+            return len(members) + len(joining)
+        in_view = set(members)  # (a removal may be recorded for a joiner never installed)
+        out = sum(1 for m in leaving if m in in_view and (m in joining or not self.may_stay(m)))
+        return len(members) - out + len(joining)
 
     def request_join(self, member: MemberId, join: Join, now: float) -> None:
         self.joins[member] = join

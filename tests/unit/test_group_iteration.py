@@ -19,9 +19,11 @@ def joined(n: int, batch: int) -> tuple[Client, Group, list[bytes]]:
     client._groups["g"] = group
     client.protocol.join("j1", "g")
     client.protocol.data_to_send()
+    # (its own install: the group's record of what the application holds starts afresh there,
+    # a new dict)
     client._receive(orjson.dumps({"type": "view_install", "group": "g", "view": 1,
-                                  "members": ["sub", "pub"], "joined": ["sub"], "left": [],
-                                  "epoch": 1, "offset": 0}))
+                                  "members": [client.member, "pub"], "joined": [client.member],
+                                  "left": [], "epoch": 1, "offset": 0}))
     return client, group, frames(n, batch, "g", b'{"x":1}')
 
 

@@ -99,3 +99,29 @@ def test_a_quiet_member_joining_afresh_is_let_back_in_at_the_limit() -> None:
         net.take(a)
     assert view(net)[1] == ("a", "b")
     assert view(net)[0] > 3  # out at 3, in again after
+
+
+def test_a_quiet_member_joining_afresh_counts_once() -> None:
+    """Its old membership may still be called off and its fresh join is pending: one place,
+    not two (review of f888967: a third member was refused while the group would be 3)."""
+    net = Net(Limits(max_group_members=3))
+    a, b = form(net, "a", "b")
+    session = net.sessions[b]
+    net.drop(b)
+    net.advance(3.1)
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
+    b2 = net.connect("b", session)
+    net.send(b2, Join("j-b2", G))
+    c = net.connect("c")
+    net.send(c, Join("j-c", G))
+    assert net.take(c, "error") == []
+    net.send(a, FlushOk(G, 3))
+    for _ in range(4):
+        net.advance(0.5)
+        net.flush(a, b2, c)
+        for x in (a, b2, c):
+            net.take(x)
+    assert sorted(view(net)[1]) == ["a", "b", "c"]
+    d = net.connect("d")
+    net.send(d, Join("j-d", G))
+    assert full(net, d, "j-d")

@@ -50,16 +50,23 @@ def frames(n: int, batch: int, group: str, payload: bytes,
     return out
 
 
+def joined(name: str = "g") -> tuple[Client, Group]:
+    """A client (no socket) in group `name`, its own install received: the view of it and
+    `pub`, whose messages `frames` makes."""
+    client = Client("ws://127.0.0.1:1", "sub")
+    group = Group(client, name, "members")
+    client._groups[name] = group
+    client.protocol.join("j1", name)
+    client.protocol.data_to_send()
+    client._receive(orjson.dumps({"type": "view_install", "group": name, "view": 1,
+                                  "members": [client.member, "pub"], "joined": [client.member],
+                                  "left": [], "epoch": 1, "offset": 0}))
+    return client, group
+
+
 async def run(n: int, batch: int, handler: bool = False,
               atomic: bool = False, iterator: bool = False) -> tuple[float, int]:
-    client = Client("ws://127.0.0.1:1", "sub")
-    group = Group(client, "g", "members")
-    client._groups["g"] = group
-    client.protocol.join("j1", "g")
-    client.protocol.data_to_send()
-    client._receive(orjson.dumps({"type": "view_install", "group": "g", "view": 1,
-                                  "members": ["sub", "pub"], "joined": ["sub"], "left": [],
-                                  "epoch": 1, "offset": 0}))
+    client, group = joined()
     await group.next_event()  # the view
     data = frames(n, batch, "g", b'{"x":"' + b"a" * 88 + b'"}', atomic)  # 100 B payloads
     protocol = client.protocol

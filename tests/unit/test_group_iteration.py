@@ -6,30 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from bench.sdkrecv import frames
-from client_sdk.client import Client, Group
+from bench.sdkrecv import frames, joined
 from client_sdk.events import Message, ViewInstalled
 
 
-def joined(n: int, batch: int) -> tuple[Client, Group, list[bytes]]:
-    client = Client("ws://127.0.0.1:1", "sub")
-    group = Group(client, "g", "members")
-    client._groups["g"] = group
-    client.protocol.join("j1", "g")
-    client.protocol.data_to_send()
-    # (its own install: the group's record of what the application holds starts afresh there,
-    # a new dict)
-    client._receive(orjson.dumps({"type": "view_install", "group": "g", "view": 1,
-                                  "members": [client.member, "pub"], "joined": [client.member],
-                                  "left": [], "epoch": 1, "offset": 0}))
-    return client, group, frames(n, batch, "g", b'{"x":1}')
-
-
 async def test_async_for_hands_over_every_message_in_order_and_records_what_it_gave() -> None:
-    client, group, data = joined(10, 4)
-    for d in data:
+    client, group = joined()  # (its own install: the record starts afresh there, a new dict)
+    for d in frames(10, 4, "g", b'{"x":1}'):
         client._receive(d)  # 10 messages queued ahead of the reader: the hot path's case
     got: list[Any] = []
     async for e in group:

@@ -20,6 +20,18 @@ def full(net: Net, conn: int, req: str) -> bool:
     return len(refused) == 1 and refused[0]["req"] == req
 
 
+def back_afresh(net: Net, a: int, b: int) -> int:
+    """`b` (of the view `a`, `b`) goes quiet until its removal is proposed (view 3), then comes
+    back on its session and joins afresh, without a resume point; returns its connection."""
+    session = net.sessions[b]
+    net.drop(b)
+    net.advance(3.1)
+    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
+    b2 = net.connect("b", session)
+    net.send(b2, Join("j-b2", G))
+    return b2
+
+
 def test_a_join_past_the_limit_is_refused_and_the_group_goes_on() -> None:
     net = Net(Limits(max_group_members=3))
     a, b, c = form(net, "a", "b", "c")
@@ -85,12 +97,7 @@ def test_a_quiet_member_joining_afresh_is_let_back_in_at_the_limit() -> None:
     place in the stream): its fresh join follows its removal, and the group does not grow."""
     net = Net(Limits(max_group_members=2))
     a, b = form(net, "a", "b")
-    session = net.sessions[b]
-    net.drop(b)
-    net.advance(3.1)
-    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
-    b2 = net.connect("b", session)
-    net.send(b2, Join("j-b2", G))
+    b2 = back_afresh(net, a, b)
     assert net.take(b2, "error") == []
     net.send(a, FlushOk(G, 3))  # (the view change taken above)
     for _ in range(3):  # its old membership out, the new one in
@@ -106,12 +113,7 @@ def test_a_quiet_member_joining_afresh_counts_once() -> None:
     not two (review of f888967: a third member was refused while the group would be 3)."""
     net = Net(Limits(max_group_members=3))
     a, b = form(net, "a", "b")
-    session = net.sessions[b]
-    net.drop(b)
-    net.advance(3.1)
-    assert [f["leaving"] for f in net.take(a, "view_change")] == [["b"]]
-    b2 = net.connect("b", session)
-    net.send(b2, Join("j-b2", G))
+    b2 = back_afresh(net, a, b)
     c = net.connect("c")
     net.send(c, Join("j-c", G))
     assert net.take(c, "error") == []

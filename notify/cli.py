@@ -86,6 +86,8 @@ _SERVE_FLAGS: list[tuple[str, str, Any, str]] = [
      "payload bytes of that in-memory window per group (default 1 MiB)"),
     ("--retain-age", "server", float, "seconds after which stored messages are deleted"),
     ("--max-groups-per-session", "limits", int, "default 1,000"),
+    ("--max-group-members", "limits", int,
+     "members one group may have; a join past it is refused group_full (default 1,000)"),
     ("--publish-rate", "limits", float, "publishes/s per connection (default 20,000; 0 = off)"),
     ("--publish-burst", "limits", int, "token bucket size (default 20,000)"),
     ("--max-pending-atomic", "limits", int, "unresolved atomics per sender (default 10,000)"),

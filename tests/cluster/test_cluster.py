@@ -29,6 +29,7 @@ from client_sdk import (
     ClientOptions,
     Group,
     Message,
+    ServerRefused,
     ViewInstalled,
     connect,
 )
@@ -241,6 +242,39 @@ async def test_members_on_three_nodes_share_a_group(notify_cluster: NotifyCluste
     finally:
         for col in cols:
             await col.stop()
+
+
+@pytest.fixture
+def small_groups_cluster(nats_cluster: NatsCluster, tmp_path: Path) -> Iterator[NotifyCluster]:
+    """Two nodes whose groups take 2 members at most (`--max-group-members 2`)."""
+    yield from nodes_running(make_cluster(nats_cluster.urls, tmp_path / "nodes", n=2,
+                                     extra=("--max-group-members", "2")))
+
+
+async def test_a_full_group_refuses_a_join_through_another_node(
+        small_groups_cluster: NotifyCluster, clients: list[Client]) -> None:
+    """The owner counts (the one core): a join through the edge is refused `group_full`, the
+    members carry on, and the place a leaver frees is taken through the edge."""
+    cluster = small_groups_cluster
+    owner, edge = cluster.nodes
+    g = group_on(cluster, owner.name)
+    a = await client(clients, owner.url, "a")
+    b = await client(clients, edge.url, "b")
+    c = await client(clients, edge.url, "c")
+    ga, gb = [await asyncio.wait_for(x.join(g), TIMEOUT) for x in (a, b)]
+    watch = Collector(ga)
+    try:
+        await watch.wait_for(lambda s: bool(s.views) and s.views[-1] == (2, ("a", "b")))
+        with pytest.raises(ServerRefused) as refused:
+            await asyncio.wait_for(c.join(g), TIMEOUT)
+        assert refused.value.code == "group_full"
+        await asyncio.wait_for(gb.publish("still here"), TIMEOUT)
+        await watch.wait_for(lambda s: "still here" in s.payloads())
+        await asyncio.wait_for(gb.leave(), TIMEOUT)
+        await asyncio.wait_for(c.join(g), TIMEOUT)  # b's place
+        await watch.wait_for(lambda s: s.views[-1] == (4, ("a", "c")))
+    finally:
+        await watch.stop()
 
 
 @pytest.mark.timeout(150)

@@ -630,7 +630,9 @@ class Hub:
         return out
 
     def _after_call(self, g: Group) -> None:
-        if g.next_deadline() is not None:
+        # (an armed group stays armed until a tick finds it has no deadline: no need to ask
+        # again after every frame, e.g. each ACK while atomic messages are pending)
+        if g.name not in self._armed and g.next_deadline() is not None:
             self._armed.add(g.name)
         t = g.topic
         if t.warm and self._quiet and self._warm.get(g.name, -1.0) < t.accepted_at:

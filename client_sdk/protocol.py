@@ -622,7 +622,7 @@ class ClientProtocol:
                     # what `_route` would do with what they release: the application's now
                     self._decide(g, f["offsets"], kind == "confirm", events)
                     return
-            if f.get("type") == "history_page":  # for the application now, ahead of the gap
+            if kind == "history_page":  # for the application now, ahead of the gap
                 self._history_page(f, events)
                 return
             raw: list[GroupEvent] = []

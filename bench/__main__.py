@@ -1,5 +1,5 @@
 """`python -m bench <name> [args]`: run one benchmark (`fanout`, `catchup`, `core`, `cluster`,
-`sdkfanout`, `sdkrecv`, `idle_memory`, `idle_conns`, `cluster_cost`)."""
+`sdkfanout`, `sdkrecv`, `idle_memory`, `idle_conns`, `cluster_cost`, `timer`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ def main(argv: list[str] | None = None) -> int:
     benches = {"fanout": "bench.fanout", "catchup": "bench.catchup", "core": "bench.core",
                "cluster": "bench.cluster", "sdkfanout": "bench.sdkfanout",
                "sdkrecv": "bench.sdkrecv", "idle_memory": "bench.idle_memory",
-               "idle_conns": "bench.idle_conns", "cluster_cost": "bench.cluster_cost"}
+               "idle_conns": "bench.idle_conns", "cluster_cost": "bench.cluster_cost",
+               "timer": "bench.timer"}
     if not argv or argv[0] not in benches:
         print(f"usage: python -m bench {{{'|'.join(benches)}}} [--help]", file=sys.stderr)
         return 2

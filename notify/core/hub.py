@@ -59,6 +59,7 @@ from notify.core.actions import (
 from notify.core.auth import ALLOW_ALL, Grants, Identity, Perm
 from notify.core.checkpoint import Checkpoint
 from notify.core.config import MAX_BATCH_FRAMES, CoreConfig, Limits
+from notify.core.deadlines import Deadlines
 from notify.core.errors import CloseCode, ErrorCode, RejectCode
 from notify.core.events import (
     Ack,
@@ -185,7 +186,9 @@ class Hub:
         self._members: dict[MemberId, Session] = {}
         #: the same sessions by user, then member id, oldest first (`max_instances_per_user`)
         self._users: dict[str, dict[MemberId, Session]] = {}
-        self._armed: set[str] = set()
+        #: the groups' deadlines (suspects, flushes, ACKs, writes, departed ids...), asked
+        #: again only of the groups called since the last turn (notify/core/deadlines.py)
+        self._deadlines = Deadlines()
         #: the DISCONNECTED sessions by token, the only ones that can expire (in loss order)
         self._disconnected: dict[str, Session] = {}
         #: (token expiry, conn) of connected sessions with a token that expires (lazy heap)
@@ -221,8 +224,7 @@ class Hub:
         if group.name in self.groups:
             return
         self.groups[group.name] = group
-        if group.next_deadline() is not None:  # its members' recovery window
-            self._armed.add(group.name)
+        self._deadlines.touch(group.name)  # its members' recovery window
         if group.idle():
             self._idle[group.name] = now
         if self._quiet and group.topic.warm:
@@ -624,16 +626,13 @@ class Hub:
             return []
         busy = g.writes.busy
         out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
+        self._deadlines.touch(name)
         if g.halted:  # it asked the process to stop (G13): nothing more of it leaves
             return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)
         return out
 
     def _after_call(self, g: Group) -> None:
-        # (an armed group stays armed until a tick finds it has no deadline: no need to ask
-        # again after every frame, e.g. each ACK while atomic messages are pending)
-        if g.name not in self._armed and g.next_deadline() is not None:
-            self._armed.add(g.name)
         t = g.topic
         if t.warm and self._quiet and self._warm.get(g.name, -1.0) < t.accepted_at:
             self._warm.pop(g.name, None)  # to the end: the most recently active
@@ -651,6 +650,7 @@ class Hub:
             return []
         self._now = now
         out = g.written(ticket, error, now)
+        self._deadlines.touch(group)
         if g.halted:
             return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)
@@ -672,7 +672,7 @@ class Hub:
             g = self.groups.pop(name, None)
             if g is None:
                 continue
-            self._armed.discard(name)
+            self._deadlines.forget(name)
             self._idle.pop(name, None)
             self._warm.pop(name, None)
             conns.update(g.connections())
@@ -723,7 +723,9 @@ class Hub:
     # -- time ------------------------------------------------------------------------------------
 
     def next_deadline(self) -> float | None:
-        deadlines = [d for n in self._armed if (d := self.groups[n].next_deadline()) is not None]
+        self._deadlines.settle(self._deadline_of)
+        first = self._deadlines.earliest()  # the groups'
+        deadlines: list[float] = [] if first is None else [first]
         if self._token_heap:
             deadlines.append(self._token_heap[0][0])
         if self._awaiting:  # in the order they opened: the first is the earliest
@@ -752,16 +754,15 @@ class Hub:
                 # The session stays resumable: a client that reconnects with a fresh token
                 # and its session id resumes like after any lost connection (G7).
                 out.append(Close(conn, CloseCode.TOKEN_EXPIRED, "token expired; refresh it"))
-        for name in sorted(self._armed):
-            g = self.groups[name]
-            d = g.next_deadline()
-            if d is None:
-                self._armed.discard(name)
-            elif d <= now:
-                out.extend(self._group_call(name, lambda g: g.tick(now)))
-        for s in list(self._disconnected.values()):
-            if s.expires is not None and now >= s.expires:
-                self._move(s, SessionEvent.EXPIRE)
+        self._deadlines.settle(self._deadline_of)
+        for name in self._deadlines.pop_due(now):
+            out.extend(self._group_call(name, lambda g: g.tick(now)))
+        disconnected = self._disconnected  # in loss order, so in expiry order
+        while disconnected:
+            s = next(iter(disconnected.values()))
+            if s.expires is None or now < s.expires:
+                break
+            self._move(s, SessionEvent.EXPIRE)  # (takes it out of `_disconnected`)
         self._evict_idle(now)
         if self._warm:
             self._cool_quiet(now)
@@ -769,19 +770,24 @@ class Hub:
             self._forget_retired(now)
         return out
 
+    def _deadline_of(self, name: str) -> float | None:
+        g = self.groups.get(name)
+        return None if g is None else g.next_deadline()
+
     def _evict_idle(self, now: float) -> None:
         """G14: a group nobody is in costs nothing after `idle_group` seconds. Its view
         version, log head, streams and recent messages are in the log, and the adapter brings
         it back (`restore`) before the next frame for it."""
-        ttl = self.config.timeouts.idle_group
-        for name, since in list(self._idle.items()):
+        ttl, idle = self.config.timeouts.idle_group, self._idle
+        while idle:
+            name, since = next(iter(idle.items()))
             if now < since + ttl:  # the sum next_deadline gives (see AtomicTracker.overdue)
                 break
-            del self._idle[name]
+            del idle[name]
             g = self.groups.get(name)
             if g is not None and g.idle():
                 del self.groups[name]
-                self._armed.discard(name)
+                self._deadlines.forget(name)
                 self._warm.pop(name, None)
                 self.evicted.append(name)
                 self.freed += 1

@@ -25,7 +25,7 @@ import math
 import secrets
 import ssl as ssl_module
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -54,6 +54,7 @@ from notify.runtime import CheckpointAction, Done, Driver, Fetched, Paged, bump
 from notify.runtime.placement import EdgeSession, LocalPlacement, Placement, RawFrame
 from notify.server.auth import AuthFailure, TokenVerifier
 from notify.server.checkpoints import CheckpointIO
+from notify.server.direct import DirectServerConnection
 from notify.server.heap import release_free_memory
 from notify.server.heartbeat import Heartbeats
 from notify.server.listener import stop_accepting
@@ -332,6 +333,7 @@ class NotifyServer:
             # against cross-site WebSocket hijacking, which only browsers can be used for.
             origins=None if self.origins is None else [*self.origins, None],  # type: ignore[list-item]
             process_request=self._process_request,
+            create_connection=DirectServerConnection,
             ssl=self.ssl,
             backlog=self.listen_backlog,
         )
@@ -479,29 +481,15 @@ class NotifyServer:
             ws.request.headers.clear()
         self.driver.opened(conn)
         try:
-            async for data in ws:
-                self.stats.frames_in += 1
-                if outbox.closing:
-                    # We are closing it (its group moved, a link gave up, it was replaced):
-                    # acting on what it sent meanwhile could put a publish ahead of earlier ones
-                    # lost on the way to a group's old owner (S2). Its client sends again,
-                    # in order, whatever was not answered, once it has resumed.
-                    continue
-                frame = parse_any(data, self.config.limits)
-                frames: Iterable[tuple[One, RawFrame]]
-                if isinstance(frame, Batch):
-                    # each frame as if it had come alone (notify/wire.py `BatchFrame`)
-                    frames = frame.frames
-                    self.stats.frames_in += len(frame.frames) - 1
-                    self.stats.batches_in += 1
-                else:
-                    frames = ((frame, data),)
-                for one, raw in frames:
-                    if outbox.closing:
-                        break  # (see above)
-                    self._received(conn, one, raw)
-                    if self.driver.holds(conn):
-                        await self._while_held(conn)
+            assert isinstance(ws, DirectServerConnection)
+            while True:
+                if ws.recv_messages.frames or ws.connection_lost_waiter.done():
+                    rest = self._message(conn, outbox, await ws.recv())
+                else:  # (the usual case: each message taken as it is parsed)
+                    rest = await self._read_direct(ws, conn, outbox)
+                while rest is not None:  # a load holds the connection: read nothing meanwhile
+                    await self._while_held(conn)
+                    rest = self._take(conn, outbox, rest)
         except ConnectionClosed:
             pass
         finally:
@@ -519,6 +507,66 @@ class NotifyServer:
                           member=session.member if session is not None else None)
                 self.driver.closed(conn, code, ws.close_reason or "")
                 self.placement.closed(conn, code, ws.close_reason or "")
+
+    async def _read_direct(self, ws: DirectServerConnection, conn: int,
+                           outbox: Outbox) -> Iterator[tuple[One, RawFrame]] | None:
+        """Take `ws`'s messages as they are parsed (notify/server/direct.py), until it is
+        lost, a message waits in websockets' queue, a frame raises (raised here, as `recv()`
+        would have), or a load holds the connection (returns the frames it holds back)."""
+        stop: asyncio.Future[Iterator[tuple[One, RawFrame]] | None] = ws.loop.create_future()
+
+        def direct(data: bytes | None) -> None:
+            try:
+                rest = None if data is None else self._message(conn, outbox, data)
+            except Exception as e:  # nothing more is handed over; the reader raises it
+                ws.direct = None
+                if not stop.done():
+                    stop.set_exception(e)
+                return
+            if (data is None or rest is not None) and not stop.done():
+                ws.direct = None  # what comes next waits in websockets' queue
+                stop.set_result(rest)
+
+        ws.direct = direct
+        try:
+            await asyncio.wait((stop, ws.connection_lost_waiter),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ws.direct = None
+        if stop.done():
+            return stop.result()
+        stop.cancel()
+        return None
+
+    def _message(self, conn: int, outbox: Outbox,
+                 data: str | bytes) -> Iterator[tuple[One, RawFrame]] | None:
+        """One WebSocket message from `conn`: its frames to the driver, each as if it had
+        come alone. Returns those a load holds back (see `_take`)."""
+        self.stats.frames_in += 1
+        if outbox.closing:
+            # We are closing it (its group moved, a link gave up, it was replaced): acting on
+            # what it sent meanwhile could put a publish ahead of earlier ones lost on the way
+            # to a group's old owner (S2). Its client sends again, in order, whatever was not
+            # answered, once it has resumed.
+            return None
+        frame = parse_any(data, self.config.limits)
+        if isinstance(frame, Batch):  # (notify/wire.py `BatchFrame`)
+            self.stats.frames_in += len(frame.frames) - 1
+            self.stats.batches_in += 1
+            return self._take(conn, outbox, iter(frame.frames))
+        return self._take(conn, outbox, iter(((frame, data),)))
+
+    def _take(self, conn: int, outbox: Outbox,
+              frames: Iterator[tuple[One, RawFrame]]) -> Iterator[tuple[One, RawFrame]] | None:
+        """Hand `frames` to the driver until they end (None) or it holds `conn`'s frames
+        for a group's load: then the rest, which wait until it lets go (`_while_held`)."""
+        for one, raw in frames:
+            if outbox.closing:
+                return None  # (see `_message`)
+            self._received(conn, one, raw)
+            if self.driver.holds(conn):
+                return frames
+        return None
 
     def _received(self, conn: int, frame: One, raw: RawFrame) -> None:
         """One frame from a local connection (`raw`: as it came, or how to make it)."""

@@ -470,12 +470,17 @@ class Client:
     async def _read_direct(self, ws: DirectConnection) -> None:
         """Let `ws` hand frames to `_receive` (DirectConnection) until the connection is lost
         (returns: `recv()` then says so), a frame raises (raises it here, as `recv()` and
-        `_receive` would have), or a group holds `max_queued_events` events (returns, with the
-        reading paused until it has room)."""
+        `_receive` would have), a message waits for `recv()` (one in pieces), or a group holds
+        `max_queued_events` events (returns, with the reading paused until it has room)."""
         stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue_full = False
 
-        def direct(data: bytes | bytearray | memoryview) -> None:
+        def direct(data: bytes | bytearray | memoryview | None) -> None:
+            if data is None:  # a message waits in websockets' queue: `recv()` takes it
+                ws.direct = None
+                if not stop.done():
+                    stop.set_result(None)
+                return
             try:
                 self._receive(data)
             except Exception as e:  # nothing more is handed over; the reader raises it

@@ -37,19 +37,26 @@ class DirectConnection(ClientConnection):
 
     Order is kept: a frame goes to `direct` only when nothing waits for `recv()` (the welcome's
     followers, what came while `direct` was unset) and it is not part of a fragmented message;
-    otherwise it is queued behind them, as websockets does. `direct` is cleared by whoever set
-    it before it raises (see `Client._read`): nothing is handed over after that."""
+    otherwise it is queued behind them, as websockets does, and `direct(None)` says that a
+    message now waits for `recv()` (our server sends none in pieces, but a proxy may split
+    one). `direct` is cleared by whoever set it before it raises (see `Client._read`): nothing
+    is handed over after that."""
 
-    direct: Callable[[bytes | bytearray | memoryview], None] | None = None
+    direct: Callable[[bytes | bytearray | memoryview | None], None] | None = None
 
     def process_event(self, event: Any) -> None:
         direct = self.direct
-        if direct is not None and type(event) is WsFrame and event.fin and \
-                (event.opcode is Opcode.TEXT or event.opcode is Opcode.BINARY) and \
-                not self.recv_messages.frames:
+        if direct is None or type(event) is not WsFrame or event.opcode not in _DATA:
+            super().process_event(event)
+            return
+        if event.fin and event.opcode is not Opcode.CONT and not self.recv_messages.frames:
             direct(event.data)
             return
         super().process_event(event)
+        direct(None)
+
+
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
 async def handshake(url: str, member: str, *, options: ClientOptions,

@@ -511,8 +511,9 @@ class NotifyServer:
     async def _read_direct(self, ws: DirectServerConnection, conn: int,
                            outbox: Outbox) -> Iterator[tuple[One, RawFrame]] | None:
         """Take `ws`'s messages as they are parsed (notify/server/direct.py), until it is
-        lost, a message waits in websockets' queue, a frame raises (raised here, as `recv()`
-        would have), or a load holds the connection (returns the frames it holds back)."""
+        lost or a message waits in websockets' queue (both: `direct(None)`), a frame raises
+        (raised here, as `recv()` would have), or a load holds the connection (returns the
+        frames it holds back)."""
         stop: asyncio.Future[Iterator[tuple[One, RawFrame]] | None] = ws.loop.create_future()
 
         def direct(data: bytes | None) -> None:
@@ -529,14 +530,9 @@ class NotifyServer:
 
         ws.direct = direct
         try:
-            await asyncio.wait((stop, ws.connection_lost_waiter),
-                               return_when=asyncio.FIRST_COMPLETED)
+            return await stop
         finally:
             ws.direct = None
-        if stop.done():
-            return stop.result()
-        stop.cancel()
-        return None
 
     def _message(self, conn: int, outbox: Outbox,
                  data: str | bytes) -> Iterator[tuple[One, RawFrame]] | None:

@@ -8,7 +8,8 @@ too (issue 34). The client SDK does the same for the same reason (client_sdk/han
 Order is kept: a message goes to `direct` only when nothing waits in websockets' queue. One that
 cannot go (fragmented, or a text message that is not plain ASCII, whose UTF-8 websockets checks
 when `recv()` decodes it: RFC 6455 fails the connection for bad UTF-8 in a text message) is
-queued as websockets would, and `direct(None)` tells the reader to take it with `recv()`. Whoever
+queued as websockets would, and `direct(None)` tells the reader to take it with `recv()` (as it
+does when the connection is lost: so an idle connection's reader waits on one future). Whoever
 set `direct` clears it before it raises, and before it stops reading (a group's load holds the
 connection): what comes meanwhile waits in the queue, whose flow control stops reading the
 socket.
@@ -43,3 +44,9 @@ class DirectServerConnection(ServerConnection):
                 return
         super().process_event(event)
         direct(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        direct = self.direct
+        if direct is not None:  # the reader waits on `direct` alone: `recv()` says it is lost
+            direct(None)

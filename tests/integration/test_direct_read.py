@@ -5,6 +5,8 @@ connection with 1007, as RFC 6455 asks; the same bytes in a binary message are a
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 
 from tests.integration.conftest import MakeServer, OpenRaw, Raw
@@ -50,3 +52,19 @@ async def test_bad_utf8_fails_a_text_message_but_not_a_binary_one(
     await alice.ws.send(bad, text=True)  # text: the connection is failed (RFC 6455 §8.1)
     assert await alice.close_code() == 1007
     assert server.stats.internal_errors == 0
+
+
+async def test_a_connection_lost_while_its_reader_waits_is_closed_at_once(
+        make_server: MakeServer, open_raw: OpenRaw) -> None:
+    """An idle connection's reader waits on the direct callback alone; the loss of the
+    connection must wake it (`direct(None)`), or the hub would hear of the loss only when the
+    heartbeats fail it, 15 s later."""
+    server = await make_server()
+    alice = await open_raw(server, "alice")
+    await alice.join("g")
+    assert server.connection_count == 1
+    alice.drop()  # no close handshake: the socket just goes
+    async with asyncio.timeout(2.0):
+        while server.connection_count:
+            await asyncio.sleep(0.01)
+    assert server.hub.live_sessions() == 0

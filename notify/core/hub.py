@@ -503,10 +503,12 @@ class Hub:
             del self._retired[next(iter(self._retired))]
 
     def _forget_retired(self, now: float) -> None:
-        for token, until in list(self._retired.items()):
+        retired = self._retired  # (insertion order is expiry order: the oldest first)
+        while retired:
+            token, until = next(iter(retired.items()))
             if until > now:
                 break
-            del self._retired[token]
+            del retired[token]
 
     def _make_room(self, user: str, now: float, *, routed: bool = False
                    ) -> list[Action] | None:

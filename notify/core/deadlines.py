@@ -74,8 +74,9 @@ class Deadlines:
 
     def pop_due(self, now: float) -> list[str]:
         """The groups whose deadline is `now` or earlier, in name order (the order the hub
-        ticks them in, the same on every host and in every replay), taken out: each is
-        touched by the call that ticks it, and so asked again at the next `settle`."""
+        ticks them in, the same on every host and in every replay). Each is touched, so
+        asked again at the next `settle`: after its tick, or, if a tick before it raised
+        and it was never ticked, to be found due again."""
         due, heap = self._due, self._heap
         names: list[str] = []
         while heap and heap[0][0] <= now:
@@ -83,6 +84,7 @@ class Deadlines:
             if due.get(group) == d:
                 del due[group]
                 names.append(group)
+        self._touched.update(names)
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
         names.sort()

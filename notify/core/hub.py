@@ -627,8 +627,9 @@ class Hub:
         if g is None:  # left memory since (a session remembers the groups it was in)
             return []
         busy = g.writes.busy
-        out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
+        # (touched first: a call that raises may have changed the group all the same)
         self._deadlines.touch(name)
+        out = g.writes.route(call(g), busy=busy)  # frames wait for the write under way (G10)
         if g.halted:  # it asked the process to stop (G13): nothing more of it leaves
             return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)
@@ -651,8 +652,8 @@ class Hub:
         if g is None:  # dropped since (cluster: its shard moved to another node)
             return []
         self._now = now
-        out = g.written(ticket, error, now)
         self._deadlines.touch(group)
+        out = g.written(ticket, error, now)
         if g.halted:
             return [a for a in out if isinstance(a, Halt)]
         self._after_call(g)

@@ -521,8 +521,9 @@ class NotifyServer:
                 rest = None if data is None else self._message(conn, outbox, data)
             except Exception as e:  # nothing more is handed over; the reader raises it
                 ws.direct = None
-                if not stop.done():
-                    stop.set_exception(e)
+                if not stop.done():  # (a future takes any exception but StopIteration)
+                    stop.set_exception(RuntimeError(repr(e)) if isinstance(e, StopIteration)
+                                       else e)
                 return
             if (data is None or rest is not None) and not stop.done():
                 ws.direct = None  # what comes next waits in websockets' queue

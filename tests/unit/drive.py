@@ -64,9 +64,24 @@ class Net:
         self.forgotten: list[str] = []
         #: every push, as (connection, frames it holds)
         self.pushes: list[tuple[int, int]] = []
+        #: `check_deadlines()` after every step (off where a test counts the groups asked)
+        self.check_every_step = True
 
     def apply(self, actions: list[Any]) -> None:
         self.driver.run(actions)
+        self.check_deadlines()
+
+    def check_deadlines(self) -> None:
+        """The hub's earliest group deadline is the minimum over every group's, asked now:
+        no call that moves a group's deadline may bypass the hub's bookkeeping
+        (notify/core/deadlines.py). Checked after every step of every test that drives a `Net`."""
+        if not self.check_every_step:
+            return
+        deadlines = self.hub._deadlines
+        deadlines.settle(self.hub._deadline_of)
+        asked = [d for g in self.hub.groups.values() if (d := g.next_deadline()) is not None]
+        assert deadlines.earliest() == min(asked, default=None)
+        assert len(deadlines) == len(asked)
 
     # -- the driver's ports -----------------------------------------------------------------------
 
@@ -95,6 +110,7 @@ class Net:
                 self.stored.append(w)
                 self.log.write(w, lambda _error: None)
             done(error)
+        self.check_deadlines()
 
     def fetch(self, group: str, answer: Fetched) -> None:
         answer(None, None)  # nothing leaves memory here
@@ -125,14 +141,17 @@ class Net:
 
     def send(self, conn: int, frame: Any) -> None:
         self.driver.frame(conn, frame)
+        self.check_deadlines()
 
     def drop(self, conn: int) -> None:
         self.closed.add(conn)
         self.driver.closed(conn)
+        self.check_deadlines()
 
     def advance(self, dt: float) -> None:
         self.now += dt
         self.driver.tick()
+        self.check_deadlines()
 
     def take(self, conn: int, *types: str) -> list[dict[str, Any]]:
         """The frames received since the last take (only `types`, if given)."""

@@ -95,3 +95,11 @@ def test_members_not_back_within_the_recovery_window_are_removed() -> None:
     assert hub.tick(9.9) == [] and hub.groups["g"].view.version == 5
     change = [f for f in frames(hub, hub.tick(10.1)) if f["type"] == "view_change"]
     assert [(f["proposed"], f["leaving"]) for f in change] == [(6, ["b"])]
+
+
+def test_the_recovery_window_is_the_hub_s_deadline_even_if_nobody_comes_back() -> None:
+    """Restored with members and no connection, the group must still be ticked at the end of
+    their window: nothing calls it, so `restore` itself must arm it."""
+    hub = hub_with_members()
+    deadline = hub.groups["g"].next_deadline()
+    assert deadline is not None and hub.next_deadline() == deadline

@@ -7,9 +7,10 @@ holds thousands of armed groups, and each turn cost time in proportion to all of
 every other frame waiting behind it (issue 34: 3,000 armed groups, 1.16 ms per wake-up asked).
 
 A group's deadline is a pure function of its state, and its state changes only in a call the
-hub makes to it. So the hub `touch`es a group after every call, and a touched group is asked
-again only when the hub next needs the earliest deadline (`settle`): a turn costs the groups
-touched since the last one, plus a heap operation per deadline that moved.
+hub makes to it. So the hub `touch`es a group at every call (before it: a call that raises may
+have changed it all the same), and a touched group is asked again only when the hub next needs
+the earliest deadline (`settle`): a turn costs the groups touched since the last one, plus a
+heap operation per deadline that moved.
 
 The heap is lazy: a deadline that moved leaves its old entry behind, and an entry counts only
 while it matches `_due` (the group's deadline as last asked). Stale entries leave when they reach

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 
 from notify.core import CoreConfig, Hub, LogEvent, Write
+from notify.core.actions import Action
 from notify.core.events import Ack, FlushOk, Hello, Join
 from notify.runtime import CheckpointAction, Driver, Fetched
 from notify.wire import parse
@@ -50,6 +51,13 @@ class _Host:
         raise SystemExit(f"halted: {reason}")
 
 
+def flush_all(hub: Hub, run: Callable[[list[Action]], None], group: str) -> None:
+    """Every member a proposal of `group` waits for answers `flush_ok` (members `m<conn>`)."""
+    proposal = hub.groups[group].membership.proposal
+    for m in sorted(proposal.flush_set) if proposal is not None else ():
+        run(hub.handle(int(m[1:]), FlushOk(group, proposal.version), 0.0))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench core", description=__doc__)
     p.add_argument("--members", type=int, default=50)
@@ -63,9 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         run(hub.opened(c, 0.0))
         run(hub.handle(c, Hello(1, f"m{c}"), 0.0))
         run(hub.handle(c, Join(f"j{c}", "g"), 0.0))
-        proposal = hub.groups["g"].membership.proposal
-        for m in sorted(proposal.flush_set) if proposal is not None else ():
-            run(hub.handle(int(m[1:]), FlushOk("g", proposal.version), 0.0))
+        flush_all(hub, run, "g")
     view = hub.groups["g"].view.version
     atomic = b"true" if a.atomic else b"false"
     frames = [parse(b'{"type":"publish","req":"r%d","group":"g","id":"p%d","view":%d,'

@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from bench.core import _Host
+from bench.core import _Host, flush_all
 from notify.core import CoreConfig, Hub
-from notify.core.events import FlushOk, Hello, Join, Leave, Order, Publish
+from notify.core.events import Hello, Join, Leave, Order, Publish
 from notify.runtime import Driver
 
 
@@ -39,20 +39,15 @@ def main(argv: list[str] | None = None) -> int:
         run(hub.opened(c, 0.0))
         run(hub.handle(c, Hello(1, f"m{c}"), 0.0))
 
-    def flushed(name: str) -> None:
-        proposal = hub.groups[name].membership.proposal
-        for m in sorted(proposal.flush_set) if proposal is not None else ():
-            run(hub.handle(int(m[1:]), FlushOk(name, proposal.version), 0.0))
-
     for i in range(a.groups):  # m2 publishes, then leaves: its ids are remembered
         name, stays, leaves = f"g{i}", 2 * (i // per) + 1, 2 * (i // per) + 2
         run(hub.handle(stays, Join(f"a{i}", name), 0.0))
         run(hub.handle(leaves, Join(f"b{i}", name), 0.0))
-        flushed(name)
+        flush_all(hub, run, name)
         view = hub.groups[name].view.version
         run(hub.handle(leaves, Publish(f"q{i}", name, f"q{i}", view, Order.FIFO, {}), 0.0))
         run(hub.handle(leaves, Leave(f"l{i}", name), 0.0))
-        flushed(name)
+        flush_all(hub, run, name)
         assert hub.groups[name].view.members == (f"m{stays}",)
     view = hub.groups["g0"].view.version
     assert all(g.next_deadline() is not None for g in hub.groups.values())  # the departed ids'

@@ -476,22 +476,19 @@ class Client:
         self._queue_full = False
 
         def direct(data: bytes | bytearray | memoryview | None) -> None:
-            if data is None:  # a message waits in websockets' queue: `recv()` takes it
-                ws.direct = None
-                if not stop.done():
-                    stop.set_result(None)
-                return
-            try:
-                self._receive(data)
-            except Exception as e:  # nothing more is handed over; the reader raises it
-                ws.direct = None
-                if not stop.done():
-                    stop.set_exception(e)
-                return
-            if self._queue_full:
-                ws.direct = None  # the next frames wait in websockets' queue
-                if not stop.done():
-                    stop.set_result(None)
+            if data is not None:  # (None: a message waits in websockets' queue for `recv()`)
+                try:
+                    self._receive(data)
+                except Exception as e:  # nothing more is handed over; the reader raises it
+                    ws.direct = None
+                    if not stop.done():
+                        stop.set_exception(e)
+                    return
+                if not self._queue_full:
+                    return
+            ws.direct = None  # the next frames wait in websockets' queue
+            if not stop.done():
+                stop.set_result(None)
 
         ws.direct = direct
         lost = ws.connection_lost_waiter

@@ -25,6 +25,9 @@ from client_sdk.protocol import Frame, hello_frame
 __all__ = ["DirectConnection", "close_ws", "handshake", "server_urls"]
 
 
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
 class DirectConnection(ClientConnection):
     """websockets' client connection, which hands each whole data frame to `direct` (when set)
     as soon as it is parsed, in the loop's read callback, instead of queuing it for `recv()`.
@@ -54,9 +57,6 @@ class DirectConnection(ClientConnection):
             return
         super().process_event(event)
         direct(None)
-
-
-_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
 async def handshake(url: str, member: str, *, options: ClientOptions,
